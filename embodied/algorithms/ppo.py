@@ -1,0 +1,126 @@
+"""Clipped PPO loss for policies whose log-probabilities come per chunk, action or token.
+
+``B`` is the batch of chunk steps, ``C`` the chunk length and ``A`` the action dimension (or the
+number of tokens per action). Advantages, values and returns are per chunk step: [B].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class PPOLossOutput:
+    """Scalar tensors. Only ``loss`` carries gradient; the rest are for logging."""
+
+    loss: torch.Tensor
+    policy_loss: torch.Tensor
+    value_loss: torch.Tensor
+    entropy: torch.Tensor
+    approx_kl: torch.Tensor
+    clip_frac: torch.Tensor
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean of ``x`` over the entries where ``mask`` is nonzero (all entries if None)."""
+    if mask is None:
+        return x.mean()
+    mask = mask.to(x.dtype)
+    # where() rather than x * mask so a NaN/inf in a masked-out entry cannot leak in.
+    return torch.where(mask != 0, x * mask, torch.zeros_like(x)).sum() / mask.sum().clamp_min(1e-8)
+
+
+def _mask_like(mask: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor | None:
+    """Reduce ``mask`` to the leading dims of ``x``: a coarser entry counts if any sub-entry does."""
+    if mask is None or mask.dim() == x.dim():
+        return mask
+    return (mask != 0).flatten(start_dim=x.dim()).any(dim=-1)
+
+
+def _expand_trailing(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Broadcast a [B] tensor over the trailing dims of ``like`` ([B], [B, C] or [B, C, A])."""
+    return x.reshape(x.shape + (1,) * (like.dim() - x.dim())).expand_as(like)
+
+
+def normalize_advantages(adv: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Standardize advantages to zero mean and unit std over all entries; same shape as ``adv``."""
+    if adv.numel() < 2:  # the (unbiased) std of one sample is undefined
+        return adv - adv.mean()
+    return (adv - adv.mean()) / (adv.std() + eps)
+
+
+def ppo_loss(
+    new_logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    new_values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    entropy: torch.Tensor,
+    *,
+    clip_coef: float,
+    vf_coef: float,
+    ent_coef: float,
+    clip_vloss: bool = True,
+    mask: torch.Tensor | None = None,
+) -> PPOLossOutput:
+    """Clipped-surrogate PPO loss with an (optionally clipped) value loss and entropy bonus.
+
+    Args:
+        new_logprobs: [B], [B, C] or [B, C, A], log-probs under the current policy.
+        old_logprobs: same shape, log-probs under the rollout policy.
+        advantages: [B], broadcast over the trailing dims of the log-probs.
+        new_values: [B], current value predictions.
+        old_values: [B], value predictions at rollout time.
+        returns: [B], value targets.
+        entropy: policy entropy, same shape as the log-probs or any leading part of it ([B]).
+        clip_coef: PPO clip range epsilon, used for both the ratio and the value clip.
+        vf_coef: weight of the value loss.
+        ent_coef: weight of the entropy bonus.
+        clip_vloss: clip the value update around ``old_values`` as in PPO2.
+        mask: bool/float, same shape as the log-probs; zero marks sub-steps the env did not
+            execute (e.g. after a done inside a chunk). Every average is a masked mean; for the
+            coarser [B] value loss (and a coarser entropy) an entry counts if any of its
+            sub-steps is unmasked, so only fully masked rows (padding) drop out.
+
+    Returns:
+        PPOLossOutput of scalar tensors.
+    """
+    logratio = new_logprobs - old_logprobs
+    ratio = logratio.exp()
+    adv = _expand_trailing(advantages, ratio)
+
+    # Pessimistic bound: take the worse of the unclipped and clipped surrogate.
+    pg_loss1 = -adv * ratio
+    pg_loss2 = -adv * torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
+    policy_loss = _masked_mean(torch.max(pg_loss1, pg_loss2), mask)
+
+    if clip_vloss:
+        v_loss_unclipped = (new_values - returns) ** 2
+        v_clipped = old_values + torch.clamp(new_values - old_values, -clip_coef, clip_coef)
+        v_loss_clipped = (v_clipped - returns) ** 2
+        v_loss = torch.max(v_loss_unclipped, v_loss_clipped)
+    else:
+        v_loss = (new_values - returns) ** 2
+    # Values are per chunk step: a step counts if any of its sub-steps was executed.
+    value_loss = 0.5 * _masked_mean(v_loss, _mask_like(mask, v_loss))
+
+    entropy_mean = _masked_mean(entropy, _mask_like(mask, entropy))
+
+    loss = policy_loss - ent_coef * entropy_mean + vf_coef * value_loss
+
+    with torch.no_grad():
+        # k3 estimator of KL(old || new): unbiased and always >= 0 (Schulman, "Approximating KL").
+        approx_kl = _masked_mean((ratio - 1.0) - logratio, mask)
+        clip_frac = _masked_mean(((ratio - 1.0).abs() > clip_coef).to(ratio.dtype), mask)
+
+    return PPOLossOutput(
+        loss=loss,
+        policy_loss=policy_loss,
+        value_loss=value_loss,
+        entropy=entropy_mean,
+        approx_kl=approx_kl,
+        clip_frac=clip_frac,
+    )

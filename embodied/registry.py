@@ -1,0 +1,99 @@
+"""Lazy ``"module:attr"`` registries for simulators and policies.
+
+The engine never imports a simulator or a model by name: built-ins are declared as entry points
+of the ``embodied.envs`` / ``embodied.policies`` groups in ``pyproject.toml`` (a user's package
+can declare its own the same way), or registered at run time::
+
+    from embodied.registry import ENVS
+    ENVS.register("MyArm-v0", "my_pkg.my_env:MyArmEnv")
+
+A config may also name an entry point directly (``env.id: my_pkg.my_env:MyArmEnv``). Nothing is
+imported until ``resolve`` is called, so ``import embodied`` stays free of MuJoCo and transformers.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from importlib.metadata import entry_points
+from typing import Any
+
+
+class UnknownNameError(KeyError):
+    """A name that is neither registered nor a ``module:attr`` entry point."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+def load_entry_point(entry_point: str) -> Any:
+    """Import ``"package.module:attr"`` and return ``attr``, with an error that names the string."""
+    module_name, sep, attr = entry_point.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"entry point {entry_point!r} must look like 'package.module:attr'")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise ImportError(f"cannot import module {module_name!r} of entry point {entry_point!r}: {exc}") from exc
+    try:
+        obj = module
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except AttributeError as exc:
+        raise ImportError(f"module {module_name!r} has no attribute {attr!r} (entry point {entry_point!r})") from exc
+    return obj
+
+
+class Registry:
+    """Names mapped to lazy entry points, seeded from one ``importlib.metadata`` group."""
+
+    def __init__(self, kind: str, group: str) -> None:
+        self.kind = kind
+        self.group = group
+        self._entries: dict[str, str | Any] = {}
+        self._discovered = False
+
+    def _discover(self) -> None:
+        if not self._discovered:
+            self._discovered = True
+            for ep in entry_points(group=self.group):
+                self._entries.setdefault(ep.name, ep.value)
+
+    def register(self, name: str, entry_point: str | Any, *, overwrite: bool = False) -> None:
+        """Register ``name`` as a ``"module:attr"`` string (loaded lazily) or an object."""
+        self._discover()
+        if name in self._entries and not overwrite and self._entries[name] != entry_point:
+            raise ValueError(f"{self.kind} {name!r} is already registered as {self._entries[name]!r}")
+        self._entries[name] = entry_point
+
+    def names(self) -> list[str]:
+        """All registered names, sorted."""
+        self._discover()
+        return sorted(self._entries)
+
+    def __contains__(self, name: str) -> bool:
+        self._discover()
+        return name in self._entries
+
+    def entry_point(self, name: str) -> str | Any:
+        """The registered entry point of ``name`` (raises ``UnknownNameError``)."""
+        self._discover()
+        if name in self._entries:
+            return self._entries[name]
+        if ":" in name:
+            return name
+        close = difflib.get_close_matches(name, self._entries, n=3, cutoff=0.5)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise UnknownNameError(
+            f"unknown {self.kind} {name!r}{hint} Known: {', '.join(self.names()) or '(none)'}. "
+            f"A {self.kind} of your own can be named as 'package.module:attr'."
+        )
+
+    def resolve(self, name: str) -> Any:
+        """The object ``name`` stands for, importing its module on first use."""
+        target = self.entry_point(name)
+        return load_entry_point(target) if isinstance(target, str) else target
+
+
+ENVS = Registry("env", "embodied.envs")
+POLICIES = Registry("policy", "embodied.policies")

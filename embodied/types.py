@@ -1,0 +1,180 @@
+"""Batches exchanged between env, rollout and actor workers.
+
+Every key and shape is named here once. ``B`` is the number of envs in a batch (or shard), ``C``
+the action-chunk length, ``A`` the action dimension, ``S`` the state dimension and ``T`` the
+number of chunk steps in a rollout epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+# Observation keys. An observation is a dict of batched arrays under these keys.
+STATES = "states"  # float32 [B, S]
+MAIN_IMAGES = "main_images"  # uint8 [B, H, W, 3]
+WRIST_IMAGES = "wrist_images"  # uint8 [B, H, W, 3]
+TASK_DESCRIPTIONS = "task_descriptions"  # list of B strings
+
+Obs = dict[str, Any]
+ObsMode = Literal["state", "rgb", "state+rgb"]
+OBS_MODES: tuple[str, ...] = ("state", "rgb", "state+rgb")
+LogprobGranularity = Literal["chunk", "action", "token"]
+
+
+def obs_slice(obs: Obs, start: int, stop: int) -> Obs:
+    """Rows ``start:stop`` of every entry of a batched observation."""
+    return {k: v[start:stop] for k, v in obs.items()}
+
+
+def obs_concat(parts: list[Obs]) -> Obs:
+    """Concatenate batched observations along the env axis (keys must match)."""
+    out: Obs = {}
+    for key in parts[0]:
+        values = [p[key] for p in parts]
+        out[key] = sum((list(v) for v in values), []) if isinstance(values[0], list) else np.concatenate(values)
+    return out
+
+
+def obs_take(obs: Obs, index: np.ndarray) -> Obs:
+    """Rows ``index`` (integer array) of a batched observation."""
+    return {k: [v[i] for i in index] if isinstance(v, list) else v[index] for k, v in obs.items()}
+
+
+@dataclass
+class EpisodeStats:
+    """Statistics of one finished episode; ``env_index`` is relative to the batch it came in."""
+
+    env_index: int
+    episode_return: float
+    length: int  # sub-steps executed in the episode
+    success_once: bool  # ``info["success"]`` was true at some sub-step
+    success_at_end: bool  # ... and at the last one
+
+
+@dataclass
+class ChunkStepResult:
+    """Outcome of one chunk step of a vectorized env (the contract lives in ``envs.chunked``)."""
+
+    obs: Obs  # what the policy acts on next
+    rewards: np.ndarray  # float32 [B, C], 0 where not executed
+    terminations: np.ndarray  # bool [B, C]
+    truncations: np.ndarray  # bool [B, C]
+    executed: np.ndarray  # bool [B, C], sub-steps that really ran
+    dones: np.ndarray  # bool [B], the episode ended inside this chunk
+    final_obs: Obs | None = None  # terminal obs; rows meaningful where ``dones``; None if no env done
+    episodes: list[EpisodeStats] = field(default_factory=list)
+
+    @property
+    def terminated(self) -> np.ndarray:
+        """bool [B]: the episode ended by termination (no bootstrap) inside this chunk."""
+        return self.terminations.any(axis=1)
+
+    @property
+    def truncated(self) -> np.ndarray:
+        """bool [B]: the episode ended by truncation only (bootstrap from ``final_obs``)."""
+        return self.truncations.any(axis=1) & ~self.terminated
+
+    def slice(self, start: int, stop: int) -> ChunkStepResult:
+        """Rows ``start:stop``; episode indices are re-based to the slice."""
+        return ChunkStepResult(
+            obs=obs_slice(self.obs, start, stop),
+            rewards=self.rewards[start:stop],
+            terminations=self.terminations[start:stop],
+            truncations=self.truncations[start:stop],
+            executed=self.executed[start:stop],
+            dones=self.dones[start:stop],
+            final_obs=None if self.final_obs is None else obs_slice(self.final_obs, start, stop),
+            episodes=[
+                dataclasses.replace(e, env_index=e.env_index - start)
+                for e in self.episodes
+                if start <= e.env_index < stop
+            ],
+        )
+
+    @staticmethod
+    def concat(parts: list[ChunkStepResult]) -> ChunkStepResult:
+        """Join shards along the env axis (inverse of ``slice``)."""
+        offsets = np.cumsum([0] + [len(p.dones) for p in parts])
+        final_obs = None
+        if any(p.final_obs is not None for p in parts):
+            final_obs = obs_concat([p.final_obs if p.final_obs is not None else p.obs for p in parts])
+        return ChunkStepResult(
+            obs=obs_concat([p.obs for p in parts]),
+            rewards=np.concatenate([p.rewards for p in parts]),
+            terminations=np.concatenate([p.terminations for p in parts]),
+            truncations=np.concatenate([p.truncations for p in parts]),
+            executed=np.concatenate([p.executed for p in parts]),
+            dones=np.concatenate([p.dones for p in parts]),
+            final_obs=final_obs,
+            episodes=[
+                dataclasses.replace(e, env_index=e.env_index + int(off))
+                for p, off in zip(parts, offsets)
+                for e in p.episodes
+            ],
+        )
+
+
+@dataclass
+class PolicyOutput:
+    """What ``Policy.act`` returns for a batch of observations."""
+
+    actions: torch.Tensor  # float32 [B, C, A]
+    logprobs: torch.Tensor  # [B] (chunk), [B, C] (action) or [B, C, A] (token)
+    values: torch.Tensor  # float32 [B]
+    forward_inputs: dict[str, torch.Tensor]  # what ``evaluate`` needs to replay the forward pass
+    version: int = -1  # weight version that produced it (stamped by the rollout worker)
+
+
+@dataclass
+class Trajectory:
+    """One rollout epoch of one rollout worker: T chunk steps of N envs (torch, on CPU)."""
+
+    forward_inputs: dict[str, torch.Tensor]  # each [T, N, ...]
+    actions: torch.Tensor  # float32 [T, N, C, A]
+    logprobs: torch.Tensor  # [T, N] or [T, N, C] or [T, N, C, A]
+    values: torch.Tensor  # float32 [T, N]
+    rewards: torch.Tensor  # float32 [T, N, C]
+    executed: torch.Tensor  # bool [T, N, C]
+    dones: torch.Tensor  # bool [T, N]
+    terminated: torch.Tensor  # bool [T, N]
+    final_values: torch.Tensor  # float32 [T, N], V(final_obs) where truncated, else 0
+    next_values: torch.Tensor  # float32 [N], V(obs after the last chunk step)
+    version: int  # weight version the rollout ran with
+    episodes: list[EpisodeStats] = field(default_factory=list)
+
+    @property
+    def num_env_steps(self) -> int:
+        """Sub-steps really executed in this trajectory."""
+        return int(self.executed.sum())
+
+    @staticmethod
+    def concat(parts: list[Trajectory]) -> Trajectory:
+        """Join trajectories of several rollout workers along the env axis N."""
+        if len(parts) == 1:
+            return parts[0]
+        versions = {p.version for p in parts}
+        if len(versions) != 1:
+            raise ValueError(f"trajectories come from different weight versions {sorted(versions)}")
+
+        def cat(name: str, dim: int = 1) -> torch.Tensor:
+            return torch.cat([getattr(p, name) for p in parts], dim=dim)
+
+        return Trajectory(
+            forward_inputs={k: torch.cat([p.forward_inputs[k] for p in parts], 1) for k in parts[0].forward_inputs},
+            actions=cat("actions"),
+            logprobs=cat("logprobs"),
+            values=cat("values"),
+            rewards=cat("rewards"),
+            executed=cat("executed"),
+            dones=cat("dones"),
+            terminated=cat("terminated"),
+            final_values=cat("final_values"),
+            next_values=cat("next_values", 0),
+            version=parts[0].version,
+            episodes=[e for p in parts for e in p.episodes],
+        )

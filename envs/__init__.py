@@ -1,0 +1,1 @@
+"""Simulators as gymnasium environments, and the chunked vector env."""

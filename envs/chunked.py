@@ -1,0 +1,152 @@
+"""``ChunkedVectorEnv``: M gymnasium envs stepped one action chunk at a time.
+
+This file is the single owner of the chunk-step contract (see ``embodied.types.ChunkStepResult``):
+
+- ``chunk_step(actions float32[B, C, A])`` runs, for every env, its C sub-actions in order and
+  stops at the sub-step where that env's episode ends (termination or truncation).
+- ``rewards``/``terminations``/``truncations`` are per sub-step, 0/False where not executed;
+  ``executed`` says which sub-steps really ran; ``dones[b]`` says the episode ended in the chunk.
+- ``auto_reset=True``: a done env is reset at the chunk boundary, ``obs`` is the new episode's
+  first observation and ``final_obs`` holds the terminal one (``None`` when no env is done).
+- ``auto_reset=False`` (GRPO, eval): a done env stays done, its ``obs`` stays terminal and its later
+  chunks execute nothing, until ``reset()``.
+- ``episodes`` lists return, length, ``success_once`` and ``success_at_end`` of envs done in the chunk.
+
+Wrapped envs are plain gymnasium envs that end their own episodes (``max_episode_steps``); this
+class does no gymnasium-style autoreset, so no suite's reset convention leaks through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+from embodied.types import TASK_DESCRIPTIONS, ChunkStepResult, EpisodeStats, Obs
+
+
+@dataclass
+class _Episode:
+    """Running statistics of one env's current episode."""
+
+    ret: float = 0.0
+    length: int = 0
+    success_once: bool = False
+    success_last: bool = False
+
+    def record(self, reward: float, success: bool) -> None:
+        self.ret += reward
+        self.length += 1
+        self.success_once |= success
+        self.success_last = success
+
+
+class ChunkedVectorEnv:
+    """Vector of gymnasium envs with chunked actions, auto-reset at chunk boundaries and episode stats."""
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, auto_reset: bool = True, name: str = "env") -> None:
+        if len(env_fns) < 1:
+            raise ValueError(f"{name}: a ChunkedVectorEnv needs at least one env, got {len(env_fns)}")
+        self.name = name
+        self.auto_reset = auto_reset
+        self.envs = [fn() for fn in env_fns]
+        self.single_observation_space = self.envs[0].observation_space
+        self.single_action_space = self.envs[0].action_space
+        if not isinstance(self.single_action_space, gym.spaces.Box) or len(self.single_action_space.shape) != 1:
+            raise TypeError(f"{name}: actions must be a 1-D Box space, got {self.single_action_space}")
+        self.action_dim = int(self.single_action_space.shape[0])
+        self._obs: list[dict] = []
+        self._episodes = [_Episode() for _ in self.envs]
+        self._finished = np.zeros(self.num_envs, dtype=bool)
+
+    @property
+    def num_envs(self) -> int:
+        return len(self.envs)
+
+    @property
+    def finished(self) -> np.ndarray:
+        """bool [B]: envs whose episode is over and not yet reset (only with ``auto_reset=False``)."""
+        return self._finished.copy()
+
+    def reset(self, seed: int | None = None) -> Obs:
+        """Reset every env (env ``i`` gets ``seed + i``) and return the batched first observation."""
+        self._obs = [self._reset_one(i, None if seed is None else seed + i) for i in range(self.num_envs)]
+        self._finished[:] = False
+        return self._batch(self._obs)
+
+    def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
+        """Run one action chunk per env; see the module docstring for the contract."""
+        if not self._obs:
+            raise RuntimeError(f"{self.name}: call reset() before chunk_step()")
+        actions = self._check_actions(actions)
+        num_envs, chunk = actions.shape[:2]
+        rewards = np.zeros((num_envs, chunk), dtype=np.float32)
+        terminations = np.zeros((num_envs, chunk), dtype=bool)
+        truncations = np.zeros((num_envs, chunk), dtype=bool)
+        executed = np.zeros((num_envs, chunk), dtype=bool)
+        dones = np.zeros(num_envs, dtype=bool)
+        final: dict[int, dict] = {}
+        episodes: list[EpisodeStats] = []
+        for i, env in enumerate(self.envs):
+            if self._finished[i]:
+                continue  # auto_reset off: a done env executes nothing until reset()
+            for c in range(chunk):
+                obs, reward, terminated, truncated, info = env.step(actions[i, c])
+                executed[i, c], rewards[i, c] = True, reward
+                terminations[i, c], truncations[i, c] = terminated, truncated
+                self._obs[i] = obs
+                self._episodes[i].record(float(reward), bool(info.get("success", False)))
+                if terminated or truncated:
+                    dones[i] = True
+                    break
+            if dones[i]:
+                episodes.append(self._close_episode(i))
+                final[i] = {k: np.array(v, copy=True) for k, v in self._obs[i].items()}  # reset may reuse buffers
+                if self.auto_reset:
+                    self._obs[i] = self._reset_one(i, None)
+                else:
+                    self._finished[i] = True
+        next_obs = self._batch(self._obs)
+        final_obs = None
+        if final:
+            # Rows of envs not done repeat their next obs so that the batch stays rectangular.
+            final_obs = self._batch([final.get(i, o) for i, o in enumerate(self._obs)])
+        return ChunkStepResult(next_obs, rewards, terminations, truncations, executed, dones, final_obs, episodes)
+
+    def render(self) -> list[np.ndarray]:
+        """One RGB frame per env (needs envs made with ``render_mode='rgb_array'``)."""
+        return [env.render() for env in self.envs]
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _reset_one(self, i: int, seed: int | None) -> dict:
+        obs, _ = self.envs[i].reset(seed=seed)
+        self._episodes[i] = _Episode()
+        return obs
+
+    def _close_episode(self, i: int) -> EpisodeStats:
+        ep = self._episodes[i]
+        return EpisodeStats(i, ep.ret, ep.length, ep.success_once, ep.success_last)
+
+    def _batch(self, per_env: list[dict]) -> Obs:
+        out: Obs = {key: np.stack([o[key] for o in per_env]) for key in per_env[0]}
+        out[TASK_DESCRIPTIONS] = [str(getattr(env.unwrapped, "task_description", "")) for env in self.envs]
+        return out
+
+    def _check_actions(self, actions: np.ndarray) -> np.ndarray:
+        actions = np.asarray(actions, dtype=np.float32)
+        expected = f"[{self.num_envs}, C, {self.action_dim}]"
+        if actions.ndim != 3 or actions.shape[0] != self.num_envs or actions.shape[2] != self.action_dim:
+            raise ValueError(f"{self.name}: actions must have shape {expected} (C >= 1), got {list(actions.shape)}")
+        if actions.shape[1] < 1:
+            raise ValueError(f"{self.name}: action chunk length must be >= 1, got shape {list(actions.shape)}")
+        if not np.isfinite(actions).all():
+            bad = np.argwhere(~np.isfinite(actions))[0].tolist()
+            raise ValueError(f"{self.name}: actions contain NaN or inf (first at [env, step, dim] = {bad})")
+        return actions

@@ -1,0 +1,1 @@
+"""Policies: one folder a policy (configuration, modeling)."""

@@ -1,0 +1,1 @@
+"""Gaussian MLP policy emitting action chunks."""
