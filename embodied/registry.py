@@ -86,7 +86,7 @@ class Registry:
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
         raise UnknownNameError(
             f"unknown {self.kind} {name!r}{hint} Known: {', '.join(self.names()) or '(none)'}. "
-            f"A {self.kind} of your own can be named as 'package.module:attr'."
+            f"Your own {self.kind} can be named as 'package.module:attr'."
         )
 
     def resolve(self, name: str) -> Any:

@@ -6,7 +6,7 @@ from functools import partial
 
 import numpy as np
 import pytest
-from toy_envs import CountingEnv
+from tests.toy_envs import CountingEnv
 
 from envs.chunked import ChunkedVectorEnv
 

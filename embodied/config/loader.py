@@ -1,0 +1,222 @@
+"""YAML + ``key=value`` overrides -> a validated ``Config``.
+
+    cfg = load_config("configs/reach_mlp_ppo.yaml", ["env.num_envs=16", "cluster.backend=ray"])
+
+Every error names the field path (and the file), and all problems are reported at once, before
+any worker starts.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+from embodied.config.schema import Config
+from embodied.policy import PolicyConfig, policy_config_class
+from embodied.registry import ENVS, UnknownNameError
+
+
+class ConfigError(ValueError):
+    """A config problem; the message names the field path(s) and the source."""
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Load a YAML recipe (or the defaults when ``path`` is None), apply overrides, validate."""
+    raw: dict[str, Any] = {}
+    source = "<defaults>"
+    if path is not None:
+        source = str(path)
+        raw = read_yaml(Path(path))
+    raw = apply_overrides(raw, overrides)
+    try:
+        cfg = from_dict(Config, raw, "")
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    problems = validate(cfg)
+    if problems:
+        raise ConfigError(f"{source}: invalid config:\n  " + "\n  ".join(problems))
+    return cfg
+
+
+def config_from_dict(raw: dict[str, Any]) -> Config:
+    """Rebuild a validated Config from ``to_dict`` output (e.g. stored in a checkpoint)."""
+    cfg = from_dict(Config, raw, "")
+    problems = validate(cfg)
+    if problems:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+    return cfg
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain nested dict of a config (YAML/JSON-serializable)."""
+    return dataclasses.asdict(cfg)
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``a.b.c=value`` pairs merged into a copy of ``raw``; values are parsed as YAML scalars/lists."""
+    out = copy.deepcopy(raw)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r} must look like 'section.field=value'")
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {item!r}: cannot parse value: {exc}") from None
+        node = out
+        parts = key.strip().split(".")
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {'.'.join(parts[: i + 1])} is not a section")
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+# -- typed conversion -------------------------------------------------------------------------
+
+
+def from_dict(cls: type, data: Any, path: str) -> Any:
+    """Build dataclass ``cls`` from ``data``, checking keys and types; ``path`` prefixes errors."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path or 'config'}: expected a mapping, got {type(data).__name__} {data!r}")
+    if cls is PolicyConfig:
+        cls = _policy_class(data, path)
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(str(key), fields, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"unknown field {_join(path, key)!r}{hint}; known fields of {path or 'the config'}: "
+                          f"{', '.join(fields)}")
+    kwargs = {name: _convert(hints[name], data[name], _join(path, name)) for name in fields if name in data}
+    return cls(**kwargs)
+
+
+def _policy_class(data: dict[str, Any], path: str) -> type[PolicyConfig]:
+    name = data.get("type", PolicyConfig.type)
+    try:
+        return policy_config_class(str(name))
+    except (UnknownNameError, ImportError, TypeError) as exc:
+        raise ConfigError(f"{_join(path, 'type')}: {exc}") from None
+
+
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, path)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _convert(arg, value, path)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{path}: {value!r} matches none of {tp}")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{path}: {value!r} is not one of {', '.join(map(repr, args))}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path}: expected a list, got {type(value).__name__} {value!r}")
+        items = [_convert(args[0] if args else Any, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {type(value).__name__} {value!r}")
+        return dict(value)
+    return _scalar(tp, value, path)
+
+
+def _scalar(tp: Any, value: Any, path: str) -> Any:
+    if tp is Any:
+        return value
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if tp in (bool, str) and isinstance(value, tp):
+        return value
+    raise ConfigError(f"{path}: expected {getattr(tp, '__name__', tp)}, got {type(value).__name__} {value!r}")
+
+
+# -- semantic validation ----------------------------------------------------------------------
+
+
+def validate(cfg: Config) -> list[str]:
+    """Problems that types alone cannot catch, each prefixed by its field path."""
+    p: list[str] = []
+
+    def need(ok: bool, msg: str) -> None:
+        if not ok:
+            p.append(msg)
+
+    # eval_env fields left null inherit env's and are checked there, so each problem is named once.
+    for section, env in (("env", cfg.env), ("eval_env", cfg.eval_env)):
+        if env.num_envs is not None:
+            need(env.num_envs >= 1, f"{section}.num_envs: must be >= 1, got {env.num_envs}")
+        if env.max_episode_steps is not None:
+            need(env.max_episode_steps >= 1, f"{section}.max_episode_steps: must be >= 1, got {env.max_episode_steps}")
+        try:
+            if env.id is not None:
+                ENVS.entry_point(env.id)
+        except UnknownNameError as exc:
+            p.append(f"{section}.id: {exc}")
+    need(cfg.policy.action_chunk >= 1, f"policy.action_chunk: chunk size must be >= 1, got {cfg.policy.action_chunk}")
+    for name, ranks in (("num_env_workers", cfg.cluster.num_env_workers),
+                        ("num_rollout_workers", cfg.cluster.num_rollout_workers)):
+        need(ranks >= 1, f"cluster.{name}: must be >= 1, got {ranks}")
+        need(ranks <= max(cfg.env.num_envs, 1),
+             f"cluster.{name}: {ranks} ranks for env.num_envs={cfg.env.num_envs}; every rank needs an env")
+    need(cfg.cluster.torch_threads >= 1, f"cluster.torch_threads: must be >= 1, got {cfg.cluster.torch_threads}")
+    need(cfg.rollout.chunk_steps >= 1, f"rollout.chunk_steps: must be >= 1, got {cfg.rollout.chunk_steps}")
+    a = cfg.algorithm
+    need(0.0 < a.gamma <= 1.0, f"algorithm.gamma: must be in (0, 1], got {a.gamma}")
+    need(0.0 <= a.gae_lambda <= 1.0, f"algorithm.gae_lambda: must be in [0, 1], got {a.gae_lambda}")
+    need(a.clip_coef > 0, f"algorithm.clip_coef: must be > 0, got {a.clip_coef}")
+    need(a.update_epochs >= 1, f"algorithm.update_epochs: must be >= 1, got {a.update_epochs}")
+    batch = cfg.env.num_envs * cfg.rollout.chunk_steps
+    need(1 <= a.num_minibatches <= batch,
+         f"algorithm.num_minibatches: must be in [1, env.num_envs * rollout.chunk_steps = {batch}], "
+         f"got {a.num_minibatches}")
+    need(a.max_grad_norm > 0, f"algorithm.max_grad_norm: must be > 0, got {a.max_grad_norm}")
+    need(cfg.actor.lr > 0, f"actor.lr: must be > 0, got {cfg.actor.lr}")
+    r = cfg.runner
+    need(r.iterations >= 1, f"runner.iterations: must be >= 1, got {r.iterations}")
+    need(r.eval_every >= 0, f"runner.eval_every: must be >= 0, got {r.eval_every}")
+    need(r.eval_episodes >= 1, f"runner.eval_episodes: must be >= 1, got {r.eval_episodes}")
+    need(r.checkpoint_every >= 0, f"runner.checkpoint_every: must be >= 0, got {r.checkpoint_every}")
+    need(cfg.cluster.address is None or cfg.cluster.backend == "ray",
+         f"cluster.address: only used with cluster.backend=ray, got backend={cfg.cluster.backend!r}")
+    return p

@@ -1,0 +1,121 @@
+"""The typed schema of an experiment: every field, its default and a one-line doc.
+
+YAML files in ``configs/`` hold values only; ``embodied.config.loader`` turns them (plus
+``key=value`` overrides) into these dataclasses and validates them before any worker starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from embodied.policy import PolicyConfig
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "experiment"  # run name; the run directory is <output_dir>/<name>
+    seed: int = 0  # seeds torch, numpy and the envs (eval envs use a disjoint range)
+    output_dir: str = "runs"  # parent folder of run directories (checkpoints, logs, plots)
+
+
+@dataclass
+class ClusterConfig:
+    backend: Literal["local", "ray"] = "local"  # local: workers in this process; ray: one Ray actor each
+    address: str | None = None  # Ray cluster to join; None starts a local Ray for the run
+    num_env_workers: int = 1  # E: env worker ranks, each owning a contiguous slice of the envs
+    num_rollout_workers: int = 1  # R: rollout worker ranks, independent of E
+    torch_threads: int = 1  # torch intra-op threads in each worker (small MLPs run faster on one)
+
+
+@dataclass
+class EnvConfig:
+    id: str = "Reach-v0"  # registered env id or 'package.module:attr' (see `embodied list envs`)
+    num_envs: int = 32  # N: parallel envs in the training batch
+    obs_mode: Literal["state", "rgb", "state+rgb"] = "state"  # which observation keys the env produces
+    max_episode_steps: int = 50  # env steps (sub-steps, not chunks) before truncation
+    auto_reset: bool = True  # reset done envs at the chunk boundary (off: done envs stay done)
+    kwargs: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for the env constructor
+
+
+@dataclass
+class EvalEnvConfig:
+    """Eval envs; a field left null takes the training env's value. Eval never auto-resets."""
+
+    id: str | None = None  # env id; null = env.id
+    num_envs: int | None = None  # parallel eval envs; null = env.num_envs
+    obs_mode: Literal["state", "rgb", "state+rgb"] | None = None  # null = env.obs_mode
+    max_episode_steps: int | None = None  # null = env.max_episode_steps
+    kwargs: dict[str, Any] | None = None  # null = env.kwargs
+
+
+@dataclass
+class AlgorithmConfig:
+    name: Literal["ppo"] = "ppo"  # training algorithm
+    gamma: float = 0.99  # discount per chunk step
+    gae_lambda: float = 0.95  # GAE lambda
+    clip_coef: float = 0.2  # PPO ratio clip (and value clip when clip_vloss)
+    clip_vloss: bool = True  # clip the value loss around the old values
+    vf_coef: float = 0.5  # value-loss weight
+    ent_coef: float = 0.0  # entropy-bonus weight
+    update_epochs: int = 4  # passes over each rollout batch
+    num_minibatches: int = 4  # minibatches per pass
+    max_grad_norm: float = 0.5  # gradient-norm clip
+    normalize_advantages: bool = True  # per-minibatch advantage normalisation
+    target_kl: float | None = None  # stop the update early when approx_kl exceeds this
+
+
+@dataclass
+class RolloutConfig:
+    chunk_steps: int = 16  # chunk steps per env in one rollout epoch (T)
+
+
+@dataclass
+class ActorConfig:
+    lr: float = 3e-4  # Adam learning rate
+    adam_eps: float = 1e-5  # Adam epsilon
+    anneal_lr: bool = True  # decay the learning rate linearly to 0 over runner.iterations
+
+
+@dataclass
+class RunnerConfig:
+    iterations: int = 100  # training iterations (sync, rollout, update, log)
+    eval_every: int = 10  # iterations between evals (0: only at the end)
+    eval_episodes: int = 32  # episodes per eval (deterministic actions)
+    checkpoint_every: int = 50  # iterations between checkpoints (0: only at the end)
+
+
+@dataclass
+class LoggerConfig:
+    backends: list[Literal["console", "wandb"]] = field(default_factory=lambda: ["console", "wandb"])  # metric sinks
+    project: str = "embodied"  # wandb project
+    wandb_mode: Literal["offline", "online", "disabled"] = "offline"  # WANDB_MODE env var overrides
+    progress_bar: bool = True  # show a tqdm bar (off: a line per log)
+
+
+@dataclass
+class Config:
+    """One experiment."""
+
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    eval_env: EvalEnvConfig = field(default_factory=EvalEnvConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)  # replaced by the registered subclass of policy.type
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+
+    def resolved_eval_env(self) -> EnvConfig:
+        """The eval env: eval_env's fields over env's, with auto_reset off."""
+        e, o = self.env, self.eval_env
+        return EnvConfig(
+            id=o.id if o.id is not None else e.id,
+            num_envs=o.num_envs if o.num_envs is not None else e.num_envs,
+            obs_mode=o.obs_mode if o.obs_mode is not None else e.obs_mode,
+            max_episode_steps=o.max_episode_steps if o.max_episode_steps is not None else e.max_episode_steps,
+            auto_reset=False,
+            kwargs=dict(o.kwargs if o.kwargs is not None else e.kwargs),
+        )

@@ -1,0 +1,57 @@
+"""Turn an ``EnvConfig`` into env constructors, checking the constructor's arguments up front."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from functools import partial
+
+import gymnasium as gym
+import numpy as np
+
+from embodied.config import ConfigError, EnvConfig
+from embodied.policy import PolicySpec
+from embodied.registry import ENVS
+from embodied.types import MAIN_IMAGES, STATES
+
+
+def env_fns(cfg: EnvConfig, count: int, render_mode: str | None = None, section: str = "env") -> list[Callable[[], gym.Env]]:
+    """``count`` constructors of ``cfg.id`` with the config's obs mode, episode limit and kwargs.
+
+    The env class must accept ``obs_mode``, ``max_episode_steps`` and ``render_mode`` plus every
+    key of ``env.kwargs``; a mismatch is reported with the field path before any env is built.
+    """
+    target = ENVS.resolve(cfg.id)
+    kwargs = dict(obs_mode=cfg.obs_mode, max_episode_steps=cfg.max_episode_steps, **cfg.kwargs)
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    _check_signature(target, kwargs, cfg, section)
+    return [partial(target, **kwargs) for _ in range(count)]
+
+
+def _check_signature(target: Callable, kwargs: dict, cfg: EnvConfig, section: str) -> None:
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return  # builtins and C extensions: let the call itself fail
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    unknown = [k for k in kwargs if k not in params]
+    if unknown:
+        where = [f"{section}.kwargs.{k}" if k in cfg.kwargs else f"{section}.{k}" for k in unknown]
+        raise ConfigError(f"{', '.join(where)}: env {cfg.id!r} ({target.__module__}.{target.__qualname__}) "
+                          f"does not accept {unknown}; it takes {list(params)}")
+
+
+def policy_spec(observation_space: gym.spaces.Space, action_space: gym.spaces.Box) -> PolicySpec:
+    """What a policy needs to know about an env's spaces."""
+    spaces = observation_space.spaces if isinstance(observation_space, gym.spaces.Dict) else {}
+    states = spaces.get(STATES)
+    images = spaces.get(MAIN_IMAGES)
+    return PolicySpec(
+        state_dim=int(np.prod(states.shape)) if states is not None else 0,
+        image_shape=tuple(images.shape) if images is not None else None,
+        action_dim=int(action_space.shape[0]),
+        action_low=tuple(float(x) for x in action_space.low),
+        action_high=tuple(float(x) for x in action_space.high),
+    )

@@ -1,0 +1,148 @@
+"""Where workers run: ``local`` (this process, a thread per worker) or ``ray`` (one actor each).
+
+Worker classes are plain Python; a backend wraps them in a ``WorkerGroup`` whose calls return
+handles, so the runner drives both backends with the same code::
+
+    group = backend.create(EnvWorker, [(0, cfg, link0, seed), (1, cfg, link1, seed)])
+    handles = group.call("run_epoch", 16)      # every rank, concurrently
+    results = backend.wait(handles)
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Protocol
+
+from embodied.channels import Channel, LocalChannel
+from embodied.config import ClusterConfig
+
+
+class WorkerGroup(Protocol):
+    """Ranks 0..n-1 of one worker class."""
+
+    def __len__(self) -> int: ...
+
+    def call(self, method: str, *args: Any) -> list[Any]:
+        """Start ``method(*args)`` on every rank; returns one handle per rank."""
+
+    def call_each(self, method: str, args_per_rank: list[tuple]) -> list[Any]:
+        """Start ``method`` on every rank with that rank's own arguments."""
+
+
+class Backend(Protocol):
+    def create(self, cls: type, args_per_rank: list[tuple]) -> WorkerGroup: ...
+    def channel(self, name: str) -> Channel: ...
+    def wait(self, handles: list[Any]) -> list[Any]: ...
+    def shutdown(self) -> None: ...
+
+
+class LocalGroup:
+    """Workers as objects in this process; each rank's calls run on its own thread, in order."""
+
+    def __init__(self, workers: list[Any]) -> None:
+        self.workers = workers
+        # One single-thread executor per rank keeps a worker's calls ordered, as a Ray actor's are.
+        self._threads = [ThreadPoolExecutor(1, thread_name_prefix=type(w).__name__) for w in workers]
+
+    def __len__(self) -> int:
+        return len(self.workers)
+
+    def call(self, method: str, *args: Any) -> list[Future]:
+        return self.call_each(method, [args] * len(self.workers))
+
+    def call_each(self, method: str, args_per_rank: list[tuple]) -> list[Future]:
+        return [t.submit(_call_resolved, getattr(w, method), a)
+                for w, t, a in zip(self.workers, self._threads, args_per_rank)]
+
+    def close(self) -> None:
+        for t in self._threads:
+            t.shutdown(wait=False, cancel_futures=True)
+
+
+def _call_resolved(fn: Any, args: tuple) -> Any:
+    """Call ``fn`` with any Future among ``args`` replaced by its result, as Ray does with refs."""
+    return fn(*(a.result() if isinstance(a, Future) else a for a in args))
+
+
+class LocalBackend:
+    """Everything in this process; channels are in-process queues."""
+
+    def __init__(self) -> None:
+        self._groups: list[LocalGroup] = []
+
+    def create(self, cls: type, args_per_rank: list[tuple]) -> LocalGroup:
+        group = LocalGroup([cls(*args) for args in args_per_rank])
+        self._groups.append(group)
+        return group
+
+    def channel(self, name: str) -> Channel:
+        return LocalChannel(name)
+
+    def wait(self, handles: list[Future]) -> list[Any]:
+        return [h.result() for h in handles]
+
+    def shutdown(self) -> None:
+        for group in self._groups:
+            group.close()
+
+
+class RayGroup:
+    def __init__(self, actors: list[Any]) -> None:
+        self.actors = actors
+
+    def __len__(self) -> int:
+        return len(self.actors)
+
+    def call(self, method: str, *args: Any) -> list[Any]:
+        return [getattr(a, method).remote(*args) for a in self.actors]
+
+    def call_each(self, method: str, args_per_rank: list[tuple]) -> list[Any]:
+        return [getattr(a, method).remote(*args) for a, args in zip(self.actors, args_per_rank)]
+
+
+class RayBackend:
+    """Each worker a Ray actor; starts a local Ray for the run unless one is running or an address is given."""
+
+    def __init__(self, cluster: ClusterConfig) -> None:
+        import ray
+
+        self.ray = ray
+        self._started = False
+        if not ray.is_initialized():
+            env = {"env_vars": {k: os.environ[k] for k in ("MUJOCO_GL", "WANDB_MODE") if k in os.environ}}
+            ray.init(address=cluster.address, include_dashboard=False, log_to_driver=True, runtime_env=env)
+            self._started = True
+        self._actors: list[Any] = []
+        self._channels: list[Any] = []
+
+    def create(self, cls: type, args_per_rank: list[tuple]) -> RayGroup:
+        # num_cpus=0: the workers of one run share the machine; reserving a CPU each would leave
+        # the actors of a small machine unscheduled.
+        remote = self.ray.remote(num_cpus=0)(cls)
+        actors = [remote.remote(*args) for args in args_per_rank]
+        self._actors += actors
+        return RayGroup(actors)
+
+    def channel(self, name: str) -> Channel:
+        from embodied.channels.ray_channel import RayChannel
+
+        ch = RayChannel.create(name)
+        self._channels.append(ch)
+        return ch
+
+    def wait(self, handles: list[Any]) -> list[Any]:
+        return self.ray.get(handles)
+
+    def shutdown(self) -> None:
+        for actor in self._actors:
+            self.ray.kill(actor)
+        for ch in self._channels:
+            ch.close()
+        if self._started:
+            self.ray.shutdown()
+
+
+def make_backend(cluster: ClusterConfig) -> Backend:
+    """The backend ``cluster.backend`` names."""
+    return RayBackend(cluster) if cluster.backend == "ray" else LocalBackend()

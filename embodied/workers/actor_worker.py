@@ -1,0 +1,113 @@
+"""``ActorWorker``: turns rollout trajectories into a PPO update and publishes versioned weights."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from embodied.algorithms import compute_gae, normalize_advantages, ppo_loss
+from embodied.config import ActorConfig, AlgorithmConfig
+from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
+from embodied.types import Trajectory
+
+
+class ActorWorker:
+    """Holds the trained policy and its optimizer; ``version`` counts updates."""
+
+    def __init__(self, policy_cfg: PolicyConfig, spec: PolicySpec, algorithm: AlgorithmConfig, actor: ActorConfig,
+                 total_iterations: int, seed: int, torch_threads: int = 1) -> None:
+        torch.set_num_threads(torch_threads)
+        torch.manual_seed(seed)
+        self.algo, self.cfg, self.total_iterations = algorithm, actor, total_iterations
+        self.policy: Policy = build_policy(policy_cfg, spec)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=actor.lr, eps=actor.adam_eps)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.version = 0
+
+    def weights(self, shared: bool = False) -> tuple[int, dict[str, torch.Tensor] | None]:
+        """``(version, state_dict)`` for rollout workers; ``shared`` sends no tensors (colocated)."""
+        if shared:
+            return self.version, None
+        return self.version, {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
+
+    def update(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
+        """One PPO update (``algorithm.update_epochs`` passes of minibatches); returns train metrics."""
+        traj = Trajectory.concat(trajectories)
+        a = self.algo
+        advantages, returns = compute_gae(traj.rewards.sum(-1), traj.values, traj.dones, traj.terminated,
+                                          traj.final_values, traj.next_values, a.gamma, a.gae_lambda)
+        batch = _flatten(traj, advantages, returns)
+        size = batch["values"].shape[0]
+        if self.cfg.anneal_lr:
+            frac = 1.0 - (iteration - 1) / max(self.total_iterations, 1)
+            self.optimizer.param_groups[0]["lr"] = frac * self.cfg.lr
+        stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl",
+                                                         "clip_frac", "grad_norm")}
+        for _ in range(a.update_epochs):
+            perm = torch.randperm(size, generator=self.generator)
+            for mb in perm.chunk(a.num_minibatches):
+                out, grad_norm = self._step(_take(batch, mb))
+                for key in stats:
+                    stats[key].append(float((grad_norm if key == "grad_norm" else getattr(out, key)).detach()))
+            if a.target_kl is not None and np.mean(stats["approx_kl"][-a.num_minibatches:]) > a.target_kl:
+                break
+        self.version += 1
+        metrics = {f"train/{k}": float(np.mean(v)) for k, v in stats.items()}
+        metrics["train/lr"] = self.optimizer.param_groups[0]["lr"]
+        metrics["train/explained_variance"] = _explained_variance(batch["values"], batch["returns"])
+        return metrics
+
+    def _step(self, mb: dict[str, Any]):
+        logprobs, entropy, values = self.policy.evaluate(mb["forward_inputs"], mb["actions"])
+        adv = normalize_advantages(mb["advantages"]) if self.algo.normalize_advantages else mb["advantages"]
+        out = ppo_loss(logprobs, mb["logprobs"], adv, values, mb["values"], mb["returns"], entropy,
+                       clip_coef=self.algo.clip_coef, vf_coef=self.algo.vf_coef, ent_coef=self.algo.ent_coef,
+                       clip_vloss=self.algo.clip_vloss, mask=_mask(mb["executed"], logprobs))
+        self.optimizer.zero_grad()
+        out.loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.algo.max_grad_norm)
+        self.optimizer.step()
+        return out, grad_norm
+
+    def state(self) -> dict[str, Any]:
+        """Everything a checkpoint needs to resume the actor."""
+        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(), "version": self.version}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.version = int(state["version"])
+
+
+def _flatten(traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor) -> dict[str, Any]:
+    """[T, N, ...] -> [T * N, ...] for minibatching."""
+
+    def flat(x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(-1, *x.shape[2:])
+
+    return {
+        "forward_inputs": {k: flat(v) for k, v in traj.forward_inputs.items()},
+        "actions": flat(traj.actions), "logprobs": flat(traj.logprobs), "values": flat(traj.values),
+        "executed": flat(traj.executed), "advantages": flat(advantages), "returns": flat(returns),
+    }
+
+
+def _take(batch: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:
+    """Rows ``index`` of every tensor of a flattened batch (forward_inputs included)."""
+    return {k: {n: t[index] for n, t in v.items()} if isinstance(v, dict) else v[index] for k, v in batch.items()}
+
+
+def _mask(executed: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
+    """The executed mask [B, C] at the granularity of the log-probs."""
+    if logprobs.dim() == 1:
+        return executed.any(-1)  # chunk: a chunk counts if any of its sub-steps ran
+    if logprobs.dim() == 2:
+        return executed
+    return executed.unsqueeze(-1).expand_as(logprobs)
+
+
+def _explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
+    var = returns.var()
+    return float("nan") if var == 0 else float(1 - (returns - values).var() / var)

@@ -1,0 +1,81 @@
+"""Reach: move the gripper's tool centre point to a red sphere floating above the table."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from envs.mujoco_base import TableTopEnv
+
+
+class ReachEnv(TableTopEnv):
+    """Reach a random target with the TCP.
+
+    ``states`` (float32 [10]): TCP position (3), finger opening in metres (1), target position (3),
+    target - TCP (3); positions in metres, table top at z = 0. Dense reward: ``-distance`` (metres,
+    so about [-0.6, 0]); sparse reward: ``float(success)``. Success: distance < ``success_threshold``.
+    """
+
+    XML_FILE: ClassVar[str] = "reach.xml"
+    STATE_DIM: ClassVar[int] = 10
+    target_low: ClassVar[np.ndarray] = np.array([-0.2, -0.2, 0.05])
+    target_high: ClassVar[np.ndarray] = np.array([0.2, 0.2, 0.3])
+
+    def __init__(
+        self,
+        obs_mode: str = "state",
+        max_episode_steps: int = 50,
+        image_size: int = 64,
+        render_mode: str | None = None,
+        reward_type: str = "dense",
+        terminate_on_success: bool = True,
+        success_threshold: float = 0.05,
+    ) -> None:
+        if not success_threshold > 0:
+            raise ValueError(f"success_threshold must be positive, got {success_threshold!r}")
+        self.success_threshold = float(success_threshold)
+        super().__init__(
+            obs_mode=obs_mode,
+            max_episode_steps=max_episode_steps,
+            image_size=image_size,
+            render_mode=render_mode,
+            reward_type=reward_type,
+            terminate_on_success=terminate_on_success,
+        )
+        self._target_mocap = int(self.model.body_mocapid[self.model.body("target").id])
+        self._shadow_mocap = int(self.model.body_mocapid[self.model.body("target_shadow").id])
+
+    @property
+    def task_description(self) -> str:
+        """The instruction a language-conditioned policy receives."""
+        return "reach the red target"
+
+    @property
+    def target_pos(self) -> np.ndarray:
+        """World position of the target, float64 [3] (a copy)."""
+        return self.data.mocap_pos[self._target_mocap].copy()
+
+    def _reset_task(self) -> None:
+        # Resample until the target is clearly away from the start, so no episode is won at reset.
+        tcp = self.data.mocap_pos[self._mocap]
+        for _ in range(100):
+            target = self.np_random.uniform(self.target_low, self.target_high)
+            if np.linalg.norm(target - tcp) > 2 * self.success_threshold:
+                break
+        self.data.mocap_pos[self._target_mocap] = target
+        self.data.mocap_pos[self._shadow_mocap] = (target[0], target[1], 0.001)
+
+    def _distance(self) -> float:
+        return float(np.linalg.norm(self.data.mocap_pos[self._target_mocap] - self.data.site_xpos[self._tcp]))
+
+    def _task_state(self) -> np.ndarray:
+        tcp = self.data.site_xpos[self._tcp]
+        target = self.data.mocap_pos[self._target_mocap]
+        return np.concatenate([tcp, [self.finger_opening], target, target - tcp])
+
+    def _dense_reward(self) -> float:
+        return -self._distance()
+
+    def _is_success(self) -> bool:
+        return self._distance() < self.success_threshold

@@ -1,0 +1,18 @@
+"""Configuration of the Gaussian MLP policy (``policy.type: mlp``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+from embodied.policy import PolicyConfig
+
+
+@dataclass
+class MLPConfig(PolicyConfig):
+    type: str = "mlp"  # registered policy name
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # widths of actor and critic layers
+    activation: Literal["tanh", "relu"] = "tanh"  # hidden activation
+    init_log_std: float = -0.5  # initial log standard deviation of every action dimension
+
+    model_class: ClassVar[str] = "policies.mlp.modeling:MLPPolicy"

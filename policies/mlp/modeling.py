@@ -1,0 +1,75 @@
+"""Gaussian MLP actor-critic that emits an action chunk from the state observation.
+
+The actor maps states [B, S] to the mean of a diagonal Gaussian over the whole chunk [B, C * A]
+(one state-independent log-std per chunk entry); the log-prob of a chunk is the sum over its
+C * A dimensions (``logprob_granularity = "chunk"``). A separate critic gives V(s).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Normal
+
+from embodied.policy import Policy, PolicySpec
+from embodied.types import STATES, Obs, PolicyOutput
+from policies.mlp.configuration import MLPConfig
+
+
+def _mlp(sizes: list[int], activation: type[nn.Module], out_gain: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        last = i == len(sizes) - 2
+        linear = nn.Linear(n_in, n_out)
+        # Orthogonal init as in CleanRL; a small gain on the last layer keeps early actions near 0.
+        nn.init.orthogonal_(linear.weight, out_gain if last else np.sqrt(2))
+        nn.init.zeros_(linear.bias)
+        layers.append(linear)
+        if not last:
+            layers.append(activation())
+    return nn.Sequential(*layers)
+
+
+class MLPPolicy(Policy):
+    """Gaussian MLP policy over action chunks, with a value head."""
+
+    logprob_granularity = "chunk"
+
+    def __init__(self, config: MLPConfig, spec: PolicySpec) -> None:
+        super().__init__()
+        if spec.state_dim <= 0:
+            raise ValueError("policy.type=mlp needs state observations (env.obs_mode 'state' or 'state+rgb')")
+        self.chunk, self.action_dim = config.action_chunk, spec.action_dim
+        act = {"tanh": nn.Tanh, "relu": nn.ReLU}[config.activation]
+        out = self.chunk * self.action_dim
+        self.actor_mean = _mlp([spec.state_dim, *config.hidden_sizes, out], act, 0.01)
+        self.critic = _mlp([spec.state_dim, *config.hidden_sizes, 1], act, 1.0)
+        self.log_std = nn.Parameter(torch.full((out,), float(config.init_log_std)))
+
+    def _dist(self, states: torch.Tensor) -> Normal:
+        return Normal(self.actor_mean(states), self.log_std.exp().expand(states.shape[0], -1))
+
+    @staticmethod
+    def _states(obs: Obs) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(obs[STATES]), dtype=torch.float32)
+
+    def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
+        states = self._states(obs)
+        dist = self._dist(states)
+        flat = dist.mean if deterministic else dist.sample()
+        return PolicyOutput(
+            actions=flat.view(-1, self.chunk, self.action_dim),
+            logprobs=dist.log_prob(flat).sum(-1),
+            values=self.critic(states).squeeze(-1),
+            forward_inputs={STATES: states},
+        )
+
+    def evaluate(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor):
+        states = forward_inputs[STATES]
+        dist = self._dist(states)
+        flat = actions.reshape(actions.shape[0], -1)
+        return dist.log_prob(flat).sum(-1), dist.entropy().sum(-1), self.critic(states).squeeze(-1)
+
+    def value(self, obs: Obs) -> torch.Tensor:
+        return self.critic(self._states(obs)).squeeze(-1)
