@@ -8,7 +8,9 @@ A task subclasses :class:`TableTopEnv`, names its MJCF file and implements four 
 
 from __future__ import annotations
 
+import atexit
 import os
+import weakref
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -61,6 +63,9 @@ class OffscreenRenderer:
         model.vis.global_.offheight = max(model.vis.global_.offheight, max_size)
         self._model = model
         self._gl: Any = mujoco.GLContext(max_size, max_size)
+        # Registered after the eglTerminate that mujoco.egl registers with its first context, so
+        # (atexit being LIFO) it runs before it: freeing after terminate raises EGL errors.
+        atexit.register(self.close)
         self._gl.make_current()
         self._context: mujoco.MjrContext | None = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_100)
         mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self._context)
@@ -89,6 +94,7 @@ class OffscreenRenderer:
 
     def close(self) -> None:
         """Free the GL resources now (safe to call twice)."""
+        atexit.unregister(self.close)
         if self._context is not None:
             self._gl.make_current()
             self._context.free()
@@ -266,7 +272,7 @@ class TableTopEnv(gym.Env):
     def close(self) -> None:
         """Free the renderer now: left to interpreter exit, EGL tear-down errors out."""
         if self._renderer is not None:
-            self._renderer.close()
+            self._renderer_finalizer()
             self._renderer = None
 
     # --- helpers ----------------------------------------------------------------------------
@@ -291,6 +297,8 @@ class TableTopEnv(gym.Env):
         if self._renderer is None:
             sizes = [self.render_size if self.render_mode else 0, self.image_size if "rgb" in self.obs_mode else 0]
             self._renderer = OffscreenRenderer(self.model, max(sizes + [size]))
+            # Also freed when the env is garbage-collected without close().
+            self._renderer_finalizer = weakref.finalize(self, self._renderer.close)
         return self._renderer.render(self.data, camera_id, size, cheap)
 
 

@@ -7,29 +7,34 @@ import numpy as np
 
 
 class CountingEnv(gym.Env):
-    """State = [step count, episode index]; reward = action[0] (so tests can read what ran).
+    """State = [step count, episode index, first reset seed]; reward = action[0] (tests read what ran).
 
     The episode terminates at step ``terminate_at`` and is truncated at ``truncate_at``
     (whichever comes first; 0 disables); ``success`` is true from step ``success_at`` on.
+    ``obs_mode``/``max_episode_steps`` make it constructible from an ``EnvConfig``.
     """
 
     metadata = {"render_modes": ["rgb_array"]}
 
     def __init__(self, terminate_at: int = 0, truncate_at: int = 0, success_at: int = 10**9, action_dim: int = 2,
-                 render_mode: str | None = None) -> None:
-        self.terminate_at, self.truncate_at, self.success_at = terminate_at, truncate_at, success_at
-        self.observation_space = gym.spaces.Dict({"states": gym.spaces.Box(-1e6, 1e6, (2,), np.float32)})
+                 render_mode: str | None = None, obs_mode: str = "state", max_episode_steps: int = 0) -> None:
+        self.terminate_at, self.success_at = terminate_at, success_at
+        self.truncate_at = truncate_at or max_episode_steps
+        self.observation_space = gym.spaces.Dict({"states": gym.spaces.Box(-1e9, 1e9, (3,), np.float32)})
         self.action_space = gym.spaces.Box(-10.0, 10.0, (action_dim,), np.float32)
         self.render_mode = render_mode
         self.t = 0
         self.episode = -1
+        self.first_seed = -1
         self.task_description = "count"
 
     def _obs(self) -> dict:
-        return {"states": np.array([self.t, self.episode], dtype=np.float32)}
+        return {"states": np.array([self.t, self.episode, self.first_seed], dtype=np.float32)}
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
+        if seed is not None and self.first_seed < 0:
+            self.first_seed = seed
         self.t, self.episode = 0, self.episode + 1
         return self._obs(), {"success": False}
 

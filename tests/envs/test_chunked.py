@@ -45,8 +45,8 @@ def test_mid_chunk_termination_stops_remaining_sub_actions_and_auto_resets():
     assert not out.truncations.any()
     np.testing.assert_array_equal(out.dones, [True, False])
     # obs is the new episode's first observation, final_obs the terminal one.
-    np.testing.assert_array_equal(out.obs["states"][0], [0, 1])
-    np.testing.assert_array_equal(out.final_obs["states"][0], [3, 0])
+    np.testing.assert_array_equal(out.obs["states"][0], [0, 1, 0])
+    np.testing.assert_array_equal(out.final_obs["states"][0], [3, 0, 0])
     assert out.executed[1].all() and out.obs["states"][1, 0] == 5
 
 
@@ -56,7 +56,7 @@ def test_truncation_is_reported_separately_from_termination():
     np.testing.assert_array_equal(out.truncations[0], [False, True, False, False])
     assert not out.terminations.any()
     assert out.truncated[0] and not out.terminated[0]
-    np.testing.assert_array_equal(out.final_obs["states"][0], [2, 0])
+    np.testing.assert_array_equal(out.final_obs["states"][0], [2, 0, 0])
 
 
 def test_episode_statistics():
@@ -86,13 +86,13 @@ def test_auto_reset_off_keeps_done_env_done_until_reset():
     venv = make([(2, 0), (0, 0)], auto_reset=False)
     out = venv.chunk_step(ramp(2, 3))
     np.testing.assert_array_equal(out.executed[0], [True, True, False])
-    np.testing.assert_array_equal(out.obs["states"][0], [2, 0])  # stays terminal, no reset
+    np.testing.assert_array_equal(out.obs["states"][0], [2, 0, 0])  # stays terminal, no reset
     out = venv.chunk_step(ramp(2, 3))
     assert not out.executed[0].any() and out.rewards[0].sum() == 0 and not out.dones[0]
     assert out.executed[1].all()
     np.testing.assert_array_equal(venv.finished, [True, False])
     obs = venv.reset()
-    np.testing.assert_array_equal(obs["states"][0], [0, 1])
+    np.testing.assert_array_equal(obs["states"][0], [0, 1, 0])
     assert venv.chunk_step(ramp(2, 1)).executed.all()
 
 
@@ -106,17 +106,17 @@ def test_chunk_of_one_and_done_on_last_sub_step():
 
 def test_final_obs_survives_env_buffer_reuse():
     class Reusing(CountingEnv):
-        buf = np.zeros(2, dtype=np.float32)
+        buf = np.zeros(3, dtype=np.float32)
 
         def _obs(self):
-            self.buf[:] = [self.t, self.episode]
+            self.buf[:] = [self.t, self.episode, self.first_seed]
             return {"states": self.buf}
 
     venv = ChunkedVectorEnv([partial(Reusing, terminate_at=2)])
     venv.reset()
     out = venv.chunk_step(ramp(1, 2))
-    np.testing.assert_array_equal(out.final_obs["states"][0], [2, 0])
-    np.testing.assert_array_equal(out.obs["states"][0], [0, 1])
+    np.testing.assert_array_equal(out.final_obs["states"][0], [2, 0, -1])
+    np.testing.assert_array_equal(out.obs["states"][0], [0, 1, -1])
 
 
 def test_slice_and_concat_round_trip():

@@ -1,0 +1,36 @@
+# Two commands on a fresh machine:
+#   make train   set up .venv and train the default recipe (configs/reach_mlp_ppo.yaml)
+#   make test    set up .venv and run the whole test suite (what CI runs)
+# Extra arguments: make train ARGS="runner.iterations=20 cluster.backend=ray"; make test PYTEST_ARGS="-k chunk"
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CONSTRAINTS := .ci/constraints.txt
+RECIPE ?= configs/reach_mlp_ppo.yaml
+export MUJOCO_GL ?= egl
+
+.PHONY: setup train test bench clean
+
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
+	bash .ci/system-deps.sh
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch first, from the local CPU wheel; the constraints file keeps it there afterwards.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[test]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+train: setup
+	$(VENV)/bin/embodied train $(RECIPE) $(ARGS)
+
+test: setup
+	WANDB_MODE=disabled $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) benchmarks/rollout_throughput.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) runs wandb .pytest_cache

@@ -1,0 +1,41 @@
+"""A policy that echoes an observation into its actions, so tests can check routing end to end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from embodied.policy import Policy, PolicyConfig, PolicySpec
+from embodied.types import STATES, Obs, PolicyOutput
+
+
+@dataclass
+class EchoConfig(PolicyConfig):
+    type: str = "echo"  # registered name
+    model_class: ClassVar[str] = "tests.toy_policies:EchoPolicy"
+
+
+class EchoPolicy(Policy):
+    """Every sub-action's first component is ``states[:, 2]`` (CountingEnv's first reset seed)."""
+
+    def __init__(self, config: EchoConfig, spec: PolicySpec) -> None:
+        super().__init__()
+        self.chunk, self.action_dim = config.action_chunk, spec.action_dim
+        self.bias = nn.Parameter(torch.zeros(1))
+
+    def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
+        states = torch.as_tensor(obs[STATES])
+        actions = torch.zeros(len(states), self.chunk, self.action_dim)
+        actions[:, :, 0] = states[:, 2:3]
+        zeros = torch.zeros(len(states))
+        return PolicyOutput(actions, zeros, zeros + self.bias, {STATES: states})
+
+    def evaluate(self, forward_inputs, actions):
+        zeros = torch.zeros(len(actions))
+        return zeros + self.bias, zeros, zeros + self.bias
+
+    def value(self, obs: Obs) -> torch.Tensor:
+        return torch.zeros(len(obs[STATES])) + self.bias
