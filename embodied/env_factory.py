@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
 from functools import partial
 
 import gymnasium as gym
@@ -13,20 +12,31 @@ from embodied.config import ConfigError, EnvConfig
 from embodied.policy import PolicySpec
 from embodied.registry import ENVS
 from embodied.types import MAIN_IMAGES, STATES
+from envs.batched import BatchedEnv, is_batched
+from envs.chunked import ChunkedVectorEnv
 
 
-def env_fns(cfg: EnvConfig, count: int, render_mode: str | None = None, section: str = "env") -> list[Callable[[], gym.Env]]:
-    """``count`` constructors of ``cfg.id`` with the config's obs mode, episode limit and kwargs.
+def make_vector_env(cfg: EnvConfig, num_envs: int, section: str = "env", render_mode: str | None = None,
+                    name: str | None = None) -> BatchedEnv:
+    """``num_envs`` envs of ``cfg.id`` behind the chunk-step contract.
 
-    The env class must accept ``obs_mode``, ``max_episode_steps`` and ``render_mode`` plus every
-    key of ``env.kwargs``; a mismatch is reported with the field path before any env is built.
+    A ``BatchedEnv`` implementation (class attribute ``batched = True``) is built directly;
+    any other entry point is a gymnasium env constructor, one per env, wrapped in a
+    ``ChunkedVectorEnv``. The constructor must accept ``obs_mode``, ``max_episode_steps`` (and
+    ``render_mode`` when asked) plus every key of ``env.kwargs``; a mismatch is reported with the
+    field path before any env is built.
     """
     target = ENVS.resolve(cfg.id)
     kwargs = dict(obs_mode=cfg.obs_mode, max_episode_steps=cfg.max_episode_steps, **cfg.kwargs)
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
+    if is_batched(target):
+        kwargs |= {"num_envs": num_envs, "auto_reset": cfg.auto_reset}
+        _check_signature(target, kwargs, cfg, section)
+        return target(**kwargs)
     _check_signature(target, kwargs, cfg, section)
-    return [partial(target, **kwargs) for _ in range(count)]
+    fns = [partial(target, **kwargs) for _ in range(num_envs)]
+    return ChunkedVectorEnv(fns, auto_reset=cfg.auto_reset, name=name or cfg.id)
 
 
 def _check_signature(target: Callable, kwargs: dict, cfg: EnvConfig, section: str) -> None:

@@ -38,12 +38,20 @@ class Backend(Protocol):
 
 
 class LocalGroup:
-    """Workers as objects in this process; each rank's calls run on its own thread, in order."""
+    """Workers as objects in this process, each built and called on its own thread, in order.
 
-    def __init__(self, workers: list[Any]) -> None:
-        self.workers = workers
-        # One single-thread executor per rank keeps a worker's calls ordered, as a Ray actor's are.
-        self._threads = [ThreadPoolExecutor(1, thread_name_prefix=type(w).__name__) for w in workers]
+    A worker lives on one thread as a Ray actor lives in one process: thread-bound state such
+    as an env's GL context is created and used on the same thread.
+    """
+
+    def __init__(self, cls: type, args_per_rank: list[tuple]) -> None:
+        self._threads = [ThreadPoolExecutor(1, thread_name_prefix=f"{cls.__name__}{r}") for r in range(len(args_per_rank))]
+        futures = [t.submit(cls, *a) for t, a in zip(self._threads, args_per_rank)]
+        try:
+            self.workers = [f.result() for f in futures]
+        except BaseException:
+            self.close()
+            raise
 
     def __len__(self) -> int:
         return len(self.workers)
@@ -72,7 +80,7 @@ class LocalBackend:
         self._groups: list[LocalGroup] = []
 
     def create(self, cls: type, args_per_rank: list[tuple]) -> LocalGroup:
-        group = LocalGroup([cls(*args) for args in args_per_rank])
+        group = LocalGroup(cls, args_per_rank)
         self._groups.append(group)
         return group
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -45,6 +46,8 @@ class _Episode:
 
 class ChunkedVectorEnv:
     """Vector of gymnasium envs with chunked actions, auto-reset at chunk boundaries and episode stats."""
+
+    batched: ClassVar[bool] = True  # implements envs.batched.BatchedEnv
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, auto_reset: bool = True, name: str = "env") -> None:
         if len(env_fns) < 1:

@@ -6,22 +6,20 @@ import numpy as np
 import torch
 
 from embodied.config import EnvConfig
-from embodied.env_factory import env_fns, policy_spec
+from embodied.env_factory import make_vector_env, policy_spec
 from embodied.policy import PolicySpec
 from embodied.types import obs_slice
 from embodied.workers.link import Link
-from envs.chunked import ChunkedVectorEnv
 
 
 class EnvWorker:
-    """Owns a ``ChunkedVectorEnv`` over its slice of the batch; does nothing but step it."""
+    """Owns the vector env (a ``BatchedEnv``) of its slice of the batch; does nothing but step it."""
 
     def __init__(self, rank: int, env_cfg: EnvConfig, link: Link, seed: int, torch_threads: int = 1,
                  section: str = "env") -> None:
         torch.set_num_threads(torch_threads)
         self.rank, self.link, self.seed = rank, link, seed
-        fns = env_fns(env_cfg, link.num_envs, section=section)
-        self.venv = ChunkedVectorEnv(fns, auto_reset=env_cfg.auto_reset, name=f"{env_cfg.id}[env rank {rank}]")
+        self.venv = make_vector_env(env_cfg, link.num_envs, section, name=f"{env_cfg.id}[env rank {rank}]")
         self.obs = self.venv.reset(seed=seed + link.start)
 
     def spec(self) -> PolicySpec:
