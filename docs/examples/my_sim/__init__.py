@@ -1,0 +1,1 @@
+"""An example user package with its own simulator (see docs/custom_simulator.md)."""
