@@ -1,0 +1,287 @@
+"""The config loader: every recipe loads, overrides apply, and every bad input names its field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from embodied.config import Config, ConfigError, EnvConfig, config_from_dict, load_config, to_dict
+from embodied.config.schema import EvalEnvConfig
+from policies.mlp.configuration import MLPConfig
+
+ROOT = Path(__file__).resolve().parents[3]
+RECIPES = sorted((ROOT / "configs").glob("*.yaml"))
+
+
+def test_there_are_recipes():
+    assert RECIPES, "configs/ holds no YAML recipes"
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=[p.name for p in RECIPES])
+def test_every_recipe_loads(path):
+    cfg = load_config(path)
+    assert isinstance(cfg, Config)
+    # Every recipe round-trips through the plain-dict form a checkpoint stores.
+    assert config_from_dict(to_dict(cfg)) == cfg
+
+
+def test_defaults_load_without_a_file():
+    cfg = load_config(None)
+    assert cfg == Config(policy=MLPConfig())
+    assert isinstance(cfg.policy, MLPConfig)
+
+
+# -- overrides ----------------------------------------------------------------------------------
+
+
+def test_scalar_overrides_reach_their_fields():
+    cfg = load_config(ROOT / "configs" / "reach_mlp_ppo.yaml", [
+        "env.num_envs=8", "cluster.backend=ray", "algorithm.gamma=0.9", "actor.anneal_lr=false",
+        "experiment.name=my run", "actor.lr=1", "cluster.num_env_workers=2",
+    ])
+    assert cfg.env.num_envs == 8
+    assert cfg.cluster.backend == "ray"
+    assert cfg.algorithm.gamma == 0.9
+    assert cfg.actor.anneal_lr is False
+    assert cfg.experiment.name == "my run"
+    assert cfg.actor.lr == 1.0 and isinstance(cfg.actor.lr, float)  # int widened to float
+    assert cfg.cluster.num_env_workers == 2
+
+
+def test_list_overrides():
+    cfg = load_config(None, ["policy.hidden_sizes=[32, 16]", "logger.backends=[console]"])
+    assert cfg.policy.hidden_sizes == [32, 16]
+    assert cfg.logger.backends == ["console"]
+    cfg = load_config(None, ["logger.backends=[]"])
+    assert cfg.logger.backends == []
+
+
+def test_null_overrides():
+    cfg = load_config(None, ["eval_env.num_envs=null", "algorithm.target_kl=null", "cluster.address=null"])
+    assert cfg.eval_env.num_envs is None and cfg.algorithm.target_kl is None and cfg.cluster.address is None
+    cfg = load_config(None, ["algorithm.target_kl=0.02", "eval_env.num_envs=4"])
+    assert cfg.algorithm.target_kl == 0.02 and cfg.eval_env.num_envs == 4
+
+
+def test_dict_override_and_later_override_wins():
+    cfg = load_config(None, ["env.kwargs={reward_type: sparse}", "env.num_envs=4", "env.num_envs=6"])
+    assert cfg.env.kwargs == {"reward_type": "sparse"}
+    assert cfg.env.num_envs == 6
+    cfg = load_config(None, ["env.kwargs.reward_type=sparse"])
+    assert cfg.env.kwargs == {"reward_type": "sparse"}
+
+
+def test_override_of_a_recipe_value(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("env:\n  num_envs: 4\npolicy:\n  hidden_sizes: [8]\n")
+    cfg = load_config(recipe, ["policy.hidden_sizes=[32]"])
+    assert cfg.env.num_envs == 4 and cfg.policy.hidden_sizes == [32]
+    assert recipe.read_text() == "env:\n  num_envs: 4\npolicy:\n  hidden_sizes: [8]\n"  # file untouched
+
+
+def test_empty_yaml_gives_defaults(tmp_path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing\n")
+    assert load_config(empty) == load_config(None)
+
+
+# -- errors name the field path -----------------------------------------------------------------
+
+
+def error_of(overrides: list[str], path: str | Path | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(path, overrides)
+    return str(info.value)
+
+
+def test_unknown_key_suggests_the_close_one():
+    msg = error_of(["env.num_env=4"])
+    assert "env.num_env" in msg and "did you mean 'num_envs'" in msg
+
+
+def test_unknown_section_is_named():
+    msg = error_of(["enviroment.num_envs=4"])
+    assert "enviroment" in msg
+
+
+def test_unknown_key_in_a_recipe_names_the_file(tmp_path):
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text("algorithm:\n  gama: 0.9\n")
+    msg = error_of([], recipe)
+    assert str(recipe) in msg and "algorithm.gama" in msg and "did you mean 'gamma'" in msg
+
+
+def test_unknown_policy_field_is_checked_against_the_policy_subclass():
+    msg = error_of(["policy.hidden_size=[32]"])
+    assert "policy.hidden_size" in msg and "did you mean 'hidden_sizes'" in msg
+
+
+@pytest.mark.parametrize("override, path", [
+    ("env.num_envs=abc", "env.num_envs"),
+    ("env.num_envs=true", "env.num_envs"),  # a bool is not an int
+    ("env.num_envs=2.5", "env.num_envs"),
+    ("algorithm.gamma=high", "algorithm.gamma"),
+    ("actor.anneal_lr=1", "actor.anneal_lr"),
+    ("experiment.name=3", "experiment.name"),
+    ("policy.hidden_sizes=32", "policy.hidden_sizes"),
+    ("policy.hidden_sizes=[32, x]", "policy.hidden_sizes[1]"),
+    ("env.kwargs=[1]", "env.kwargs"),
+    ("env=3", "env"),
+])
+def test_wrong_type_names_the_field(override, path):
+    msg = error_of([override])
+    assert f"{path}:" in msg or f"{path!r}" in msg, msg
+
+
+def test_unknown_env_id_lists_known_ids_and_suggests():
+    msg = error_of(["env.id=Reach-v1"])
+    assert "env.id" in msg and "Reach-v0" in msg and "did you mean 'Reach-v0'" in msg
+    assert "Known:" in msg
+
+
+def test_unknown_eval_env_id_is_named_under_eval_env():
+    msg = error_of(["eval_env.id=Rech-v0"])
+    assert "eval_env.id" in msg and "Reach-v0" in msg
+
+
+def test_direct_entry_point_env_id_is_accepted():
+    cfg = load_config(None, ["env.id=tests.toy_envs:CountingEnv"])
+    assert cfg.env.id == "tests.toy_envs:CountingEnv"
+
+
+def test_unknown_policy_type():
+    msg = error_of(["policy.type=mpl"])
+    assert "policy.type" in msg and "mlp" in msg and "did you mean 'mlp'" in msg
+
+
+def test_policy_type_that_is_not_a_config_class():
+    msg = error_of(["policy.type=collections:OrderedDict"])
+    assert "policy.type" in msg and "not a PolicyConfig subclass" in msg
+
+
+def test_action_chunk_zero():
+    msg = error_of(["policy.action_chunk=0"])
+    assert "policy.action_chunk" in msg and ">= 1" in msg
+
+
+@pytest.mark.parametrize("value", [0, -3])
+def test_num_envs_not_positive(value):
+    msg = error_of([f"env.num_envs={value}", "algorithm.num_minibatches=1", "cluster.num_env_workers=1",
+                    "cluster.num_rollout_workers=1"])
+    assert "env.num_envs" in msg and ">= 1" in msg
+
+
+def test_eval_num_envs_not_positive():
+    msg = error_of(["eval_env.num_envs=0"])
+    assert "eval_env.num_envs" in msg
+
+
+@pytest.mark.parametrize("field", ["num_env_workers", "num_rollout_workers"])
+def test_more_worker_ranks_than_envs(field):
+    msg = error_of(["env.num_envs=4", f"cluster.{field}=5"])
+    assert f"cluster.{field}" in msg and "env.num_envs=4" in msg
+
+
+def test_all_problems_are_reported_at_once():
+    msg = error_of(["policy.action_chunk=0", "algorithm.gamma=0", "rollout.chunk_steps=0"])
+    assert "policy.action_chunk" in msg and "algorithm.gamma" in msg and "rollout.chunk_steps" in msg
+
+
+def test_address_needs_ray():
+    msg = error_of(["cluster.address=auto"])
+    assert "cluster.address" in msg
+    assert load_config(None, ["cluster.address=auto", "cluster.backend=ray"]).cluster.address == "auto"
+
+
+@pytest.mark.parametrize("override, path", [
+    ("cluster.backend=slurm", "cluster.backend"),
+    ("env.obs_mode=depth", "env.obs_mode"),
+    ("eval_env.obs_mode=depth", "eval_env.obs_mode"),
+    ("logger.backends=[console, carrier_pigeon]", "logger.backends[1]"),
+    ("algorithm.name=sac", "algorithm.name"),
+])
+def test_bad_literal_names_the_choices(override, path):
+    msg = error_of([override])
+    assert path in msg and "is not one of" in msg, msg
+
+
+@pytest.mark.parametrize("override", ["env.num_envs", "=4", " =4"])
+def test_malformed_override(override):
+    msg = error_of([override])
+    assert repr(override) in msg and "section.field=value" in msg
+
+
+def test_override_into_a_scalar_is_not_a_section():
+    with pytest.raises(ConfigError, match="env.num_envs is not a section"):
+        load_config(None, ["env.num_envs=4", "env.num_envs.x=1"])
+
+
+def test_missing_file():
+    msg = error_of([], "configs/missing.yaml")
+    assert "configs/missing.yaml" in msg and "does not exist" in msg
+
+
+def test_yaml_syntax_error_names_the_file(tmp_path):
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("env:\n  num_envs: [1, 2\n")
+    msg = error_of([], bad)
+    assert str(bad) in msg and "not valid YAML" in msg
+
+
+def test_top_level_not_a_mapping(tmp_path):
+    bad = tmp_path / "list.yaml"
+    bad.write_text("- env\n- policy\n")
+    msg = error_of([], bad)
+    assert str(bad) in msg and "mapping" in msg and "list" in msg
+
+
+def test_section_not_a_mapping_in_a_file(tmp_path):
+    bad = tmp_path / "section.yaml"
+    bad.write_text("env: Reach-v0\n")
+    msg = error_of([], bad)
+    assert str(bad) in msg and "env: expected a mapping" in msg
+
+
+# -- eval env and round trip ---------------------------------------------------------------------
+
+
+def test_resolved_eval_env_inherits_env_fields_and_never_auto_resets():
+    cfg = load_config(None, ["env.num_envs=8", "env.max_episode_steps=30", "env.obs_mode=state+rgb",
+                             "env.kwargs={reward_type: sparse}"])
+    assert cfg.eval_env == EvalEnvConfig()
+    ev = cfg.resolved_eval_env()
+    assert ev == EnvConfig(id="Reach-v0", num_envs=8, obs_mode="state+rgb", max_episode_steps=30,
+                           auto_reset=False, kwargs={"reward_type": "sparse"})
+    ev.kwargs["x"] = 1
+    assert cfg.env.kwargs == {"reward_type": "sparse"}  # a copy, not the training env's dict
+
+
+def test_resolved_eval_env_takes_its_own_fields():
+    cfg = load_config(None, ["env.auto_reset=true", "eval_env.num_envs=3", "eval_env.max_episode_steps=7",
+                             "eval_env.obs_mode=rgb", "eval_env.kwargs={image_size: 32}",
+                             "eval_env.id=tests.toy_envs:CountingEnv"])
+    ev = cfg.resolved_eval_env()
+    assert ev == EnvConfig(id="tests.toy_envs:CountingEnv", num_envs=3, obs_mode="rgb", max_episode_steps=7,
+                           auto_reset=False, kwargs={"image_size": 32})
+
+
+def test_to_dict_round_trip():
+    cfg = load_config(None, ["policy.hidden_sizes=[32]", "algorithm.target_kl=0.1", "env.kwargs={a: 1}",
+                             "eval_env.num_envs=2", "logger.backends=[console]"])
+    raw = to_dict(cfg)
+    assert isinstance(raw, dict) and raw["policy"]["type"] == "mlp" and raw["policy"]["hidden_sizes"] == [32]
+    back = config_from_dict(raw)
+    assert back == cfg
+    assert isinstance(back.policy, MLPConfig)
+
+
+def test_config_from_dict_validates():
+    raw = to_dict(load_config(None))
+    raw["policy"]["action_chunk"] = 0
+    with pytest.raises(ConfigError, match="policy.action_chunk"):
+        config_from_dict(raw)
+    raw = to_dict(load_config(None))
+    raw["env"]["bogus"] = 1
+    with pytest.raises(ConfigError, match="env.bogus"):
+        config_from_dict(raw)

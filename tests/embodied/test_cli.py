@@ -1,0 +1,85 @@
+"""The ``embodied`` command line: listing, and config errors as exit code 2 before anything runs."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from embodied.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_list_envs(capsys):
+    assert main(["list", "envs"]) == 0
+    out = capsys.readouterr().out
+    assert "Reach-v0" in out and "envs.reach:ReachEnv" in out
+
+
+def test_list_policies(capsys):
+    assert main(["list", "policies"]) == 0
+    assert "mlp" in capsys.readouterr().out
+
+
+def test_missing_config_file_exits_2_with_the_error_on_stderr(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["train", "configs/missing.yaml"]) == 2
+    captured = capsys.readouterr()
+    assert "configs/missing.yaml" in captured.err and "does not exist" in captured.err
+    assert captured.err.startswith("error:")
+    assert captured.out == ""
+
+
+def test_bad_override_exits_2_and_names_the_field(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["train", "configs/reach_mlp_ppo.yaml", "env.num_env=4"]) == 2
+    err = capsys.readouterr().err
+    assert "env.num_env" in err and "did you mean 'num_envs'" in err
+
+
+def test_malformed_override_exits_2(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["train", "configs/reach_mlp_ppo.yaml", "policy.action_chunk"]) == 2
+    assert "section.field=value" in capsys.readouterr().err
+
+
+def test_invalid_value_exits_2_and_names_the_field(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["train", "configs/reach_mlp_ppo.yaml", "policy.action_chunk=0", "env.id=Reach-v9"]) == 2
+    err = capsys.readouterr().err
+    assert "policy.action_chunk" in err and "env.id" in err and "Reach-v0" in err
+
+
+def test_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["list", "robots"])
+    assert info.value.code == 2
+    with pytest.raises(SystemExit) as info:
+        main([])
+    assert info.value.code == 2
+
+
+def console_script() -> str:
+    here = Path(sys.executable).parent / "embodied"
+    found = str(here) if here.exists() else shutil.which("embodied")
+    if found is None:
+        pytest.skip("the 'embodied' console script is not installed")
+    return found
+
+
+def test_console_script_lists_policies():
+    out = subprocess.run([console_script(), "list", "policies"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "mlp" in out.stdout and "policies.mlp.configuration:MLPConfig" in out.stdout
+
+
+def test_console_script_reports_config_errors_with_exit_code_2():
+    out = subprocess.run([console_script(), "train", "configs/missing.yaml"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 2
+    assert "configs/missing.yaml" in out.stderr
