@@ -3,7 +3,8 @@ observation assembly, offscreen rendering and episode bookkeeping.
 
 A task subclasses :class:`TableTopEnv`, names its MJCF file and implements four hooks:
 ``_reset_task`` (randomise with ``self.np_random``), ``_task_state`` (the ``states`` vector),
-``_dense_reward`` and ``_is_success``.
+``_dense_reward`` and ``_is_success`` (and optionally ``_task_info`` for extra ``info`` keys).
+Tasks with loose objects use the helpers for free bodies, grasp detection and placement.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import mujoco
 import numpy as np
 from gymnasium import spaces
 
-from embodied.types import MAIN_IMAGES, OBS_MODES, STATES, Obs
+from embodied.types import MAIN_IMAGES, OBS_MODES, STATES, WRIST_IMAGES, Obs
 
 ASSETS_ENV_VAR = "EMBODIED_ASSETS"
 REWARD_TYPES: tuple[str, ...] = ("dense", "sparse")
@@ -109,9 +110,10 @@ class TableTopEnv(gym.Env):
 
     Action: float32 [4] in [-1, 1]: ``dx, dy, dz`` times ``max_step`` metres move the TCP target
     (clipped into ``workspace_low .. workspace_high``), and the gripper command (-1 closed,
-    +1 open). Observation: a dict with ``states`` float32 [STATE_DIM] and/or ``main_images``
-    uint8 [image_size, image_size, 3], per ``obs_mode``. ``info["success"]`` is set on every
-    reset and step; episodes are truncated after ``max_episode_steps`` steps.
+    +1 open). Observation: a dict with ``states`` float32 [STATE_DIM] (``state`` modes) and
+    ``main_images`` and ``wrist_images`` uint8 [image_size, image_size, 3] (``rgb`` modes) from
+    the fixed ``main`` camera and the gripper's ``wrist`` camera. ``info["success"]`` is set on
+    every reset and step; episodes are truncated after ``max_episode_steps`` steps.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 20}
@@ -167,7 +169,9 @@ class TableTopEnv(gym.Env):
         if "state" in obs_mode:
             obs_spaces[STATES] = spaces.Box(-np.inf, np.inf, shape=(self.STATE_DIM,), dtype=np.float32)
         if "rgb" in obs_mode:
-            obs_spaces[MAIN_IMAGES] = spaces.Box(0, 255, shape=(self.image_size, self.image_size, 3), dtype=np.uint8)
+            image = spaces.Box(0, 255, shape=(self.image_size, self.image_size, 3), dtype=np.uint8)
+            obs_spaces[MAIN_IMAGES] = image
+            obs_spaces[WRIST_IMAGES] = image
         self.observation_space = spaces.Dict(obs_spaces)
 
     def _bind_robot(self) -> None:
@@ -181,6 +185,8 @@ class TableTopEnv(gym.Env):
         self._finger_act = np.array([m.actuator(f"finger_{s}_act").id for s in ("left", "right")])
         self._tcp = m.site("tcp").id
         self._main_camera = m.camera("main").id
+        self._wrist_camera = m.camera("wrist").id
+        self._finger_geoms = np.array([m.geom(f"finger_{s}").id for s in ("left", "right")])
 
     # --- task hooks -------------------------------------------------------------------------
 
@@ -205,12 +211,21 @@ class TableTopEnv(gym.Env):
         """Whether the task is solved in the current state."""
         raise NotImplementedError
 
+    def _task_info(self) -> dict[str, Any]:
+        """Extra ``info`` entries of every reset and step (none by default)."""
+        return {}
+
     # --- robot ------------------------------------------------------------------------------
 
     @property
     def tcp_pos(self) -> np.ndarray:
         """World position of the gripper's tool centre point, float64 [3] (a copy)."""
         return self.data.site_xpos[self._tcp].copy()
+
+    @property
+    def tcp_target(self) -> np.ndarray:
+        """Where the TCP is being driven (the mocap target that actions move), float64 [3] (a copy)."""
+        return self.data.mocap_pos[self._mocap].copy()
 
     @property
     def finger_opening(self) -> float:
@@ -236,6 +251,40 @@ class TableTopEnv(gym.Env):
         self.data.mocap_pos[self._mocap] = np.clip(target, self.workspace_low, self.workspace_high)
         self.data.ctrl[self._finger_act] = (action[3] + 1.0) / 2.0 * FINGER_RANGE
 
+    # --- loose objects ----------------------------------------------------------------------
+
+    def _place_free_body(self, joint: int, pos: np.ndarray, yaw: float = 0.0) -> None:
+        """Put the body of free joint ``joint`` at ``pos``, turned ``yaw`` radians about z, at rest."""
+        qpos, dof = self.model.jnt_qposadr[joint], self.model.jnt_dofadr[joint]
+        self.data.qpos[qpos : qpos + 3] = pos
+        self.data.qpos[qpos + 3 : qpos + 7] = (np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2))
+        self.data.qvel[dof : dof + 6] = 0.0
+
+    def _finger_contacts(self, geom: int) -> tuple[bool, bool]:
+        """Whether the left and the right finger touch ``geom``."""
+        pairs = self.data.contact.geom[: self.data.ncon]
+        touching = pairs[(pairs == geom).any(axis=1)]
+        return bool((touching == self._finger_geoms[0]).any()), bool((touching == self._finger_geoms[1]).any())
+
+    def _is_grasped(self, geom: int) -> bool:
+        """Whether both fingers touch ``geom``: a friction grasp, nothing is welded."""
+        left, right = self._finger_contacts(geom)
+        return left and right
+
+    def _sample_apart(self, n: int, low: np.ndarray, high: np.ndarray, min_dist: float,
+                      avoid: tuple[np.ndarray, ...] = ()) -> np.ndarray:
+        """``n`` points uniform in ``low .. high``, each ``min_dist`` from the others and from ``avoid``."""
+        points: list[np.ndarray] = []
+        for _ in range(n):
+            for _ in range(1000):  # rejection sampling; the tasks' boxes leave plenty of room
+                p = self.np_random.uniform(low, high)
+                if all(np.linalg.norm(p - q) >= min_dist for q in (*points, *avoid)):
+                    break
+            else:
+                raise RuntimeError(f"could not place {n} points {min_dist} apart in {low}..{high}")
+            points.append(p)
+        return np.array(points)
+
     # --- gymnasium API ----------------------------------------------------------------------
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Obs, dict[str, Any]]:
@@ -246,7 +295,7 @@ class TableTopEnv(gym.Env):
         self._reset_task()
         mujoco.mj_forward(self.model, self.data)
         self._elapsed = 0
-        return self._get_obs(), {"success": self._is_success()}
+        return self._get_obs(), {"success": self._is_success(), **self._task_info()}
 
     def step(self, action: np.ndarray) -> tuple[Obs, float, bool, bool, dict[str, Any]]:
         """Advance one control step (``frame_skip`` physics steps)."""
@@ -261,7 +310,7 @@ class TableTopEnv(gym.Env):
         reward = self._dense_reward() if self.reward_type == "dense" else float(success)
         terminated = bool(success and self.terminate_on_success)
         truncated = self._elapsed >= self.max_episode_steps
-        return self._get_obs(), float(reward), terminated, truncated, {"success": success}
+        return self._get_obs(), float(reward), terminated, truncated, {"success": success, **self._task_info()}
 
     def render(self) -> np.ndarray | None:  # type: ignore[override]
         """The ``main`` camera at ``render_size`` (with shadows) when ``render_mode="rgb_array"``."""
@@ -291,6 +340,7 @@ class TableTopEnv(gym.Env):
             obs[STATES] = np.asarray(self._task_state(), dtype=np.float32)
         if MAIN_IMAGES in self.observation_space.spaces:
             obs[MAIN_IMAGES] = self._render_camera(self._main_camera, self.image_size, cheap=True)
+            obs[WRIST_IMAGES] = self._render_camera(self._wrist_camera, self.image_size, cheap=True)
         return obs
 
     def _render_camera(self, camera_id: int, size: int, cheap: bool) -> np.ndarray:
@@ -305,3 +355,23 @@ class TableTopEnv(gym.Env):
 def _check_choice(name: str, value: object, allowed: tuple[object, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+
+
+def check_positive(name: str, value: float) -> None:
+    """Raise ValueError naming ``name`` unless ``value`` is a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not 0 < value < np.inf:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+def closeness(distance: float, scale: float) -> float:
+    """Shaping term in (0, 1]: 1 at distance 0, about 0.24 at ``scale`` and near 0 beyond 2 ``scale``."""
+    return 1.0 - float(np.tanh(distance / scale))
+
+
+def staged_reward(progress: float, success: bool) -> float:
+    """Dense reward in [-1, 0] from task progress in [0, 1]: ``0.8 * progress - 1``, and 0 on success.
+
+    Negative before success, so ending the episode early never pays; the 0.2 gap makes the last
+    stage (e.g. letting go of a stacked cube) worth taking even when the shaped terms are maxed.
+    """
+    return 0.0 if success else 0.8 * float(np.clip(progress, 0.0, 1.0)) - 1.0

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from embodied.types import MAIN_IMAGES, STATES
+from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES
 from envs.reach import ReachEnv
 
 
@@ -160,7 +160,7 @@ def red_pixels(frame: np.ndarray) -> int:
 
 def test_rgb_observation(make_env) -> None:
     env = make_env(obs_mode="rgb", image_size=64)
-    assert set(env.observation_space.spaces) == {MAIN_IMAGES}
+    assert set(env.observation_space.spaces) == {MAIN_IMAGES, WRIST_IMAGES}
     obs, _ = env.reset(seed=0)
     assert_frame_ok(obs[MAIN_IMAGES], 64)
     assert red_pixels(obs[MAIN_IMAGES]) > 0, "target not visible"

@@ -1,0 +1,135 @@
+"""PickColor: lift the cube whose colour the instruction names (language-conditioned)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from envs.mujoco_base import TableTopEnv, check_positive, closeness, staged_reward
+
+# Colour names of the instruction and the cubes' RGBA (chosen to stay apart under table light).
+COLORS: dict[str, tuple[float, float, float, float]] = {
+    "red": (0.85, 0.12, 0.1, 1.0),
+    "green": (0.1, 0.7, 0.2, 1.0),
+    "blue": (0.15, 0.3, 0.9, 1.0),
+    "yellow": (0.95, 0.85, 0.1, 1.0),
+}
+
+
+class PickColorEnv(TableTopEnv):
+    """Four cubes of different colours; lift the one named by ``task_description``.
+
+    Each episode shuffles the colours over the four cube bodies, places the cubes apart and picks
+    the target colour at random, so the instruction ("pick up the green cube") is the only place
+    the target is named and the image the only place colours are seen.
+    ``states`` (float32 [16]): TCP position (3), finger opening in metres (1), the positions of the
+    four cubes in body order (4 x 3); metres, table top at z = 0. The state deliberately holds no
+    colours and no target identity: a state-only policy cannot tell which cube to lift.
+    ``info["target_index"]`` (the target's body index, 0..3) is privileged, for scripted experts
+    and tests. Success: the target cube is held by both fingers with its centre at least
+    ``lift_height`` above its resting height. Dense reward: :func:`staged_reward` of
+    ``(reach + grasp + 2 lift) / 4``: closeness of the TCP to the target, both fingers touching
+    it, and the fraction of ``lift_height`` it is lifted while grasped.
+    """
+
+    XML_FILE: ClassVar[str] = "pick_color.xml"
+    NUM_CUBES: ClassVar[int] = 4
+    STATE_DIM: ClassVar[int] = 4 + 3 * NUM_CUBES
+    cube_low: ClassVar[np.ndarray] = np.array([-0.15, -0.15])
+    cube_high: ClassVar[np.ndarray] = np.array([0.15, 0.15])
+    # Clears the open fingers of a neighbour's corner when the gripper comes down on a cube.
+    min_cube_distance: ClassVar[float] = 0.1
+
+    def __init__(
+        self,
+        obs_mode: str = "state",
+        max_episode_steps: int = 100,
+        image_size: int = 64,
+        render_mode: str | None = None,
+        reward_type: str = "dense",
+        terminate_on_success: bool = True,
+        lift_height: float = 0.1,
+    ) -> None:
+        check_positive("lift_height", lift_height)
+        if lift_height > self.workspace_high[2] - 0.05:
+            raise ValueError(f"lift_height must be below {self.workspace_high[2] - 0.05} m, got {lift_height!r}")
+        self.lift_height = float(lift_height)
+        super().__init__(
+            obs_mode=obs_mode,
+            max_episode_steps=max_episode_steps,
+            image_size=image_size,
+            render_mode=render_mode,
+            reward_type=reward_type,
+            terminate_on_success=terminate_on_success,
+        )
+        m = self.model
+        names = [f"cube{i}" for i in range(self.NUM_CUBES)]
+        self._joints = [m.joint(f"{n}_joint").id for n in names]
+        self._bodies = np.array([m.body(n).id for n in names])
+        self._geoms = np.array([m.geom(n).id for n in names])
+        self.cube_half = float(m.geom_size[self._geoms[0]][2])
+        self._rgba = np.array(list(COLORS.values()), dtype=np.float32)
+        self.cube_colors: list[str] = list(COLORS)  # colour of each body, reshuffled per episode
+        self._target = 0
+
+    @property
+    def task_description(self) -> str:
+        """The instruction a language-conditioned policy receives, e.g. "pick up the green cube"."""
+        return f"pick up the {self.cube_colors[self._target]} cube"
+
+    @property
+    def target_index(self) -> int:
+        """Body index (0..3) of the cube to lift (privileged: not in the observation)."""
+        return self._target
+
+    @property
+    def target_color(self) -> str:
+        """Colour name of the cube to lift."""
+        return self.cube_colors[self._target]
+
+    @property
+    def cube_positions(self) -> np.ndarray:
+        """World positions of the cubes in body order, float64 [4, 3] (a copy)."""
+        return self.data.xpos[self._bodies].copy()
+
+    @property
+    def target_pos(self) -> np.ndarray:
+        """World position of the cube to lift, float64 [3] (a copy)."""
+        return self.data.xpos[self._bodies[self._target]].copy()
+
+    @property
+    def is_grasped(self) -> bool:
+        """Whether both fingers touch the target cube."""
+        return self._is_grasped(self._geoms[self._target])
+
+    def _reset_task(self) -> None:
+        order = self.np_random.permutation(self.NUM_CUBES)
+        self.cube_colors = [list(COLORS)[i] for i in order]
+        self.model.geom_rgba[self._geoms] = self._rgba[order]
+        self._target = int(self.np_random.integers(self.NUM_CUBES))
+        xys = self._sample_apart(self.NUM_CUBES, self.cube_low, self.cube_high, self.min_cube_distance)
+        for joint, xy in zip(self._joints, xys):
+            yaw = self.np_random.uniform(-np.pi / 4, np.pi / 4)
+            self._place_free_body(joint, np.array([*xy, self.cube_half]), yaw)
+
+    def _task_info(self) -> dict[str, Any]:
+        return {"target_index": self._target}
+
+    def _task_state(self) -> np.ndarray:
+        tcp = self.data.site_xpos[self._tcp]
+        return np.concatenate([tcp, [self.finger_opening], self.data.xpos[self._bodies].ravel()])
+
+    def _lift(self) -> float:
+        """Height of the target's centre above its resting height, in metres."""
+        return float(self.data.xpos[self._bodies[self._target]][2] - self.cube_half)
+
+    def _dense_reward(self) -> float:
+        target = self.data.xpos[self._bodies[self._target]]
+        reach = closeness(float(np.linalg.norm(target - self.data.site_xpos[self._tcp])), 0.2)
+        grasp = float(self._is_grasped(self._geoms[self._target]))
+        lift = grasp * float(np.clip(self._lift() / self.lift_height, 0.0, 1.0))
+        return staged_reward((reach + grasp + 2.0 * lift) / 4.0, self._is_success())
+
+    def _is_success(self) -> bool:
+        return self._lift() >= self.lift_height and self._is_grasped(self._geoms[self._target])

@@ -1,0 +1,112 @@
+"""Stack: put one cube on top of another and let go."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from envs.mujoco_base import TableTopEnv, check_positive, closeness, staged_reward
+
+
+class StackEnv(TableTopEnv):
+    """Grasp the red cube, set it on the green cube and release it.
+
+    ``states`` (float32 [24]): TCP position (3), finger opening in metres (1), red cube position
+    (3) and quaternion w, x, y, z (4), green cube position (3) and quaternion (4), red - TCP (3),
+    stacking spot (green + one cube height up) - red (3); metres, table top at z = 0.
+    Success: the red cube rests on the green one (centres within ``xy_tolerance`` in x-y and one
+    cube height +- 5 mm apart in z) and neither finger touches it.
+    Dense reward: :func:`staged_reward` of ``(reach + grasp + 2 place) / 4``: closeness of the TCP
+    to the red cube, both fingers touching it, closeness of the red cube to the stacking spot.
+    """
+
+    XML_FILE: ClassVar[str] = "stack.xml"
+    STATE_DIM: ClassVar[int] = 24
+    cube_low: ClassVar[np.ndarray] = np.array([-0.12, -0.12])
+    cube_high: ClassVar[np.ndarray] = np.array([0.12, 0.12])
+    min_cube_distance: ClassVar[float] = 0.1  # metres between the cubes' starts
+    z_tolerance: ClassVar[float] = 0.005
+
+    def __init__(
+        self,
+        obs_mode: str = "state",
+        max_episode_steps: int = 150,
+        image_size: int = 64,
+        render_mode: str | None = None,
+        reward_type: str = "dense",
+        terminate_on_success: bool = True,
+        xy_tolerance: float = 0.02,
+    ) -> None:
+        check_positive("xy_tolerance", xy_tolerance)
+        self.xy_tolerance = float(xy_tolerance)
+        super().__init__(
+            obs_mode=obs_mode,
+            max_episode_steps=max_episode_steps,
+            image_size=image_size,
+            render_mode=render_mode,
+            reward_type=reward_type,
+            terminate_on_success=terminate_on_success,
+        )
+        m = self.model
+        self._top_joint, self._base_joint = m.joint("cube_top_joint").id, m.joint("cube_base_joint").id
+        self._top_body, self._base_body = m.body("cube_top").id, m.body("cube_base").id
+        self._top_geom = m.geom("cube_top").id
+        self.cube_half = float(m.geom_size[self._top_geom][2])
+        # A tolerance as large as the cube itself would count a cube resting beside the other.
+        if not self.xy_tolerance < self.cube_half:
+            raise ValueError(f"xy_tolerance must be in (0, {self.cube_half}), got {xy_tolerance!r}")
+
+    @property
+    def task_description(self) -> str:
+        """The instruction a language-conditioned policy receives."""
+        return "stack the red cube on the green cube"
+
+    @property
+    def top_pos(self) -> np.ndarray:
+        """World position of the red cube (the one to move), float64 [3] (a copy)."""
+        return self.data.xpos[self._top_body].copy()
+
+    @property
+    def base_pos(self) -> np.ndarray:
+        """World position of the green cube (the one to stack on), float64 [3] (a copy)."""
+        return self.data.xpos[self._base_body].copy()
+
+    @property
+    def stack_pos(self) -> np.ndarray:
+        """Where the red cube's centre goes: one cube height above the green one's, float64 [3]."""
+        return self.data.xpos[self._base_body] + (0.0, 0.0, 2 * self.cube_half)
+
+    @property
+    def is_grasped(self) -> bool:
+        """Whether both fingers touch the red cube."""
+        return self._is_grasped(self._top_geom)
+
+    def _reset_task(self) -> None:
+        top_xy, base_xy = self._sample_apart(2, self.cube_low, self.cube_high, self.min_cube_distance)
+        for joint, xy in ((self._top_joint, top_xy), (self._base_joint, base_xy)):
+            yaw = self.np_random.uniform(-np.pi / 4, np.pi / 4)
+            self._place_free_body(joint, np.array([*xy, self.cube_half]), yaw)
+
+    def _task_state(self) -> np.ndarray:
+        tcp, top, base = self.data.site_xpos[self._tcp], self.data.xpos[self._top_body], self.data.xpos[self._base_body]
+        quats = (self.data.xquat[self._top_body], self.data.xquat[self._base_body])
+        return np.concatenate(
+            [tcp, [self.finger_opening], top, quats[0], base, quats[1], top - tcp, self.stack_pos - top]
+        )
+
+    def _dense_reward(self) -> float:
+        top = self.data.xpos[self._top_body]
+        reach = closeness(float(np.linalg.norm(top - self.data.site_xpos[self._tcp])), 0.2)
+        grasp = float(self._is_grasped(self._top_geom))
+        place = closeness(float(np.linalg.norm(self.stack_pos - top)), 0.2)
+        return staged_reward((reach + grasp + 2.0 * place) / 4.0, self._is_success())
+
+    @property
+    def is_stacked(self) -> bool:
+        """Whether the red cube sits on the green one (held or not)."""
+        offset = self.data.xpos[self._top_body] - self.stack_pos
+        return bool(np.linalg.norm(offset[:2]) < self.xy_tolerance and abs(offset[2]) < self.z_tolerance)
+
+    def _is_success(self) -> bool:
+        return self.is_stacked and not any(self._finger_contacts(self._top_geom))
