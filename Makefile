@@ -8,6 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CONSTRAINTS := .ci/constraints.txt
 RECIPE ?= configs/reach_mlp_ppo.yaml
+EXTRAS ?= test,robotics,metaworld
 export MUJOCO_GL ?= egl
 
 .PHONY: setup train test bench clean
@@ -18,7 +19,8 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, from the local CPU wheel; the constraints file keeps it there afterwards.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[test]"
+	# The simulator-suite extras are installed too, so their adapter tests really run.
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
 	touch $@
 
 setup: $(VENV)/.installed

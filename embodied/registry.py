@@ -9,12 +9,18 @@ can declare its own the same way), or registered at run time::
 
 A config may also name an entry point directly (``env.id: my_pkg.my_env:MyArmEnv``). Nothing is
 imported until ``resolve`` is called, so ``import embodied`` stays free of MuJoCo and transformers.
+
+An env id known to neither but registered with gymnasium (``env.id: HalfCheetah-v5``) resolves to
+the generic adapter ``envs.adapters.gymnasium_env:GymnasiumEnv`` bound to that id; gymnasium is
+imported only on that fallback path.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -44,12 +50,37 @@ def load_entry_point(entry_point: str) -> Any:
     return obj
 
 
-class Registry:
-    """Names mapped to lazy entry points, seeded from one ``importlib.metadata`` group."""
+class GymnasiumFallback:
+    """Ids registered with gymnasium (and not with embodied) resolve to the generic gymnasium adapter."""
 
-    def __init__(self, kind: str, group: str) -> None:
+    adapter = "envs.adapters.gymnasium_env:GymnasiumEnv"
+    hint = "any id registered with gymnasium (gymnasium.envs.registry) works too"
+
+    def lookup(self, name: str) -> Callable[..., Any] | None:
+        """``GymnasiumEnv`` bound to ``name`` if gymnasium knows it, else None."""
+        import gymnasium
+
+        if name not in gymnasium.envs.registry:
+            return None
+        return functools.partial(load_entry_point(self.adapter), name)
+
+    def names(self) -> list[str]:
+        import gymnasium
+
+        return list(gymnasium.envs.registry)
+
+
+class Registry:
+    """Names mapped to lazy entry points, seeded from one ``importlib.metadata`` group.
+
+    ``fallback`` (optional) is asked about names that are neither registered nor ``module:attr``
+    strings: its ``lookup(name)`` returns an object or None, ``names()`` feeds the close matches.
+    """
+
+    def __init__(self, kind: str, group: str, fallback: GymnasiumFallback | None = None) -> None:
         self.kind = kind
         self.group = group
+        self.fallback = fallback
         self._entries: dict[str, str | Any] = {}
         self._discovered = False
 
@@ -82,10 +113,14 @@ class Registry:
             return self._entries[name]
         if ":" in name:
             return name
-        close = difflib.get_close_matches(name, self._entries, n=3, cutoff=0.5)
+        if self.fallback is not None and (target := self.fallback.lookup(name)) is not None:
+            return target
+        candidates = list(self._entries) + (self.fallback.names() if self.fallback is not None else [])
+        close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.5)
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        also = f"; {self.fallback.hint}" if self.fallback is not None else ""
         raise UnknownNameError(
-            f"unknown {self.kind} {name!r}{hint} Known: {', '.join(self.names()) or '(none)'}. "
+            f"unknown {self.kind} {name!r}{hint} Known: {', '.join(self.names()) or '(none)'}{also}. "
             f"Your own {self.kind} can be named as 'package.module:attr'."
         )
 
@@ -95,5 +130,5 @@ class Registry:
         return load_entry_point(target) if isinstance(target, str) else target
 
 
-ENVS = Registry("env", "embodied.envs")
+ENVS = Registry("env", "embodied.envs", fallback=GymnasiumFallback())
 POLICIES = Registry("policy", "embodied.policies")

@@ -264,3 +264,10 @@ def test_is_success_becomes_success_and_actions_are_flat_and_clipped(goal_toy):
 
 def test_goal_env_passes_check_env(goal_toy):
     checked(GymnasiumEnv(goal_toy))
+
+
+def test_rgb_observations_of_an_env_that_cannot_render_fail_clearly(goal_toy):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises((TypeError, ValueError), match="render_mode"):
+            GymnasiumEnv(goal_toy, obs_mode="rgb")
