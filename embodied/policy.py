@@ -58,6 +58,14 @@ class Policy(nn.Module, abc.ABC):
     def value(self, obs: Obs) -> torch.Tensor:
         """V(obs), float32 [B]; used to bootstrap truncated episodes."""
 
+    def observe(self, forward_inputs: dict[str, torch.Tensor]) -> None:
+        """Update input statistics from a rollout batch [N, ...]; the actor calls it after each update.
+
+        Called only after the PPO epochs, so ``evaluate`` during an update sees exactly the
+        statistics ``act`` used during the rollout; the new ones reach rollout workers with the
+        next weight sync (they live in buffers, so in the state dict).
+        """
+
 
 def build_policy(config: PolicyConfig, spec: PolicySpec) -> Policy:
     """Instantiate the model class the config names."""

@@ -53,6 +53,7 @@ class ActorWorker:
                     stats[key].append(float((grad_norm if key == "grad_norm" else getattr(out, key)).detach()))
             if a.target_kl is not None and np.mean(stats["approx_kl"][-a.num_minibatches:]) > a.target_kl:
                 break
+        self.policy.observe(batch["forward_inputs"])
         self.version += 1
         metrics = {f"train/{k}": float(np.mean(v)) for k, v in stats.items()}
         metrics["train/lr"] = self.optimizer.param_groups[0]["lr"]

@@ -14,5 +14,6 @@ class MLPConfig(PolicyConfig):
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # widths of actor and critic layers
     activation: Literal["tanh", "relu"] = "tanh"  # hidden activation
     init_log_std: float = -0.5  # initial log standard deviation of every action dimension
+    normalize_states: bool = False  # standardize states with running statistics of the rollouts
 
     model_class: ClassVar[str] = "policies.mlp.modeling:MLPPolicy"

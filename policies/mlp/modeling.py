@@ -46,9 +46,32 @@ class MLPPolicy(Policy):
         self.actor_mean = _mlp([spec.state_dim, *config.hidden_sizes, out], act, 0.01)
         self.critic = _mlp([spec.state_dim, *config.hidden_sizes, 1], act, 1.0)
         self.log_std = nn.Parameter(torch.full((out,), float(config.init_log_std)))
+        self.normalize_states = config.normalize_states
+        self.register_buffer("state_mean", torch.zeros(spec.state_dim))
+        self.register_buffer("state_var", torch.ones(spec.state_dim))
+        self.register_buffer("state_count", torch.tensor(1e-4))
+
+    def _normalized(self, states: torch.Tensor) -> torch.Tensor:
+        if not self.normalize_states:
+            return states
+        return ((states - self.state_mean) / torch.sqrt(self.state_var + 1e-8)).clamp(-10.0, 10.0)
+
+    @torch.no_grad()
+    def observe(self, forward_inputs: dict[str, torch.Tensor]) -> None:
+        """Merge the batch's state mean and variance into the running ones (parallel algorithm)."""
+        if not self.normalize_states:
+            return
+        batch = forward_inputs[STATES].reshape(-1, self.state_mean.shape[0]).double()
+        n, mean, var = batch.shape[0], batch.mean(0), batch.var(0, unbiased=False)
+        total = self.state_count + n
+        delta = mean - self.state_mean
+        m2 = self.state_var * self.state_count + var * n + delta**2 * self.state_count * n / total
+        self.state_mean.copy_(self.state_mean + delta * n / total)
+        self.state_var.copy_(m2 / total)
+        self.state_count.copy_(total)
 
     def _dist(self, states: torch.Tensor) -> Normal:
-        return Normal(self.actor_mean(states), self.log_std.exp().expand(states.shape[0], -1))
+        return Normal(self.actor_mean(self._normalized(states)), self.log_std.exp().expand(states.shape[0], -1))
 
     @staticmethod
     def _states(obs: Obs) -> torch.Tensor:
@@ -61,7 +84,7 @@ class MLPPolicy(Policy):
         return PolicyOutput(
             actions=flat.view(-1, self.chunk, self.action_dim),
             logprobs=dist.log_prob(flat).sum(-1),
-            values=self.critic(states).squeeze(-1),
+            values=self.critic(self._normalized(states)).squeeze(-1),
             forward_inputs={STATES: states},
         )
 
@@ -69,7 +92,7 @@ class MLPPolicy(Policy):
         states = forward_inputs[STATES]
         dist = self._dist(states)
         flat = actions.reshape(actions.shape[0], -1)
-        return dist.log_prob(flat).sum(-1), dist.entropy().sum(-1), self.critic(states).squeeze(-1)
+        return dist.log_prob(flat).sum(-1), dist.entropy().sum(-1), self.critic(self._normalized(states)).squeeze(-1)
 
     def value(self, obs: Obs) -> torch.Tensor:
-        return self.critic(self._states(obs)).squeeze(-1)
+        return self.critic(self._normalized(self._states(obs))).squeeze(-1)

@@ -154,3 +154,25 @@ def test_state_dict_round_trip_gives_the_same_actions():
     b.load_state_dict(a.state_dict())
     o = obs()
     torch.testing.assert_close(a.act(o, deterministic=True).actions, b.act(o, deterministic=True).actions)
+
+
+def test_state_normalization_tracks_rollout_statistics_and_keeps_replay_exact():
+    from embodied.config import load_config
+    from embodied.policy import PolicySpec, build_policy
+
+    cfg = load_config(None, ["policy.normalize_states=true", "policy.hidden_sizes=[16]", "policy.action_chunk=2"])
+    spec = PolicySpec(state_dim=3, image_shape=None, action_dim=2, action_low=(-1.0,) * 2, action_high=(1.0,) * 2)
+    policy = build_policy(cfg.policy, spec)
+    gen = torch.Generator().manual_seed(0)
+    first = torch.randn(64, 3, generator=gen) * 5 + 3
+    second = torch.randn(32, 3, generator=gen) * 2 - 1
+    policy.observe({"states": first})
+    policy.observe({"states": second})
+    both = torch.cat([first, second])
+    torch.testing.assert_close(policy.state_mean, both.mean(0), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(policy.state_var, both.var(0, unbiased=False), atol=1e-3, rtol=1e-3)
+    out = policy.act({"states": both.numpy()})
+    logprobs, _, values = policy.evaluate(out.forward_inputs, out.actions)
+    torch.testing.assert_close(logprobs, out.logprobs)
+    torch.testing.assert_close(values, out.values)
+    assert "state_mean" in policy.state_dict()  # travels with weight syncs and checkpoints
