@@ -1,7 +1,11 @@
-"""``embodied`` command line: a thin layer over the config loader and the runner.
+"""``embodied`` command line: a thin layer over the config loader, the runner and evaluation.
 
     embodied train configs/reach_mlp_ppo.yaml runner.iterations=50 cluster.backend=ray
+    embodied train configs/reach_mlp_ppo.yaml runner.resume_from=runs/reach_mlp_ppo-20250101-120000
+    embodied eval configs/reach_mlp_ppo.yaml --checkpoint runs/reach_mlp_ppo-20250101-120000 --episodes 64 --video
+    embodied plot runs/reach_mlp_ppo-20250101-120000
     embodied list envs
+    embodied check-env Reach-v0 --steps 200
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,13 +22,37 @@ def main(argv: list[str] | None = None) -> int:
     p_train = sub.add_parser("train", help="train an experiment from a YAML recipe")
     p_train.add_argument("config", help="path to a YAML recipe in configs/")
     p_train.add_argument("overrides", nargs="*", help="section.field=value overrides")
+    p_eval = sub.add_parser("eval", help="greedy eval of a checkpoint on fixed seeds: eval.json, a table, videos")
+    p_eval.add_argument("config", help="path to a YAML recipe (its eval_env and policy sections are used)")
+    p_eval.add_argument("overrides", nargs="*", help="section.field=value overrides")
+    p_eval.add_argument("--checkpoint", required=True, help="a checkpoint file, or a run dir (its latest checkpoint)")
+    p_eval.add_argument("--episodes", type=int, help="episodes to run (default: runner.eval_episodes)")
+    p_eval.add_argument("--video", action="store_true", help="record mp4s of the first logger.video.max_videos")
+    p_eval.add_argument("--out", help="output folder (default: <run dir>/eval/<checkpoint name>)")
+    p_plot = sub.add_parser("plot", help="draw learning_curves.png from a run dir's metrics.jsonl")
+    p_plot.add_argument("run_dir")
     p_list = sub.add_parser("list", help="list registered envs or policies")
     p_list.add_argument("what", choices=["envs", "policies"])
+    p_check = sub.add_parser("check-env", help="validate a simulator against the contracts", add_help=False)
+    p_check.add_argument("args", nargs=argparse.REMAINDER, help="see `embodied check-env --help`")
     args = parser.parse_args(argv)
     os.environ.setdefault("MUJOCO_GL", "egl")
     if args.command == "train":
         return _train(args.config, args.overrides)
+    if args.command == "eval":
+        return _eval(args)
+    if args.command == "plot":
+        return _plot(args.run_dir)
+    if args.command == "check-env":
+        from embodied.check_env import main as check_env_main
+
+        return check_env_main(args.args)
     return _list(args.what)
+
+
+def _error(message: object) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
 
 
 def _train(path: str, overrides: list[str]) -> int:
@@ -33,13 +62,49 @@ def _train(path: str, overrides: list[str]) -> int:
     try:
         cfg = load_config(path, overrides)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return _error(exc)
     result = train(cfg)
     ev = result.final_eval
     print(f"final eval: success_rate={ev.get('eval/success_rate', float('nan')):.3f} "
           f"return={ev.get('eval/return', float('nan')):.3f} over {int(ev.get('eval/episodes', 0))} episodes")
     print(f"run dir: {result.run_dir}\ncheckpoint: {result.checkpoint}")
+    if result.plot is not None:
+        print(f"learning curves: {result.plot}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from embodied.checkpoint import find_checkpoint, run_dir_of
+    from embodied.config import ConfigError, load_config
+    from embodied.evaluation import evaluate_checkpoint, format_table
+
+    try:
+        cfg = load_config(args.config, args.overrides)
+        checkpoint = find_checkpoint(args.checkpoint)
+    except (ConfigError, FileNotFoundError) as exc:
+        return _error(exc)
+    episodes = args.episodes if args.episodes is not None else cfg.runner.eval_episodes
+    if episodes < 1:
+        return _error(f"--episodes must be >= 1, got {episodes}")
+    out = Path(args.out) if args.out else run_dir_of(checkpoint) / "eval" / checkpoint.stem
+    try:
+        report = evaluate_checkpoint(cfg, checkpoint, episodes, out, video=args.video)
+    except ValueError as exc:
+        return _error(exc)
+    print(format_table(report))
+    print(f"eval.json: {out / 'eval.json'}")
+    if report.videos:
+        print(f"videos: {len(report.videos)} mp4 in {out / 'videos'}")
+    return 0
+
+
+def _plot(run_dir: str) -> int:
+    from embodied.plot import plot_run
+
+    try:
+        print(plot_run(run_dir))
+    except (FileNotFoundError, ValueError) as exc:
+        return _error(exc)
     return 0
 
 

@@ -1,6 +1,10 @@
-"""Metrics to the console (progress bar), to ``metrics.jsonl`` in the run dir, and to wandb.
+"""Metrics to ``metrics.jsonl`` in the run dir (always) and to the sinks ``logger.backends`` names:
+``console`` (a tqdm bar with ETA, env-steps/s and success), ``wandb`` (offline unless configured,
+videos as ``wandb.Video``; the run id kept in ``wandb_id.txt`` so a resumed run continues it) and
+``tensorboard`` (scalars under ``<run_dir>/tensorboard``).
 
-A sink that fails is reported once and switched off: a logging outage never stops training.
+A sink that fails, at start or later, is reported once and switched off: a logging outage never
+stops training.
 """
 
 from __future__ import annotations
@@ -9,9 +13,11 @@ import json
 import math
 import os
 import sys
+import uuid
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tqdm import tqdm
 
@@ -19,61 +25,204 @@ from embodied.config import LoggerConfig
 
 CONSOLE_KEYS = {"env/success_rate": "succ", "env/return": "ret", "eval/success_rate": "eval_succ",
                 "env_steps_per_s": "sps", "train/approx_kl": "kl"}
+WANDB_ID_FILE = "wandb_id.txt"
+
+
+class Sink(Protocol):
+    """One logging backend."""
+
+    name: str
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        """Record ``metrics`` at ``step``."""
+
+    def log_videos(self, videos: dict[str, Path], step: int) -> None:
+        """Record finished mp4 files (by metric key) at ``step``; sinks without video support ignore them."""
+
+    def close(self) -> None: ...
 
 
 class MetricLogger:
-    """Fan-out of ``log(metrics, step)`` to the configured sinks."""
+    """Fan-out of ``log(metrics, step, videos)`` to ``metrics.jsonl`` and the configured sinks.
 
-    def __init__(self, cfg: LoggerConfig, run_dir: Path, name: str, config: dict[str, Any], total: int) -> None:
-        self.cfg = cfg
-        self.jsonl = open(run_dir / "metrics.jsonl", "a")
-        self.bar = tqdm(total=total, desc=name, unit="it", file=sys.stdout,
-                        disable="console" not in cfg.backends or not cfg.progress_bar, dynamic_ncols=True)
-        self.wandb = _init_wandb(cfg, run_dir, name, config) if "wandb" in cfg.backends else None
+    ``start_step`` > 0 continues a resumed run: lines of ``metrics.jsonl`` past it are dropped
+    (they were logged after the checkpoint) and the wandb run ``wandb_id`` is continued.
+    """
+
+    def __init__(self, cfg: LoggerConfig, run_dir: Path, name: str, config: dict[str, Any], total: int,
+                 start_step: int = 0, wandb_id: str | None = None) -> None:
+        makers: dict[str, Callable[[], Sink | None]] = {
+            "console": lambda: ConsoleSink(name, total, start_step, cfg.progress_bar),
+            "wandb": lambda: WandbSink.start(cfg, run_dir, name, config, wandb_id),
+            "tensorboard": lambda: TensorBoardSink(run_dir / "tensorboard", start_step),
+        }
+        self.sinks: list[Sink] = []
+        for sink_name, make in [("metrics.jsonl", lambda: JsonlSink(run_dir / "metrics.jsonl", start_step)),
+                                *((b, makers[b]) for b in cfg.backends)]:
+            try:
+                sink = make()
+            except Exception as exc:  # noqa: BLE001 - no backend is reason enough to stop training
+                warnings.warn(f"{sink_name} logging could not start, switching it off: {exc!r}", stacklevel=2)
+                continue
+            if sink is not None:
+                self.sinks.append(sink)
+
+    @property
+    def wandb_id(self) -> str | None:
+        """The wandb run id, for checkpoints (None without a wandb sink)."""
+        return next((s.run.id for s in self.sinks if isinstance(s, WandbSink)), None)
+
+    def log(self, metrics: dict[str, float], step: int, videos: dict[str, Path] | None = None) -> None:
+        """Metrics of iteration ``step`` and the videos finished since the last call."""
+        for sink in list(self.sinks):
+            self._guard(sink, "log", lambda: sink.log(metrics, step))
+        if videos:
+            self.log_videos(videos, step)
+
+    def log_videos(self, videos: dict[str, Path], step: int) -> None:
+        if not videos:
+            return
+        for sink in list(self.sinks):
+            self._guard(sink, "video logging", lambda: sink.log_videos(videos, step))
+
+    def close(self) -> None:
+        for sink in list(self.sinks):
+            self._guard(sink, "close", sink.close)
+        self.sinks = []
+
+    def _guard(self, sink: Sink, what: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - an outage must not stop training
+            warnings.warn(f"{sink.name} {what} failed, switching it off: {exc!r}", stacklevel=3)
+            self.sinks.remove(sink)
+
+
+class JsonlSink:
+    """One JSON line per ``log`` call: the run's own record, read by ``embodied plot``."""
+
+    name = "metrics.jsonl"
+
+    def __init__(self, path: Path, start_step: int) -> None:
+        if start_step > 0 and path.exists():
+            kept = [line for line in path.read_text().splitlines() if json.loads(line).get("step", 0) <= start_step]
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text("".join(line + "\n" for line in kept))
+            os.replace(tmp, path)
+        self.file = open(path, "a")
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        self.jsonl.write(json.dumps({"step": step, **metrics}) + "\n")
-        self.jsonl.flush()
-        if "console" in self.cfg.backends:
-            self._console(metrics, step)
-        if self.wandb is not None:
-            try:
-                self.wandb.log(metrics, step=step)
-            except Exception as exc:  # noqa: BLE001 - an outage must not stop training
-                warnings.warn(f"wandb logging failed, switching it off: {exc!r}")
-                self.wandb = None
+        self.file.write(json.dumps({"step": step, **metrics}) + "\n")
+        self.file.flush()
 
-    def _console(self, metrics: dict[str, float], step: int) -> None:
-        shown = {short: f"{metrics[k]:.3g}" for k, short in CONSOLE_KEYS.items() if k in metrics
-                 and not math.isnan(metrics[k])}
+    def log_videos(self, videos: dict[str, Path], step: int) -> None:
+        pass  # the files are in the run dir already
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class ConsoleSink:
+    """A tqdm bar (ETA, env-steps/s, success) or, without it, a line per iteration; eval lines below it."""
+
+    name = "console"
+
+    def __init__(self, name: str, total: int, start_step: int, progress_bar: bool) -> None:
+        self.bar = tqdm(total=total, initial=start_step, desc=name, unit="it", file=sys.stdout,
+                        disable=not progress_bar, dynamic_ncols=True)
+        self.video_dirs: set[Path] = set()  # announced once each: videos finish one by one
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        shown = {short: f"{metrics[k]:.3g}" for k, short in CONSOLE_KEYS.items()
+                 if k in metrics and not math.isnan(metrics[k])}
         if self.bar.disable:
             print(f"it {step}: " + " ".join(f"{k}={v}" for k, v in shown.items()), flush=True)
         else:
             self.bar.set_postfix(shown, refresh=False)
             self.bar.update(step - self.bar.n)
         if "eval/success_rate" in metrics:
-            line = " ".join(f"{k}={v:.3g}" for k, v in metrics.items() if k.startswith("eval/"))
-            self.bar.write(f"[eval @ it {step}] {line}")
+            self.bar.write(f"[eval @ it {step}] {format_eval(metrics)}")
+
+    def log_videos(self, videos: dict[str, Path], step: int) -> None:
+        for folder in sorted({p.parent for p in videos.values()} - self.video_dirs):
+            self.video_dirs.add(folder)
+            self.bar.write(f"[videos] {folder}")
 
     def close(self) -> None:
         self.bar.close()
-        self.jsonl.close()
-        if self.wandb is not None:
-            try:
-                self.wandb.finish()
-            except Exception as exc:  # noqa: BLE001
-                warnings.warn(f"wandb finish failed: {exc!r}")
 
 
-def _init_wandb(cfg: LoggerConfig, run_dir: Path, name: str, config: dict[str, Any]) -> Any:
-    mode = os.environ.get("WANDB_MODE", cfg.wandb_mode)
-    if mode == "disabled":
-        return None
-    try:
+def format_eval(metrics: dict[str, float]) -> str:
+    """``success 0.94 [0.80, 0.98] return -0.42 len 3.8 (32 episodes)`` from ``eval/*`` metrics."""
+    m = metrics
+    text = f"success {m['eval/success_rate']:.3g}"
+    if "eval/success_ci_low" in m:
+        text += f" [{m['eval/success_ci_low']:.2f}, {m['eval/success_ci_high']:.2f}]"
+    return (text + f" return {m.get('eval/return', math.nan):.3g} len {m.get('eval/episode_len', math.nan):.3g}"
+            f" ({int(m.get('eval/episodes', 0))} episodes)")
+
+
+class WandbSink:
+    """A wandb run (``logger.wandb_mode``, overridden by ``$WANDB_MODE``); resumable by id."""
+
+    name = "wandb"
+
+    def __init__(self, run: Any, video_cls: Any) -> None:
+        self.run, self.video_cls = run, video_cls
+
+    @classmethod
+    def start(cls, cfg: LoggerConfig, run_dir: Path, name: str, config: dict[str, Any],
+              wandb_id: str | None) -> WandbSink | None:
+        """The sink, or None when wandb is disabled; ``wandb_id`` continues that run."""
+        mode = os.environ.get("WANDB_MODE", cfg.wandb_mode)
+        if mode == "disabled":
+            return None
         import wandb
 
-        return wandb.init(project=cfg.project, name=name, dir=str(run_dir), mode=mode, config=config,
-                          reinit="finish_previous")
-    except Exception as exc:  # noqa: BLE001 - no wandb is no reason to stop training
-        warnings.warn(f"wandb could not start ({exc!r}); logging to console and metrics.jsonl only")
-        return None
+        run_id = wandb_id or uuid.uuid4().hex[:12]
+        run = wandb.init(project=cfg.project, name=name, dir=str(run_dir), mode=mode, config=config, id=run_id,
+                         resume="allow", reinit="finish_previous")
+        (run_dir / WANDB_ID_FILE).write_text(run.id + "\n")
+        return cls(run, wandb.Video)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self.run.log(metrics, step=step)
+
+    def log_videos(self, videos: dict[str, Path], step: int) -> None:
+        # Videos written on another node of a Ray cluster are not here to upload: skip them.
+        media = {key: self.video_cls(str(path), caption=path.parent.name, format="mp4")
+                 for key, path in videos.items() if path.is_file()}
+        if media:
+            self.run.log(media, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class TensorBoardSink:
+    """Scalars for TensorBoard (``tensorboard --logdir RUN_DIR/tensorboard``)."""
+
+    name = "tensorboard"
+
+    def __init__(self, log_dir: Path, start_step: int) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        # purge_step drops events a crashed run logged after the checkpoint it resumes from.
+        self.writer = SummaryWriter(str(log_dir), purge_step=start_step + 1 if start_step else None, flush_secs=10)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        for key, value in metrics.items():
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                self.writer.add_scalar(key, value, global_step=step)
+
+    def log_videos(self, videos: dict[str, Path], step: int) -> None:
+        pass  # scalars only
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def read_wandb_id(run_dir: Path) -> str | None:
+    """The wandb run id a run dir recorded, if any."""
+    path = run_dir / WANDB_ID_FILE
+    return (path.read_text().strip() or None) if path.is_file() else None

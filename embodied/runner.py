@@ -2,17 +2,24 @@
 
 One iteration: sync weights (actor -> rollout) · rollout epoch (env and rollout workers trade
 shards for ``rollout.chunk_steps`` chunk steps) · PPO update · log · maybe eval / checkpoint.
+At the end: the last videos, ``learning_curves.png``.
 
     from embodied.config import load_config
     from embodied.runner import train
     result = train(load_config("configs/reach_mlp_ppo.yaml", ["runner.iterations=10"]))
     print(result.final_eval["eval/success_rate"])
+
+``runner.resume_from`` (a checkpoint, or a run dir: its latest) continues that run in its run dir:
+the actor (policy, optimizer, weight version), iteration, env-step count and wandb run go on;
+envs restart from their seeds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -21,11 +28,12 @@ import numpy as np
 import torch
 import yaml
 
-from embodied.checkpoint import save_checkpoint
+from embodied.checkpoint import ResumePoint, load_resume_point, save_checkpoint
 from embodied.config import Config, to_dict
-from embodied.logger import MetricLogger
+from embodied.evaluation import PeriodicEval, episode_metrics
+from embodied.logger import MetricLogger, read_wandb_id
 from embodied.placement import make_backend
-from embodied.types import EpisodeStats
+from embodied.plot import plot_run
 from embodied.workers.group import Workers
 
 
@@ -34,66 +42,90 @@ class TrainResult:
     """What a finished run leaves behind."""
 
     run_dir: Path
-    final_eval: dict[str, float]
-    checkpoint: Path
-    history: list[dict[str, float]] = field(default_factory=list)  # the metrics of every iteration
+    final_eval: dict[str, float]  # eval/* metrics of the last iteration ({} if it ran no iteration)
+    checkpoint: Path | None  # the last checkpoint
+    history: list[dict[str, float]] = field(default_factory=list)  # the metrics of every iteration run
+    plot: Path | None = None  # learning_curves.png, if drawn
 
 
 def train(cfg: Config) -> TrainResult:
     """Train ``cfg`` to completion; every worker is stopped on the way out, also on error."""
-    run_dir = make_run_dir(cfg)
+    resume = load_resume_point(cfg.runner.resume_from) if cfg.runner.resume_from else None
+    run_dir = resume.run_dir if resume else make_run_dir(cfg)
+    save_config(cfg, run_dir)
+    start, env_steps = (resume.iteration, resume.env_steps) if resume else (0, 0)
+    checkpoint = resume.checkpoint if resume else None
     seed_everything(cfg.experiment.seed)
     backend = make_backend(cfg.cluster)
     logger: MetricLogger | None = None
+    history: list[dict[str, float]] = []
     try:
         workers = Workers.start(cfg, backend)
-        logger = MetricLogger(cfg.logger, run_dir, run_dir.name, to_dict(cfg), cfg.runner.iterations)
-        history, env_steps, last = [], 0, cfg.runner.iterations
-        for it in range(1, last + 1):
-            t0 = time.perf_counter()
-            workers.sync_weights()
-            trajectories = workers.rollout(cfg.rollout.chunk_steps)
-            t1 = time.perf_counter()
-            metrics = workers.update(trajectories, it)
-            t2 = time.perf_counter()
-            steps = sum(t.num_env_steps for t in trajectories)
+        if resume:
+            workers.load_actor_state(resume.actor)
+        logger = MetricLogger(cfg.logger, run_dir, run_dir.name, to_dict(cfg), cfg.runner.iterations, start,
+                              wandb_id_of(resume, run_dir))
+        evaluate = PeriodicEval(workers, cfg, run_dir)
+        last = cfg.runner.iterations
+        for it in range(start + 1, last + 1):
+            metrics, steps = train_iteration(workers, cfg, it)
             env_steps += steps
-            metrics |= episode_metrics("env", [e for t in trajectories for e in t.episodes])
-            metrics |= {"time/rollout": t1 - t0, "time/update": t2 - t1, "env_steps_per_s": steps / (t1 - t0),
-                        "env_steps": env_steps}
-            if it == last or (cfg.runner.eval_every and it % cfg.runner.eval_every == 0):
-                workers.sync_weights()  # evaluate the weights just trained
-                metrics |= episode_metrics("eval", workers.evaluate(cfg.runner.eval_episodes))
-            logger.log(metrics, step=it)
+            metrics["env_steps"] = env_steps
+            if due(it, cfg.runner.eval_every, last):
+                metrics |= evaluate(it)
+            logger.log(metrics, step=it, videos=evaluate.videos())
             history.append(metrics)
-            if it == last or (cfg.runner.checkpoint_every and it % cfg.runner.checkpoint_every == 0):
+            if due(it, cfg.runner.checkpoint_every, last):
                 checkpoint = save_checkpoint(run_dir / "checkpoints" / f"iter_{it:06d}.pt", {
                     "iteration": it, "env_steps": env_steps, "actor": workers.actor_state(), "config": to_dict(cfg),
+                    "wandb_id": logger.wandb_id,
                 })
+        logger.log_videos(evaluate.videos(wait=True), step=max(last, start))  # the last eval's, once encoded
         workers.close()
-        final_eval = {k: v for k, v in history[-1].items() if k.startswith("eval/")}
-        return TrainResult(run_dir, final_eval, checkpoint, history)
     finally:
         if logger is not None:
             logger.close()
         backend.shutdown()
+    final_eval = {k: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
+    plot = draw_learning_curves(run_dir) if cfg.runner.plot else None
+    return TrainResult(run_dir, final_eval, checkpoint, history, plot)
 
 
-def episode_metrics(prefix: str, episodes: list[EpisodeStats]) -> dict[str, float]:
-    """Success rate, mean return and length of finished episodes (NaN when none finished)."""
-    if not episodes:
-        return {f"{prefix}/success_rate": float("nan"), f"{prefix}/return": float("nan"),
-                f"{prefix}/episode_len": float("nan"), f"{prefix}/episodes": 0.0}
-    return {
-        f"{prefix}/success_rate": float(np.mean([e.success_once for e in episodes])),
-        f"{prefix}/return": float(np.mean([e.episode_return for e in episodes])),
-        f"{prefix}/episode_len": float(np.mean([e.length for e in episodes])),
-        f"{prefix}/episodes": float(len(episodes)),
-    }
+def train_iteration(workers: Workers, cfg: Config, it: int) -> tuple[dict[str, float], int]:
+    """Sync, rollout, update: the iteration's metrics and the env sub-steps it ran."""
+    t0 = time.perf_counter()
+    workers.sync_weights()
+    trajectories = workers.rollout(cfg.rollout.chunk_steps)
+    t1 = time.perf_counter()
+    metrics = workers.update(trajectories, it)
+    t2 = time.perf_counter()
+    steps = sum(t.num_env_steps for t in trajectories)
+    metrics |= episode_metrics("env", [e for t in trajectories for e in t.episodes])
+    metrics |= {"time/rollout": t1 - t0, "time/update": t2 - t1, "env_steps_per_s": steps / (t1 - t0)}
+    return metrics, steps
+
+
+def due(it: int, every: int, last: int) -> bool:
+    """Every ``every`` iterations (0: never) and always at the last one."""
+    return it == last or (every > 0 and it % every == 0)
+
+
+def draw_learning_curves(run_dir: Path) -> Path | None:
+    """``learning_curves.png``; a failure is reported, never raised (training is done)."""
+    try:
+        return plot_run(run_dir)
+    except Exception as exc:  # noqa: BLE001
+        warnings.warn(f"plotting learning curves failed: {exc!r}", stacklevel=2)
+        return None
+
+
+def wandb_id_of(resume: ResumePoint | None, run_dir: Path) -> str | None:
+    """The wandb run a resumed run continues (from its checkpoint, else its run dir)."""
+    return (resume.wandb_id or read_wandb_id(run_dir)) if resume else None
 
 
 def make_run_dir(cfg: Config) -> Path:
-    """``<output_dir>/<name>-<timestamp>`` with the resolved config saved in it."""
+    """A new ``<output_dir>/<name>-<timestamp>``."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = Path(cfg.experiment.output_dir) / f"{cfg.experiment.name}-{stamp}"
     suffix = 1
@@ -101,8 +133,14 @@ def make_run_dir(cfg: Config) -> Path:
         suffix += 1
         run_dir = Path(cfg.experiment.output_dir) / f"{cfg.experiment.name}-{stamp}-{suffix}"
     run_dir.mkdir(parents=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     return run_dir
+
+
+def save_config(cfg: Config, run_dir: Path) -> None:
+    """The resolved config as ``config.yaml`` (without ``resume_from``: it describes the run itself)."""
+    runner = dataclasses.replace(cfg.runner, resume_from=None)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(dataclasses.replace(cfg, runner=runner)),
+                                                        sort_keys=False))
 
 
 def seed_everything(seed: int) -> None:

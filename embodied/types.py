@@ -54,6 +54,33 @@ class EpisodeStats:
     length: int  # sub-steps executed in the episode
     success_once: bool  # ``info["success"]`` was true at some sub-step
     success_at_end: bool  # ... and at the last one
+    task: str = ""  # the env's task description at the episode's start (per-task eval breakdown)
+
+
+@dataclass
+class EpisodeFrames:
+    """The rendered frames of one recorded episode, terminal frame included (for videos).
+
+    Frame ``t`` shows the state after sub-step ``t`` (frame 0: after the reset); ``rewards[t]`` and
+    ``successes[t]`` belong to that sub-step (0 and the reset's success for frame 0).
+    """
+
+    env_index: int  # relative to the vector env that recorded it
+    task: str  # task description at the episode's start
+    frames: list[np.ndarray] = field(default_factory=list)  # uint8 [H, W, 3] each
+    rewards: list[float] = field(default_factory=list)
+    successes: list[bool] = field(default_factory=list)
+
+
+@dataclass
+class PeerFailure:
+    """Sent in place of a result when a worker fails mid-exchange, so its peer raises instead of waiting."""
+
+    message: str
+
+
+class PeerFailureError(RuntimeError):
+    """Raised by a worker that received a ``PeerFailure``: the peer failed, not this worker."""
 
 
 @dataclass

@@ -10,7 +10,10 @@ This file is the single owner of the chunk-step contract (see ``embodied.types.C
   first observation and ``final_obs`` holds the terminal one (``None`` when no env is done).
 - ``auto_reset=False`` (GRPO, eval): a done env stays done, its ``obs`` stays terminal and its later
   chunks execute nothing, until ``reset()``.
-- ``episodes`` lists return, length, ``success_once`` and ``success_at_end`` of envs done in the chunk.
+- ``episodes`` lists return, length, ``success_once``, ``success_at_end`` and the task of envs done in the chunk.
+
+``record(envs)`` keeps a rendered frame of every executed sub-step of those envs' episodes (the
+terminal frame is rendered before any reset); ``take_recordings()`` hands over finished episodes.
 
 Wrapped envs are plain gymnasium envs that end their own episodes (``max_episode_steps``); this
 class does no gymnasium-style autoreset, so no suite's reset convention leaks through it.
@@ -25,7 +28,7 @@ from typing import ClassVar
 import gymnasium as gym
 import numpy as np
 
-from embodied.types import TASK_DESCRIPTIONS, ChunkStepResult, EpisodeStats, Obs
+from embodied.types import TASK_DESCRIPTIONS, ChunkStepResult, EpisodeFrames, EpisodeStats, Obs
 
 
 @dataclass
@@ -36,12 +39,60 @@ class _Episode:
     length: int = 0
     success_once: bool = False
     success_last: bool = False
+    task: str = ""
 
     def record(self, reward: float, success: bool) -> None:
         self.ret += reward
         self.length += 1
         self.success_once |= success
         self.success_last = success
+
+
+class _Recorder:
+    """Frames of the current episodes of watched envs, and the finished ones not yet taken.
+
+    A render error switches recording off (``error`` says why) and never stops the stepping.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.watched: frozenset[int] = frozenset()
+        self.active: dict[int, EpisodeFrames] = {}
+        self.finished: list[EpisodeFrames] = []
+        self.error: str | None = None
+
+    def watch(self, envs: Sequence[int]) -> None:
+        """Record the episodes of ``envs`` from now on (dropping unfinished recordings)."""
+        self.watched = frozenset(int(i) for i in envs)
+        self.active, self.error = {}, None
+
+    def start(self, i: int, env: gym.Env, task: str, success: bool) -> None:
+        """Begin env ``i``'s episode (if watched) with a frame of its current state."""
+        self.active.pop(i, None)  # an unfinished episode cut short by reset() is dropped
+        if i in self.watched:
+            self.active[i] = EpisodeFrames(i, task)
+            self.add(i, env, 0.0, success)
+
+    def add(self, i: int, env: gym.Env, reward: float, success: bool) -> None:
+        rec = self.active.get(i)
+        if rec is None:
+            return
+        try:
+            frame = env.render()
+            if frame is None:
+                raise RuntimeError("render() returned None; make the env with render_mode='rgb_array'")
+        except Exception as exc:  # noqa: BLE001 - a broken renderer must not stop the episode
+            self.error = f"{self.name}: rendering failed, recording switched off: {exc!r}"
+            self.watched, self.active = frozenset(), {}
+            return
+        rec.frames.append(np.array(frame, dtype=np.uint8, copy=True))  # envs may reuse their buffer
+        rec.rewards.append(reward)
+        rec.successes.append(success)
+
+    def finish(self, i: int) -> None:
+        rec = self.active.pop(i, None)
+        if rec is not None:
+            self.finished.append(rec)
 
 
 class ChunkedVectorEnv:
@@ -63,6 +114,7 @@ class ChunkedVectorEnv:
         self._obs: list[dict] = []
         self._episodes = [_Episode() for _ in self.envs]
         self._finished = np.zeros(self.num_envs, dtype=bool)
+        self._recorder = _Recorder(name)
 
     @property
     def num_envs(self) -> int:
@@ -101,11 +153,13 @@ class ChunkedVectorEnv:
                 terminations[i, c], truncations[i, c] = terminated, truncated
                 self._obs[i] = obs
                 self._episodes[i].record(float(reward), bool(info.get("success", False)))
+                self._recorder.add(i, env, float(reward), bool(info.get("success", False)))
                 if terminated or truncated:
                     dones[i] = True
                     break
             if dones[i]:
                 episodes.append(self._close_episode(i))
+                self._recorder.finish(i)  # before the reset: the terminal frame stays in the video
                 final[i] = {k: np.array(v, copy=True) for k, v in self._obs[i].items()}  # reset may reuse buffers
                 if self.auto_reset:
                     self._obs[i] = self._reset_one(i, None)
@@ -122,6 +176,27 @@ class ChunkedVectorEnv:
         """One RGB frame per env (needs envs made with ``render_mode='rgb_array'``)."""
         return [env.render() for env in self.envs]
 
+    def record(self, envs: Sequence[int]) -> None:
+        """Record the episodes of envs ``envs`` from their current state on (``()`` stops).
+
+        Each recorded episode starts with a frame of its current state and adds one per executed
+        sub-step; envs must be made with ``render_mode='rgb_array'``. With ``auto_reset`` the next
+        episodes of those envs are recorded too. Call it right after ``reset()``.
+        """
+        self._recorder.watch(envs)
+        for i in sorted(self._recorder.watched):
+            self._recorder.start(i, self.envs[i], self._episodes[i].task, self._episodes[i].success_last)
+
+    def take_recordings(self) -> list[EpisodeFrames]:
+        """The recorded episodes that finished since the last call, in the order they finished."""
+        done, self._recorder.finished = self._recorder.finished, []
+        return done
+
+    @property
+    def recording_error(self) -> str | None:
+        """Why recording was switched off (a render error), or None."""
+        return self._recorder.error
+
     def close(self) -> None:
         for env in self.envs:
             env.close()
@@ -129,13 +204,15 @@ class ChunkedVectorEnv:
     # -- internals ---------------------------------------------------------------------------
 
     def _reset_one(self, i: int, seed: int | None) -> dict:
-        obs, _ = self.envs[i].reset(seed=seed)
-        self._episodes[i] = _Episode()
+        env = self.envs[i]
+        obs, info = env.reset(seed=seed)
+        self._episodes[i] = _Episode(task=str(getattr(env.unwrapped, "task_description", "")))
+        self._recorder.start(i, env, self._episodes[i].task, bool(info.get("success", False)))
         return obs
 
     def _close_episode(self, i: int) -> EpisodeStats:
         ep = self._episodes[i]
-        return EpisodeStats(i, ep.ret, ep.length, ep.success_once, ep.success_last)
+        return EpisodeStats(i, ep.ret, ep.length, ep.success_once, ep.success_last, ep.task)
 
     def _batch(self, per_env: list[dict]) -> Obs:
         out: Obs = {key: np.stack([o[key] for o in per_env]) for key in per_env[0]}

@@ -113,7 +113,8 @@ def from_dict(cls: type, data: Any, path: str) -> Any:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(f"unknown field {_join(path, key)!r}{hint}; known fields of {path or 'the config'}: "
                           f"{', '.join(fields)}")
-    kwargs = {name: _convert(hints[name], data[name], _join(path, name)) for name in fields if name in data}
+    kwargs = {name: _convert(hints[name], data.get(name, {}), _join(path, name)) for name in fields
+              if name in data or dataclasses.is_dataclass(hints[name])}  # absent section: its defaults
     return cls(**kwargs)
 
 
@@ -217,6 +218,12 @@ def validate(cfg: Config) -> list[str]:
     need(r.eval_every >= 0, f"runner.eval_every: must be >= 0, got {r.eval_every}")
     need(r.eval_episodes >= 1, f"runner.eval_episodes: must be >= 1, got {r.eval_episodes}")
     need(r.checkpoint_every >= 0, f"runner.checkpoint_every: must be >= 0, got {r.checkpoint_every}")
+    v = cfg.logger.video
+    need(v.fps >= 1, f"logger.video.fps: must be >= 1, got {v.fps}")
+    need(v.size >= 16 and v.size % 2 == 0, f"logger.video.size: must be even and >= 16 (video codecs), got {v.size}")
+    need(v.max_videos >= 1, f"logger.video.max_videos: must be >= 1, got {v.max_videos}")
+    need(len(set(cfg.logger.backends)) == len(cfg.logger.backends),
+         f"logger.backends: each backend at most once, got {cfg.logger.backends}")
     need(cfg.cluster.address is None or cfg.cluster.backend == "ray",
          f"cluster.address: only used with cluster.backend=ray, got backend={cfg.cluster.backend!r}")
     return p

@@ -83,14 +83,30 @@ class RunnerConfig:
     eval_every: int = 10  # iterations between evals (0: only at the end)
     eval_episodes: int = 32  # episodes per eval (deterministic actions)
     checkpoint_every: int = 50  # iterations between checkpoints (0: only at the end)
+    eval_video: Literal["none", "last", "all"] = "none"  # evals that record videos (see logger.video); envs must render
+    resume_from: str | None = None  # checkpoint file, or run dir (its latest checkpoint), to continue in its run dir
+    plot: bool = True  # write learning_curves.png into the run dir at the end of training
+
+
+@dataclass
+class VideoConfig:
+    """Eval videos: one mp4 per recorded episode plus a tiled grid of them."""
+
+    fps: int = 20  # frames (env sub-steps) per second of video
+    size: int = 256  # pixels per side of one episode's frames (resized from the env's render; even)
+    max_videos: int = 4  # episodes recorded per eval: the first ones of the fixed eval set
+    overlay: bool = True  # draw step, reward, return, success and the instruction on the frames
+    grid: bool = True  # also tile the recorded episodes side by side into grid_*.mp4
 
 
 @dataclass
 class LoggerConfig:
-    backends: list[Literal["console", "wandb"]] = field(default_factory=lambda: ["console", "wandb"])  # metric sinks
+    backends: list[Literal["console", "wandb", "tensorboard"]] = field(
+        default_factory=lambda: ["console", "wandb"])  # metric sinks (metrics.jsonl is always written)
     project: str = "embodied"  # wandb project
     wandb_mode: Literal["offline", "online", "disabled"] = "offline"  # WANDB_MODE env var overrides
     progress_bar: bool = True  # show a tqdm bar (off: a line per log)
+    video: VideoConfig = field(default_factory=VideoConfig)  # eval videos (runner.eval_video, embodied eval --video)
 
 
 @dataclass

@@ -2,24 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 import numpy as np
 import torch
 
+from embodied.channels import Shard
 from embodied.config import EnvConfig
+from embodied.config.schema import VideoConfig
 from embodied.env_factory import make_vector_env, policy_spec
 from embodied.policy import PolicySpec
-from embodied.types import obs_slice
+from embodied.types import PeerFailure, PeerFailureError, obs_slice
+from embodied.video import VideoReport, VideoWriter
 from embodied.workers.link import Link
 
 
 class EnvWorker:
-    """Owns the vector env (a ``BatchedEnv``) of its slice of the batch; does nothing but step it."""
+    """Owns the vector env (a ``BatchedEnv``) of its slice of the batch; steps it, and records eval videos.
+
+    With ``video`` the envs are made with ``render_mode='rgb_array'`` and ``eval_epoch`` can record
+    the first ``video.max_videos`` episodes of the eval set; a background ``VideoWriter`` encodes them.
+    """
 
     def __init__(self, rank: int, env_cfg: EnvConfig, link: Link, seed: int, torch_threads: int = 1,
-                 section: str = "env") -> None:
+                 section: str = "env", video: VideoConfig | None = None) -> None:
         torch.set_num_threads(torch_threads)
-        self.rank, self.link, self.seed = rank, link, seed
-        self.venv = make_vector_env(env_cfg, link.num_envs, section, name=f"{env_cfg.id}[env rank {rank}]")
+        self.rank, self.link, self.seed, self.video = rank, link, seed, video
+        self.venv = make_vector_env(env_cfg, link.num_envs, section, render_mode="rgb_array" if video else None,
+                                    name=f"{env_cfg.id}[{section} rank {rank}]")
+        self.writer = VideoWriter()
+        self._video_errors: list[str] = []
+        self._reported: set[str] = set()  # each video problem is reported once
         self.obs = self.venv.reset(seed=seed + link.start)
 
     def spec(self) -> PolicySpec:
@@ -29,18 +44,47 @@ class EnvWorker:
     def run_epoch(self, chunk_steps: int, reset_seed: int | None = None) -> int:
         """Send the current obs, then answer ``chunk_steps`` action chunks; returns sub-steps run.
 
-        ``reset_seed`` resets every env first (env ``i`` of the batch gets ``reset_seed + i``),
-        which eval uses to replay a fixed set of initial states.
+        ``reset_seed`` resets every env first (env ``i`` of the batch gets ``reset_seed + i``).
         """
-        if reset_seed is not None:
+        with self._failure_sent_to_peers():
+            if reset_seed is not None:
+                self.obs = self.venv.reset(seed=reset_seed + self.link.start)
+            return self._exchange(chunk_steps)
+
+    def eval_epoch(self, chunk_steps: int, reset_seed: int, first_episode: int, video_dir: str | None) -> int:
+        """One eval round: reset env ``i`` of the batch to ``reset_seed + i``, then exchange.
+
+        Env ``i`` plays eval episode ``first_episode + i``; with ``video_dir``, episodes below
+        ``video.max_videos`` are recorded and queued for encoding into ``video_dir``.
+        """
+        first = first_episode + self.link.start  # eval episode index of this worker's env 0
+        with self._failure_sent_to_peers():
             self.obs = self.venv.reset(seed=reset_seed + self.link.start)
+            recorded = self._start_recording(first) if video_dir is not None else []
+            executed = self._exchange(chunk_steps)
+        if recorded:
+            self._queue_videos(Path(video_dir), first)
+        return executed
+
+    def take_videos(self, wait: bool = False) -> VideoReport:
+        """Videos written (and failures) since the last call; ``wait`` first finishes the queued ones."""
+        if wait:
+            self.writer.flush()
+        errors, self._video_errors = self._video_errors + self.writer.take_errors(), []
+        return VideoReport([str(p) for p in self.writer.take_written()], errors)
+
+    def close(self) -> None:
+        self.writer.close()
+        self.venv.close()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _exchange(self, chunk_steps: int) -> int:
         for shard in self.link.shards:
             self.link.to_rollout.put(Link.key(shard), obs_slice(self.obs, *self.link.local(shard)))
         executed = 0
         for _ in range(chunk_steps):
-            actions = np.concatenate(
-                [self.link.to_env.get(Link.key(s), timeout=self.link.timeout) for s in self.link.shards]
-            )
+            actions = np.concatenate([self._get_actions(s) for s in self.link.shards])
             result = self.venv.chunk_step(actions)
             for shard in self.link.shards:
                 self.link.to_rollout.put(Link.key(shard), result.slice(*self.link.local(shard)))
@@ -48,6 +92,56 @@ class EnvWorker:
             executed += int(result.executed.sum())
         return executed
 
-    def close(self) -> None:
-        self.venv.close()
+    @contextmanager
+    def _failure_sent_to_peers(self) -> Iterator[None]:
+        """On an error, tell the rollout ranks at once rather than leave them waiting out the timeout."""
+        try:
+            yield
+        except PeerFailureError:
+            raise  # a rollout rank failed: it knows
+        except Exception as exc:
+            for shard in self.link.shards:
+                self.link.to_rollout.put(Link.key(shard), PeerFailure(f"env worker {self.rank} failed: {exc!r}"))
+            raise
 
+    def _get_actions(self, shard: Shard) -> np.ndarray:
+        item = self.link.to_env.get(Link.key(shard), timeout=self.link.timeout)
+        if isinstance(item, PeerFailure):
+            raise PeerFailureError(item.message)
+        return item
+
+    def _start_recording(self, first: int) -> list[int]:
+        """Record this worker's envs whose eval episode index is below ``max_videos``."""
+        if self.video is None:
+            raise RuntimeError(f"env worker {self.rank} was made without a VideoConfig: it cannot record")
+        envs = [i for i in range(self.link.num_envs) if first + i < self.video.max_videos]
+        if envs and not hasattr(self.venv, "record"):
+            self._report_once(f"{type(self.venv).__name__} cannot record videos (it has no record())")
+            return []
+        if envs:
+            self.venv.record(envs)
+        return envs
+
+    def _queue_videos(self, out_dir: Path, first: int) -> None:
+        try:
+            self._submit_videos(out_dir, first)
+        except Exception as exc:  # noqa: BLE001 - the eval round itself went fine
+            self._report_once(f"queueing eval videos failed: {exc!r}")
+
+    def _submit_videos(self, out_dir: Path, first: int) -> None:
+        error = self.venv.recording_error  # read before record(()) clears it
+        self.venv.record(())
+        episodes = sorted(self.venv.take_recordings(), key=lambda e: e.env_index)
+        if error:
+            self._report_once(error)
+        if not episodes:
+            return
+        indices = [first + e.env_index for e in episodes]
+        names = [f"episode_{k:03d}.mp4" for k in indices]
+        grid = f"grid_{indices[0]:03d}-{indices[-1]:03d}.mp4" if self.video.grid and len(episodes) > 1 else None
+        self.writer.submit(out_dir, episodes, names, grid, self.video)
+
+    def _report_once(self, message: str) -> None:
+        if message not in self._reported:
+            self._reported.add(message)
+            self._video_errors.append(message)

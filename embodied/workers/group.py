@@ -1,16 +1,24 @@
-"""``Workers``: the worker groups of one run, wired by channels, and what the runner asks of them."""
+"""The worker groups of a run, wired by channels, and what the runner asks of them.
+
+``Workers`` is a training run: env, actor and rollout groups plus an ``Evaluator``. An
+``Evaluator`` alone (eval envs and rollout workers, no actor, no training envs) is what
+``embodied eval`` builds; both come from the same small builder functions.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from embodied.channels import route, shards_for_env_rank, shards_for_rollout_rank
 from embodied.config import Config, EnvConfig
+from embodied.config.schema import VideoConfig
 from embodied.placement import Backend, LocalBackend, WorkerGroup
-from embodied.policy import PolicySpec
+from embodied.policy import Policy, PolicySpec
 from embodied.types import EpisodeStats, Trajectory
+from embodied.video import VideoReport
 from embodied.workers.actor_worker import ActorWorker
 from embodied.workers.env_worker import EnvWorker
 from embodied.workers.link import Link
@@ -20,15 +28,113 @@ EVAL_SEED_OFFSET = 1_000_000  # eval initial states never coincide with training
 
 
 @dataclass
+class EnvGroup:
+    """Env workers over one env config, and each rollout rank's side of their exchange."""
+
+    group: WorkerGroup
+    rollout_links: list[Link]  # one per rollout rank
+
+
+def start_env_group(cfg: Config, backend: Backend, env_cfg: EnvConfig, section: str, seed: int,
+                    video: VideoConfig | None = None) -> EnvGroup:
+    """Env workers over ``env_cfg``; ``video`` makes them render and record eval videos."""
+    c = cfg.cluster
+    shards = route(env_cfg.num_envs, c.num_env_workers, c.num_rollout_workers)
+    to_rollout, to_env = backend.channel(f"{section}-obs"), backend.channel(f"{section}-actions")
+    env_links = [Link(shards_for_env_rank(shards, e), to_rollout, to_env) for e in range(c.num_env_workers)]
+    group = backend.create(EnvWorker, [(e, env_cfg, env_links[e], seed, c.torch_threads, section, video)
+                                       for e in range(c.num_env_workers)])
+    rollout_links = [Link(shards_for_rollout_rank(shards, r), to_rollout, to_env)
+                     for r in range(c.num_rollout_workers)]
+    return EnvGroup(group, rollout_links)
+
+
+def start_eval_envs(cfg: Config, backend: Backend, video: VideoConfig | None) -> EnvGroup:
+    return start_env_group(cfg, backend, cfg.resolved_eval_env(), "eval_env", cfg.experiment.seed + EVAL_SEED_OFFSET,
+                           video)
+
+
+def start_rollout_group(cfg: Config, backend: Backend, spec: PolicySpec, train: EnvGroup | None,
+                        evaluation: EnvGroup, shared: Policy | None) -> WorkerGroup:
+    """Rollout workers acting on ``train`` (None: eval only) and ``evaluation`` envs."""
+    c = cfg.cluster
+    return backend.create(MultiStepRolloutWorker, [
+        (r, cfg.policy, spec, train.rollout_links[r] if train else None, evaluation.rollout_links[r], shared,
+         c.torch_threads)
+        for r in range(c.num_rollout_workers)
+    ])
+
+
+@dataclass
+class Evaluator:
+    """Greedy episodes on the eval envs from a fixed, reproducible set of seeds.
+
+    Eval episode ``k`` starts from seed ``experiment.seed + EVAL_SEED_OFFSET + k``, apart from
+    every training seed; ``eval_env.num_envs`` episodes run at a time (one round).
+    """
+
+    cfg: Config
+    backend: Backend
+    envs: EnvGroup
+    rollout_group: WorkerGroup
+
+    @classmethod
+    def start(cls, cfg: Config, backend: Backend, video: VideoConfig | None = None) -> Evaluator:
+        """Eval envs and rollout workers only: no actor, no training envs (``embodied eval``)."""
+        envs = start_eval_envs(cfg, backend, video)
+        spec = backend.wait(envs.group.call("spec"))[0]
+        return cls(cfg, backend, envs, start_rollout_group(cfg, backend, spec, None, envs, None))
+
+    def load_policy(self, state: dict[str, Any], version: int = 0) -> None:
+        """Load policy weights (a ``state_dict``) into every rollout worker."""
+        self.backend.wait(self.rollout_group.call("sync_weights", (version, state)))
+
+    def run(self, episodes: int, video_dir: str | None = None) -> list[EpisodeStats]:
+        """Every episode of ``ceil(episodes / num_envs)`` rounds, ordered by eval episode index.
+
+        An episode's ``env_index`` is its eval episode index ``k`` (seed ``eval_seed(k)``), so
+        ``[e for e in run(n) if e.env_index < n]`` is the same set of n initial states every time.
+        With ``video_dir`` the first ``logger.video.max_videos`` episodes are recorded into it
+        (encoded in the background: see ``take_videos``).
+        """
+        eval_cfg = self.cfg.resolved_eval_env()
+        n = eval_cfg.num_envs
+        chunk_steps = math.ceil(eval_cfg.max_episode_steps / self.cfg.policy.action_chunk)
+        base = self.eval_seed(0)
+        starts = [link.start for link in self.envs.rollout_links]  # rollout rank -> its first env
+        stats: list[EpisodeStats] = []
+        for round_ in range(math.ceil(episodes / n)):
+            env_handles = self.envs.group.call("eval_epoch", chunk_steps, base + round_ * n, round_ * n, video_dir)
+            parts = self.backend.wait(self.rollout_group.call("eval_epoch", chunk_steps))
+            self.backend.wait(env_handles)
+            found = [dataclasses.replace(e, env_index=round_ * n + start + e.env_index)
+                     for part, start in zip(parts, starts) for e in part]
+            stats += sorted(found, key=lambda e: e.env_index)
+        return stats
+
+    def eval_seed(self, k: int) -> int:
+        """The reset seed of eval episode ``k``."""
+        return self.cfg.experiment.seed + EVAL_SEED_OFFSET + k
+
+    def take_videos(self, wait: bool = False) -> VideoReport:
+        """Videos finished since the last call (``wait``: finish the queued ones first)."""
+        return VideoReport.merge(self.backend.wait(self.envs.group.call("take_videos", wait)))
+
+    def close(self) -> None:
+        """Finish queued videos and close the eval envs."""
+        self.backend.wait(self.envs.group.call("close"))
+
+
+@dataclass
 class Workers:
-    """Env, eval-env, rollout and actor groups of one run."""
+    """Env, rollout and actor groups of a training run, and its evaluator."""
 
     cfg: Config
     backend: Backend
     env_group: WorkerGroup
-    eval_group: WorkerGroup
     rollout_group: WorkerGroup
     actor_group: WorkerGroup  # one rank
+    evaluator: Evaluator
     spec: PolicySpec
     colocated: bool  # rollout workers act with the actor's own module
 
@@ -36,20 +142,16 @@ class Workers:
     def start(cls, cfg: Config, backend: Backend) -> Workers:
         """Create channels and workers; envs are built (and fail) before the policy is."""
         c = cfg.cluster
-        env_group, env_rollout_links = _env_group(cfg, backend, cfg.env, "env", cfg.experiment.seed)
-        eval_cfg = cfg.resolved_eval_env()
-        eval_group, eval_rollout_links = _env_group(cfg, backend, eval_cfg, "eval_env",
-                                                    cfg.experiment.seed + EVAL_SEED_OFFSET)
-        spec = backend.wait(env_group.call("spec"))[0]
+        train = start_env_group(cfg, backend, cfg.env, "env", cfg.experiment.seed)
+        evaluation = start_eval_envs(cfg, backend, cfg.logger.video if cfg.runner.eval_video != "none" else None)
+        spec = backend.wait(train.group.call("spec"))[0]
         actor = backend.create(ActorWorker, [(cfg.policy, spec, cfg.algorithm, cfg.actor, cfg.runner.iterations,
                                               cfg.experiment.seed, c.torch_threads)])
         colocated = isinstance(backend, LocalBackend)
         shared = actor.workers[0].policy if colocated else None
-        rollout = backend.create(MultiStepRolloutWorker, [
-            (r, cfg.policy, spec, env_rollout_links[r], eval_rollout_links[r], shared, c.torch_threads)
-            for r in range(c.num_rollout_workers)
-        ])
-        return cls(cfg, backend, env_group, eval_group, rollout, actor, spec, colocated)
+        rollout = start_rollout_group(cfg, backend, spec, train, evaluation, shared)
+        return cls(cfg, backend, train.group, rollout, actor, Evaluator(cfg, backend, evaluation, rollout), spec,
+                   colocated)
 
     def sync_weights(self) -> int:
         """Publish the actor's weights to every rollout worker; returns the version."""
@@ -66,36 +168,17 @@ class Workers:
     def update(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
         return self.backend.wait(self.actor_group.call("update", trajectories, iteration))[0]
 
-    def evaluate(self, episodes: int) -> list[EpisodeStats]:
-        """Greedy episodes from a fixed set of eval seeds, ``eval_env.num_envs`` at a time."""
-        eval_cfg = self.cfg.resolved_eval_env()
-        chunk_steps = math.ceil(eval_cfg.max_episode_steps / self.cfg.policy.action_chunk)
-        base = self.cfg.experiment.seed + EVAL_SEED_OFFSET
-        stats: list[EpisodeStats] = []
-        for round_ in range(math.ceil(episodes / eval_cfg.num_envs)):
-            env_handles = self.eval_group.call("run_epoch", chunk_steps, base + round_ * eval_cfg.num_envs)
-            for part in self.backend.wait(self.rollout_group.call("eval_epoch", chunk_steps)):
-                stats += part
-            self.backend.wait(env_handles)
-        return stats
+    def evaluate(self, episodes: int, video_dir: str | None = None) -> list[EpisodeStats]:
+        """Greedy episodes from the fixed eval seeds (see ``Evaluator.run``)."""
+        return self.evaluator.run(episodes, video_dir)
 
     def actor_state(self) -> dict[str, Any]:
         return self.backend.wait(self.actor_group.call("state"))[0]
 
+    def load_actor_state(self, state: dict[str, Any]) -> None:
+        """Restore the actor (policy, optimizer, version) from ``actor_state()`` output."""
+        self.backend.wait(self.actor_group.call("load_state", state))
+
     def close(self) -> None:
-        for group in (self.env_group, self.eval_group):
-            self.backend.wait(group.call("close"))
-
-
-def _env_group(cfg: Config, backend: Backend, env_cfg: EnvConfig, section: str,
-               seed: int) -> tuple[WorkerGroup, list[Link]]:
-    """Env workers over ``env_cfg`` and, per rollout rank, that rank's side of the exchange."""
-    c = cfg.cluster
-    shards = route(env_cfg.num_envs, c.num_env_workers, c.num_rollout_workers)
-    to_rollout, to_env = backend.channel(f"{section}-obs"), backend.channel(f"{section}-actions")
-    env_links = [Link(shards_for_env_rank(shards, e), to_rollout, to_env) for e in range(c.num_env_workers)]
-    group = backend.create(EnvWorker, [(e, env_cfg, env_links[e], seed, c.torch_threads, section)
-                                       for e in range(c.num_env_workers)])
-    rollout_links = [Link(shards_for_rollout_rank(shards, r), to_rollout, to_env)
-                     for r in range(c.num_rollout_workers)]
-    return group, rollout_links
+        self.backend.wait(self.env_group.call("close"))
+        self.evaluator.close()

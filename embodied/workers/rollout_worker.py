@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import numpy as np
 import torch
 
+from embodied.channels import Shard
 from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
-from embodied.types import ChunkStepResult, EpisodeStats, Obs, PolicyOutput, Trajectory, obs_concat
+from embodied.types import (ChunkStepResult, EpisodeStats, Obs, PeerFailure, PeerFailureError, PolicyOutput,
+                            Trajectory, obs_concat)
 from embodied.workers.link import Link
 
 
@@ -14,10 +20,12 @@ class MultiStepRolloutWorker:
     """Merges obs shards from its env ranks, acts, splits the action chunk back, records.
 
     With ``shared_policy`` (colocated placement) it acts with the actor's own module and a weight
-    sync copies nothing; otherwise it builds its own copy and loads published weights.
+    sync copies nothing; otherwise it builds its own copy and loads published weights. ``train`` is
+    None for eval-only runs (``embodied eval``), ``evaluation`` None when there are no eval envs.
     """
 
-    def __init__(self, rank: int, policy_cfg: PolicyConfig, spec: PolicySpec, train: Link, evaluation: Link | None,
+    def __init__(self, rank: int, policy_cfg: PolicyConfig, spec: PolicySpec, train: Link | None,
+                 evaluation: Link | None,
                  shared_policy: Policy | None = None, torch_threads: int = 1) -> None:
         torch.set_num_threads(torch_threads)
         self.rank, self.train, self.evaluation = rank, train, evaluation
@@ -35,13 +43,16 @@ class MultiStepRolloutWorker:
     @torch.no_grad()
     def rollout_epoch(self, chunk_steps: int) -> Trajectory:
         """``chunk_steps`` sampled chunk steps over the training envs, as a trajectory."""
-        obs = self._recv_obs(self.train)
+        if self.train is None:
+            raise RuntimeError(f"rollout rank {self.rank} has no training envs")
         steps: list[tuple[PolicyOutput, ChunkStepResult, torch.Tensor]] = []
-        for _ in range(chunk_steps):
-            out = self._act(obs, deterministic=False)
-            result = self._exchange(self.train, out)
-            steps.append((out, result, self._final_values(result)))
-            obs = result.obs
+        with self._failure_sent_to_peers(self.train):
+            obs = self._recv_obs(self.train)
+            for _ in range(chunk_steps):
+                out = self._act(obs, deterministic=False)
+                result = self._exchange(self.train, out)
+                steps.append((out, result, self._final_values(result)))
+                obs = result.obs
         return self._trajectory(steps, self.policy.value(obs).float())
 
     @torch.no_grad()
@@ -49,15 +60,28 @@ class MultiStepRolloutWorker:
         """``chunk_steps`` greedy chunk steps over the eval envs; the episodes that ended."""
         if self.evaluation is None:
             raise RuntimeError(f"rollout rank {self.rank} has no eval envs")
-        obs = self._recv_obs(self.evaluation)
         episodes: list[EpisodeStats] = []
-        for _ in range(chunk_steps):
-            result = self._exchange(self.evaluation, self._act(obs, deterministic=True))
-            episodes += result.episodes
-            obs = result.obs
+        with self._failure_sent_to_peers(self.evaluation):
+            obs = self._recv_obs(self.evaluation)
+            for _ in range(chunk_steps):
+                result = self._exchange(self.evaluation, self._act(obs, deterministic=True))
+                episodes += result.episodes
+                obs = result.obs
         return episodes
 
     # -- internals ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _failure_sent_to_peers(self, link: Link) -> Iterator[None]:
+        """On an error of our own, tell the env ranks at once rather than leave them waiting out the timeout."""
+        try:
+            yield
+        except PeerFailureError:
+            raise  # an env rank failed: it knows
+        except Exception as exc:
+            for shard in link.shards:
+                link.to_env.put(Link.key(shard), PeerFailure(f"rollout worker {self.rank} failed: {exc!r}"))
+            raise
 
     def _act(self, obs: Obs, deterministic: bool) -> PolicyOutput:
         out = self.policy.act(obs, deterministic=deterministic)
@@ -65,7 +89,7 @@ class MultiStepRolloutWorker:
         return out
 
     def _recv_obs(self, link: Link) -> Obs:
-        return obs_concat([link.to_rollout.get(Link.key(s), timeout=link.timeout) for s in link.shards])
+        return obs_concat([_get(link, s) for s in link.shards])
 
     def _exchange(self, link: Link, out: PolicyOutput) -> ChunkStepResult:
         """Send each env rank its rows of the action chunk; merge what comes back."""
@@ -74,8 +98,7 @@ class MultiStepRolloutWorker:
         for shard in link.shards:
             link.to_env.put(Link.key(shard), actions[offset : offset + shard.size])
             offset += shard.size
-        parts = [link.to_rollout.get(Link.key(s), timeout=link.timeout) for s in link.shards]
-        return ChunkStepResult.concat(parts)
+        return ChunkStepResult.concat([_get(link, s) for s in link.shards])
 
     def _final_values(self, result: ChunkStepResult) -> torch.Tensor:
         """V(final_obs) where an episode was truncated (bootstrap), 0 elsewhere."""
@@ -105,3 +128,11 @@ class MultiStepRolloutWorker:
             version=self.version,
             episodes=[e for r in results for e in r.episodes],
         )
+
+
+def _get(link: Link, shard: Shard) -> Any:
+    """The next item from ``shard``'s env rank; raises if that rank reported a failure."""
+    item = link.to_rollout.get(Link.key(shard), timeout=link.timeout)
+    if isinstance(item, PeerFailure):
+        raise PeerFailureError(item.message)
+    return item

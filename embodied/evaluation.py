@@ -1,0 +1,232 @@
+"""Evaluation: success rate with a 95% Wilson interval, return and length, a per-task breakdown;
+periodic eval during training; and ``embodied eval`` (a checkpoint -> ``eval.json`` and a table).
+
+    report = evaluate_checkpoint(cfg, Path("runs/x/checkpoints/iter_000100.pt"), episodes=64,
+                                 out_dir=Path("runs/x/eval/iter_000100"), video=True)
+    print(format_table(report))
+
+Eval is greedy (``deterministic=True``) on a fixed set of initial states: episode ``k`` starts
+from seed ``experiment.seed + EVAL_SEED_OFFSET + k``, apart from every training seed, so the
+same checkpoint gives the same numbers every time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from embodied.checkpoint import load_checkpoint
+from embodied.config import Config
+from embodied.placement import make_backend
+from embodied.types import EpisodeStats
+from embodied.workers.group import Evaluator, Workers
+
+Z_95 = 1.959964  # two-sided 95% normal quantile
+
+
+def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion; stays inside [0, 1] even at 0 or n successes."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass
+class EvalSummary:
+    """Statistics of a set of eval episodes."""
+
+    episodes: int
+    success_rate: float  # fraction of episodes with success at some step
+    success_ci95: tuple[float, float]  # Wilson score interval
+    return_mean: float
+    return_std: float
+    episode_len: float  # mean sub-steps per episode
+
+    @staticmethod
+    def of(episodes: list[EpisodeStats]) -> EvalSummary:
+        n = len(episodes)
+        if n == 0:
+            nan = float("nan")
+            return EvalSummary(0, nan, (nan, nan), nan, nan, nan)
+        successes = sum(e.success_once for e in episodes)
+        returns = np.array([e.episode_return for e in episodes])
+        return EvalSummary(n, successes / n, wilson_interval(successes, n), float(returns.mean()),
+                           float(returns.std()), float(np.mean([e.length for e in episodes])))
+
+
+def per_task(episodes: list[EpisodeStats]) -> dict[str, EvalSummary]:
+    """One summary per task description, in first-seen order."""
+    tasks = list(dict.fromkeys(e.task for e in episodes))
+    return {t: EvalSummary.of([e for e in episodes if e.task == t]) for t in tasks}
+
+
+def episode_metrics(prefix: str, episodes: list[EpisodeStats]) -> dict[str, float]:
+    """Success rate, mean return and length of finished episodes (NaN when none finished)."""
+    s = EvalSummary.of(episodes)
+    return {f"{prefix}/success_rate": s.success_rate, f"{prefix}/return": s.return_mean,
+            f"{prefix}/episode_len": s.episode_len, f"{prefix}/episodes": float(s.episodes)}
+
+
+def eval_metrics(episodes: list[EpisodeStats]) -> dict[str, float]:
+    """``eval/*`` metrics: those of ``episode_metrics``, the 95% interval and, with several tasks, each task's."""
+    s = EvalSummary.of(episodes)
+    metrics = episode_metrics("eval", episodes)
+    metrics |= {"eval/success_ci_low": s.success_ci95[0], "eval/success_ci_high": s.success_ci95[1]}
+    tasks = per_task(episodes)
+    if len(tasks) > 1:
+        for task, t in tasks.items():
+            metrics |= {f"eval/task/{slug(task)}/success_rate": t.success_rate,
+                        f"eval/task/{slug(task)}/return": t.return_mean}
+    return metrics
+
+
+def slug(text: str) -> str:
+    """A metric-name-safe form of a task description."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_")[:60] or "task"
+
+
+class PeriodicEval:
+    """Eval during training that never stops training.
+
+    An eval that raises is reported and periodic eval is switched off (its workers may be left
+    mid-exchange); video problems are reported and the run goes on without them.
+    """
+
+    def __init__(self, workers: Workers, cfg: Config, run_dir: Path) -> None:
+        self.workers, self.cfg, self.run_dir = workers, cfg, run_dir
+        self.failed = False
+
+    def __call__(self, iteration: int) -> dict[str, float]:
+        """``eval/*`` metrics of the weights just trained ({} once eval has failed)."""
+        if self.failed:
+            return {}
+        n = self.cfg.runner.eval_episodes
+        video_dir = str(self.run_dir / "videos" / f"iter_{iteration:06d}") if self.records(iteration) else None
+        t0 = time.perf_counter()
+        try:
+            self.workers.sync_weights()
+            episodes = [e for e in self.workers.evaluate(n, video_dir) if e.env_index < n]
+        except Exception as exc:  # noqa: BLE001 - training goes on without eval
+            warnings.warn(f"eval at iteration {iteration} failed, periodic eval switched off: {exc!r}", stacklevel=2)
+            self.failed = True
+            return {"eval/failed": 1.0}
+        return eval_metrics(episodes) | {"time/eval": time.perf_counter() - t0}
+
+    def records(self, iteration: int) -> bool:
+        """Whether the eval at ``iteration`` records videos (``runner.eval_video``)."""
+        mode = self.cfg.runner.eval_video
+        return mode == "all" or (mode == "last" and iteration == self.cfg.runner.iterations)
+
+    def videos(self, wait: bool = False) -> dict[str, Path]:
+        """Videos finished since the last call, keyed ``eval/video/<name>`` for the logger.
+
+        Keys stay the same from eval to eval (wandb shows one panel with a step slider); should two
+        evals' videos finish together, the later eval's wins (the files of both stay on disk).
+        """
+        if self.cfg.runner.eval_video == "none" or self.failed:
+            return {}
+        try:
+            report = self.workers.evaluator.take_videos(wait)
+        except Exception as exc:  # noqa: BLE001
+            report_errors([f"collecting eval videos failed: {exc!r}"])
+            return {}
+        report_errors(report.errors)
+        return {f"eval/video/{p.stem}": p for p in sorted(Path(p) for p in report.paths)}
+
+
+def report_errors(errors: list[str]) -> None:
+    for error in errors:
+        warnings.warn(error, stacklevel=2)
+
+
+# -- embodied eval ------------------------------------------------------------------------------
+
+
+@dataclass
+class EvalReport:
+    """What ``embodied eval`` measured; ``to_json`` is the content of ``eval.json``."""
+
+    checkpoint: str
+    iteration: int  # training iteration the checkpoint was saved at
+    env_id: str
+    seeds: list[int]  # the reset seed of each episode, in episode order
+    summary: EvalSummary
+    tasks: dict[str, EvalSummary]
+    episodes: list[EpisodeStats]
+    videos: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "checkpoint": self.checkpoint, "iteration": self.iteration, "env_id": self.env_id,
+            "deterministic": True, "num_episodes": self.summary.episodes,
+            **{k: v for k, v in asdict(self.summary).items() if k != "episodes"},
+            "per_task": {t: asdict(s) for t, s in self.tasks.items()},
+            "videos": self.videos,
+            "episodes": [{"episode": e.env_index, "seed": seed, "task": e.task, "return": e.episode_return,
+                          "length": e.length, "success": e.success_once, "success_at_end": e.success_at_end}
+                         for e, seed in zip(self.episodes, self.seeds)],
+        }
+
+
+def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int, out_dir: Path,
+                        video: bool = False) -> EvalReport:
+    """Greedy eval of a checkpoint's policy on ``cfg``'s eval envs; writes ``out_dir/eval.json``."""
+    state = load_checkpoint(checkpoint)
+    torch.manual_seed(cfg.experiment.seed)
+    backend = make_backend(cfg.cluster)
+    try:
+        evaluator = Evaluator.start(cfg, backend, cfg.logger.video if video else None)
+        try:
+            evaluator.load_policy(state["actor"]["policy"], int(state["actor"].get("version", 0)))
+        except RuntimeError as exc:
+            raise ValueError(f"checkpoint {checkpoint} does not fit policy config {cfg.policy}: {exc}") from None
+        found = [e for e in evaluator.run(episodes, str(out_dir / "videos") if video else None)
+                 if e.env_index < episodes]
+        videos = evaluator.take_videos(wait=True)
+        report_errors(videos.errors)
+        evaluator.close()
+    finally:
+        backend.shutdown()
+    result = EvalReport(str(checkpoint), int(state.get("iteration", 0)), cfg.resolved_eval_env().id,
+                        [evaluator.eval_seed(e.env_index) for e in found], EvalSummary.of(found), per_task(found),
+                        found, sorted(videos.paths))
+    write_json(out_dir / "eval.json", result.to_json())
+    return result
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` atomically (temp file, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def format_table(report: EvalReport) -> str:
+    """The report as a plain-text table: one row per task, then all episodes."""
+    rows = [("task", "episodes", "success", "95% CI", "return", "length")]
+    summaries = list(report.tasks.items()) if len(report.tasks) > 1 else []
+    for name, s in [*summaries, ("all", report.summary)]:
+        rows.append((name[:40] or "(none)", str(s.episodes), f"{s.success_rate:.3f}",
+                     f"[{s.success_ci95[0]:.3f}, {s.success_ci95[1]:.3f}]", f"{s.return_mean:.3f}",
+                     f"{s.episode_len:.1f}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             for r in rows]
+    seeds = f"seeds {report.seeds[0]}..{report.seeds[-1]}" if report.seeds else "no episodes"
+    head = f"eval of {report.checkpoint} (iteration {report.iteration}) on {report.env_id}, greedy, {seeds}"
+    return "\n".join([head, lines[0], "-" * len(lines[0]), *lines[1:]])

@@ -1,0 +1,106 @@
+"""Learning curves of a run: ``metrics.jsonl`` -> ``<run_dir>/learning_curves.png``.
+
+    embodied plot runs/reach_mlp_ppo-20250101-120000
+
+Six panels against env steps: success rate (training episodes, and eval with its 95% interval),
+return, episode length, policy loss, value loss and env-steps/s. Rendered with matplotlib's Agg
+canvas directly, so no GUI backend is touched and the global backend stays as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PLOT_FILE = "learning_curves.png"
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    keys: tuple[str, ...]  # one line each; eval/* keys are drawn with markers
+    band: tuple[str, str] | None = None  # (low, high) keys shaded around the eval line
+    ylim: tuple[float, float] | None = None
+
+
+PANELS = (
+    Panel("success rate", ("env/success_rate", "eval/success_rate"), ("eval/success_ci_low", "eval/success_ci_high"),
+          (-0.02, 1.02)),
+    Panel("return", ("env/return", "eval/return")),
+    Panel("episode length", ("env/episode_len", "eval/episode_len")),
+    Panel("policy loss", ("train/policy_loss",)),
+    Panel("value loss", ("train/value_loss",)),
+    Panel("env steps / s", ("env_steps_per_s",)),
+)
+
+
+def read_metrics(path: Path) -> list[dict[str, float]]:
+    """The rows of a ``metrics.jsonl`` (a torn last line, from a crash, is skipped)."""
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def series(rows: list[dict[str, float]], key: str) -> tuple[list[float], list[float]]:
+    """(env steps, values) of the rows where ``key`` is finite."""
+    xs, ys = [], []
+    for row in rows:
+        value = row.get(key)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            xs.append(row.get("env_steps", row.get("step", len(xs))))
+            ys.append(value)
+    return xs, ys
+
+
+def plot_run(run_dir: str | Path) -> Path:
+    """Draw the learning curves of ``run_dir`` into ``run_dir/learning_curves.png``; returns its path."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    run_dir = Path(run_dir)
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file():
+        raise FileNotFoundError(f"{metrics} does not exist (is {run_dir} a run directory?)")
+    rows = read_metrics(metrics)
+    if not rows:
+        raise ValueError(f"{metrics} holds no metrics yet")
+    fig = Figure(figsize=(15, 8), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(2, 3)
+    for ax, panel in zip(axes.flat, PANELS):
+        _draw(ax, rows, panel)
+    fig.suptitle(run_dir.name)
+    out = run_dir / PLOT_FILE
+    tmp = out.with_name(out.name + ".tmp")
+    fig.savefig(tmp, format="png", dpi=100)
+    os.replace(tmp, out)
+    return out
+
+
+def _draw(ax, rows: list[dict[str, float]], panel: Panel) -> None:
+    for key in panel.keys:
+        xs, ys = series(rows, key)
+        if not xs:
+            continue
+        is_eval = key.startswith("eval/")
+        ax.plot(xs, ys, marker="o" if is_eval else None, markersize=4, label=key.split("/")[0] if "/" in key else key)
+        if is_eval and panel.band is not None:
+            lo, hi = (series(rows, k)[1] for k in panel.band)
+            if len(lo) == len(xs) == len(hi):
+                ax.fill_between(xs, lo, hi, alpha=0.2, label="eval 95% CI")
+    if panel.ylim is not None:
+        ax.set_ylim(*panel.ylim)
+    ax.set_title(panel.title)
+    ax.set_xlabel("env steps")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="gray")

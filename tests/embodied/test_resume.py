@@ -1,0 +1,120 @@
+"""Resuming: a run continues from its checkpoint's iteration, parameters, optimizer and wandb run."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import embodied.runner as runner
+from embodied.checkpoint import find_checkpoint, load_checkpoint, load_resume_point, run_dir_of
+from embodied.config import load_config
+from embodied.logger import WANDB_ID_FILE
+
+COUNTING = "tests.toy_envs:CountingEnv"
+
+
+def toy_config(tmp_path: Path, *overrides: str):
+    """A seconds-long PPO run on CountingEnv with a small MLP, checkpointing every iteration."""
+    return load_config(None, [
+        f"env.id={COUNTING}", "env.num_envs=4", "env.max_episode_steps=6", "eval_env.num_envs=2",
+        "policy.type=mlp", "policy.hidden_sizes=[8]", "policy.action_chunk=2", "rollout.chunk_steps=4",
+        "algorithm.num_minibatches=1", "algorithm.update_epochs=1", "runner.iterations=2", "runner.eval_every=0",
+        "runner.eval_episodes=2", "runner.checkpoint_every=1", "logger.backends=[console]",
+        "logger.progress_bar=false", "runner.plot=false", f"experiment.output_dir={tmp_path}", *overrides,
+    ])
+
+
+def assert_same_state(a, b) -> None:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert_same_state(a[k], b[k])
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b)
+    else:
+        assert a == b
+
+
+def test_a_resumed_run_continues_from_the_saved_iteration_with_identical_parameters(tmp_path, monkeypatch):
+    first = runner.train(toy_config(tmp_path))
+    saved = load_checkpoint(first.checkpoint)
+    assert saved["iteration"] == 2
+    seen: list[tuple[int, dict]] = []
+    original = runner.train_iteration
+
+    def spy(workers, cfg, it):
+        seen.append((it, copy.deepcopy(workers.actor_state())))  # the actor as the iteration finds it
+        return original(workers, cfg, it)
+
+    monkeypatch.setattr(runner, "train_iteration", spy)
+    resumed = runner.train(toy_config(tmp_path, "runner.iterations=4", f"runner.resume_from={first.run_dir}"))
+    assert resumed.run_dir == first.run_dir  # same run dir, no new one
+    assert [it for it, _ in seen] == [3, 4]
+    assert_same_state(seen[0][1], saved["actor"])  # policy, optimizer and version as saved
+    final = load_checkpoint(resumed.checkpoint)
+    assert resumed.checkpoint == first.run_dir / "checkpoints" / "iter_000004.pt"
+    assert final["iteration"] == 4 and final["actor"]["version"] == 4
+    assert final["env_steps"] == resumed.history[-1]["env_steps"] > resumed.history[0]["env_steps"] > saved["env_steps"]
+    steps = [json.loads(line)["step"] for line in (first.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [first.run_dir.name]
+
+
+def test_resume_from_a_checkpoint_file_drops_metrics_logged_after_it(tmp_path):
+    first = runner.train(toy_config(tmp_path, "runner.iterations=3"))
+    ckpt = first.run_dir / "checkpoints" / "iter_000002.pt"
+    resumed = runner.train(toy_config(tmp_path, "runner.iterations=3", f"runner.resume_from={ckpt}"))
+    assert [m["env_steps"] for m in resumed.history] == [first.history[2]["env_steps"]]
+    steps = [json.loads(line)["step"] for line in (first.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]
+
+
+def test_resume_continues_the_wandb_run(tmp_path, monkeypatch):
+    import wandb
+
+    ids: list[tuple[str, str]] = []
+
+    class Run:
+        def __init__(self, id, resume, **_):
+            self.id = id
+            ids.append((id, resume))
+
+        def log(self, data, step):
+            pass
+
+        def finish(self):
+            pass
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setattr(wandb, "init", lambda **kw: Run(**kw))
+    first = runner.train(toy_config(tmp_path, "logger.backends=[wandb]"))
+    run_id = (first.run_dir / WANDB_ID_FILE).read_text().strip()
+    assert load_checkpoint(first.checkpoint)["wandb_id"] == run_id
+    runner.train(toy_config(tmp_path, "logger.backends=[wandb]", "runner.iterations=3",
+                            f"runner.resume_from={first.run_dir}"))
+    assert ids == [(run_id, "allow"), (run_id, "allow")]
+
+
+def test_checkpoint_lookup(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    for it in (2, 10, 9):
+        (tmp_path / "checkpoints" / f"iter_{it:06d}.pt").write_bytes(b"")
+    assert find_checkpoint(tmp_path).name == "iter_000010.pt"
+    assert find_checkpoint(tmp_path / "checkpoints").name == "iter_000010.pt"
+    assert run_dir_of(find_checkpoint(tmp_path)) == tmp_path
+    with pytest.raises(FileNotFoundError, match="neither a checkpoint file nor a run directory"):
+        find_checkpoint(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no checkpoints"):
+        find_checkpoint(tmp_path / "empty")
+
+
+def test_a_checkpoint_without_training_state_cannot_be_resumed(tmp_path):
+    path = tmp_path / "weights.pt"
+    torch.save({"actor": {}}, path)
+    with pytest.raises(ValueError, match="lacks \\['iteration', 'env_steps'\\]"):
+        load_resume_point(path)
