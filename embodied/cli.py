@@ -61,9 +61,9 @@ def _train(path: str, overrides: list[str]) -> int:
 
     try:
         cfg = load_config(path, overrides)
+        result = train(cfg)
     except ConfigError as exc:
         return _error(exc)
-    result = train(cfg)
     ev = result.final_eval
     print(f"final eval: success_rate={ev.get('eval/success_rate', float('nan')):.3f} "
           f"return={ev.get('eval/return', float('nan')):.3f} over {int(ev.get('eval/episodes', 0))} episodes")

@@ -40,6 +40,24 @@ def make_vector_env(cfg: EnvConfig, num_envs: int, section: str = "env", render_
     return ChunkedVectorEnv(fns, auto_reset=cfg.auto_reset, name=name or cfg.id)
 
 
+def check_env_config(cfg: EnvConfig, section: str = "env", render_mode: str | None = None) -> None:
+    """Resolve ``cfg.id`` and check its constructor accepts the config's arguments, building nothing.
+
+    The runner calls this before any worker starts or any run directory is made, so a
+    misspelt ``env.kwargs`` key fails in the driver with its field path.
+    """
+    try:
+        target = ENVS.resolve(cfg.id)
+    except ImportError as exc:
+        raise ConfigError(f"{section}.id: {exc}") from None
+    kwargs = dict(obs_mode=cfg.obs_mode, max_episode_steps=cfg.max_episode_steps, **cfg.kwargs)
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    if is_batched(target):
+        kwargs |= {"num_envs": 1, "auto_reset": cfg.auto_reset}
+    _check_signature(target, kwargs, cfg, section)
+
+
 def _check_signature(target: Callable, kwargs: dict, cfg: EnvConfig, section: str) -> None:
     try:
         params = inspect.signature(target).parameters

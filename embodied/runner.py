@@ -30,6 +30,7 @@ import yaml
 
 from embodied.checkpoint import ResumePoint, load_resume_point, save_checkpoint
 from embodied.config import Config, to_dict
+from embodied.env_factory import check_env_config
 from embodied.evaluation import PeriodicEval, episode_metrics
 from embodied.logger import MetricLogger, read_wandb_id
 from embodied.placement import make_backend
@@ -50,6 +51,8 @@ class TrainResult:
 
 def train(cfg: Config) -> TrainResult:
     """Train ``cfg`` to completion; every worker is stopped on the way out, also on error."""
+    check_env_config(cfg.env, "env")
+    check_env_config(cfg.resolved_eval_env(), "eval_env")
     resume = load_resume_point(cfg.runner.resume_from) if cfg.runner.resume_from else None
     run_dir = resume.run_dir if resume else make_run_dir(cfg)
     save_config(cfg, run_dir)
