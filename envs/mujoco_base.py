@@ -260,6 +260,19 @@ class TableTopEnv(gym.Env):
         self.data.qpos[qpos + 3 : qpos + 7] = (np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2))
         self.data.qvel[dof : dof + 6] = 0.0
 
+    def _place_on_table(self, joint: int, xy: np.ndarray, half_height: float) -> None:
+        """Rest the body of free joint ``joint`` on the table at ``xy``, turned by a random yaw.
+
+        Its centre goes ``half_height`` above the table top; the yaw is one draw of
+        ``self.np_random``, uniform in [-pi/4, pi/4].
+        """
+        yaw = self.np_random.uniform(-np.pi / 4, np.pi / 4)
+        self._place_free_body(joint, np.array([*xy, half_height]), yaw)
+
+    def _tcp_closeness(self, pos: np.ndarray) -> float:
+        """:func:`closeness` of the TCP to ``pos`` at a 0.2 m scale: the tasks' dense reach term."""
+        return closeness(float(np.linalg.norm(pos - self.data.site_xpos[self._tcp])), 0.2)
+
     def _finger_contacts(self, geom: int) -> tuple[bool, bool]:
         """Whether the left and the right finger touch ``geom``."""
         pairs = self.data.contact.geom[: self.data.ncon]

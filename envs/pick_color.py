@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from envs.mujoco_base import TableTopEnv, check_positive, closeness, staged_reward
+from envs.mujoco_base import TableTopEnv, check_positive, staged_reward
 
 # Colour names of the instruction and the cubes' RGBA (chosen to stay apart under table light).
 COLORS: dict[str, tuple[float, float, float, float]] = {
@@ -110,8 +110,7 @@ class PickColorEnv(TableTopEnv):
         self._target = int(self.np_random.integers(self.NUM_CUBES))
         xys = self._sample_apart(self.NUM_CUBES, self.cube_low, self.cube_high, self.min_cube_distance)
         for joint, xy in zip(self._joints, xys):
-            yaw = self.np_random.uniform(-np.pi / 4, np.pi / 4)
-            self._place_free_body(joint, np.array([*xy, self.cube_half]), yaw)
+            self._place_on_table(joint, xy, self.cube_half)
 
     def _task_info(self) -> dict[str, Any]:
         return {"target_index": self._target}
@@ -126,7 +125,7 @@ class PickColorEnv(TableTopEnv):
 
     def _dense_reward(self) -> float:
         target = self.data.xpos[self._bodies[self._target]]
-        reach = closeness(float(np.linalg.norm(target - self.data.site_xpos[self._tcp])), 0.2)
+        reach = self._tcp_closeness(target)
         grasp = float(self._is_grasped(self._geoms[self._target]))
         lift = grasp * float(np.clip(self._lift() / self.lift_height, 0.0, 1.0))
         return staged_reward((reach + grasp + 2.0 * lift) / 4.0, self._is_success())

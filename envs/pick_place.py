@@ -6,10 +6,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from envs.mujoco_base import TableTopEnv, check_positive, closeness, staged_reward
+from envs.cube_tasks import SingleCubeTask
+from envs.mujoco_base import closeness, staged_reward
 
 
-class PickPlaceEnv(TableTopEnv):
+class PickPlaceEnv(SingleCubeTask):
     """Grasp the red cube and move its centre into the green target sphere.
 
     ``states`` (float32 [20]): TCP position (3), finger opening in metres (1), cube position (3),
@@ -22,13 +23,8 @@ class PickPlaceEnv(TableTopEnv):
     """
 
     XML_FILE: ClassVar[str] = "pick_place.xml"
-    STATE_DIM: ClassVar[int] = 20
-    cube_low: ClassVar[np.ndarray] = np.array([-0.12, -0.12])
-    cube_high: ClassVar[np.ndarray] = np.array([0.12, 0.12])
-    goal_low: ClassVar[np.ndarray] = np.array([-0.15, -0.15])
-    goal_high: ClassVar[np.ndarray] = np.array([0.15, 0.15])
+    GOAL_GEOMS: ClassVar[tuple[str, ...]] = ("goal", "goal_shadow")
     goal_max_height: ClassVar[float] = 0.2  # metres of the target's centre above the table
-    min_goal_distance: ClassVar[float] = 0.1  # metres (x-y) between the cube's start and the target
 
     def __init__(
         self,
@@ -41,10 +37,8 @@ class PickPlaceEnv(TableTopEnv):
         success_threshold: float = 0.03,
         table_goal_prob: float = 0.3,
     ) -> None:
-        check_positive("success_threshold", success_threshold)
         if not 0.0 <= table_goal_prob <= 1.0:
             raise ValueError(f"table_goal_prob must be in [0, 1], got {table_goal_prob!r}")
-        self.success_threshold = float(success_threshold)
         self.table_goal_prob = float(table_goal_prob)
         super().__init__(
             obs_mode=obs_mode,
@@ -53,26 +47,14 @@ class PickPlaceEnv(TableTopEnv):
             render_mode=render_mode,
             reward_type=reward_type,
             terminate_on_success=terminate_on_success,
+            success_threshold=success_threshold,
         )
-        m = self.model
-        self._cube_joint = m.joint("cube_joint").id
-        self._cube_body = m.body("cube").id
-        self._cube_geom = m.geom("cube").id
-        self.cube_half = float(m.geom_size[self._cube_geom][2])
-        self._goal_mocap = int(m.body_mocapid[m.body("goal").id])
-        self._shadow_mocap = int(m.body_mocapid[m.body("goal_shadow").id])
-        m.geom_size[m.geom("goal").id][0] = self.success_threshold  # draw the region that counts
-        m.geom_size[m.geom("goal_shadow").id][0] = self.success_threshold
+        self._shadow_mocap = int(self.model.body_mocapid[self.model.body("goal_shadow").id])
 
     @property
     def task_description(self) -> str:
         """The instruction a language-conditioned policy receives."""
         return "pick up the red cube and place it at the green target"
-
-    @property
-    def cube_pos(self) -> np.ndarray:
-        """World position of the cube's centre, float64 [3] (a copy)."""
-        return self.data.xpos[self._cube_body].copy()
 
     @property
     def goal_pos(self) -> np.ndarray:
@@ -85,26 +67,19 @@ class PickPlaceEnv(TableTopEnv):
         return self._is_grasped(self._cube_geom)
 
     def _reset_task(self) -> None:
-        cube_xy = self.np_random.uniform(self.cube_low, self.cube_high)
-        goal_xy = self._sample_apart(1, self.goal_low, self.goal_high, self.min_goal_distance, (cube_xy,))[0]
+        cube_xy, goal_xy = self._sample_cube_and_goal_xy()
         on_table = self.np_random.random() < self.table_goal_prob
         # In the air: high enough that a cube resting on the table is clearly outside the target.
         goal_z = self.cube_half if on_table else self.np_random.uniform(self.cube_half + 0.05, self.goal_max_height)
-        yaw = self.np_random.uniform(-np.pi / 4, np.pi / 4)
-        self._place_free_body(self._cube_joint, np.array([*cube_xy, self.cube_half]), yaw)
+        self._place_on_table(self._cube_joint, cube_xy, self.cube_half)
         self.data.mocap_pos[self._goal_mocap] = (*goal_xy, goal_z)
         self.data.mocap_pos[self._shadow_mocap] = (*goal_xy, 0.0005)
-
-    def _task_state(self) -> np.ndarray:
-        tcp, cube = self.data.site_xpos[self._tcp], self.data.xpos[self._cube_body]
-        goal, quat = self.data.mocap_pos[self._goal_mocap], self.data.xquat[self._cube_body]
-        return np.concatenate([tcp, [self.finger_opening], cube, quat, goal, cube - tcp, goal - cube])
 
     def _goal_distance(self) -> float:
         return float(np.linalg.norm(self.data.xpos[self._cube_body] - self.data.mocap_pos[self._goal_mocap]))
 
     def _dense_reward(self) -> float:
-        reach = closeness(float(np.linalg.norm(self.data.xpos[self._cube_body] - self.data.site_xpos[self._tcp])), 0.2)
+        reach = self._tcp_closeness(self.data.xpos[self._cube_body])
         grasp = float(self._is_grasped(self._cube_geom))
         place = closeness(self._goal_distance(), 0.2)
         return staged_reward((reach + grasp + 2.0 * place) / 4.0, self._is_success())

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from envs.mujoco_base import TableTopEnv
+from envs.mujoco_base import TableTopEnv, check_positive
 
 
 class ReachEnv(TableTopEnv):
@@ -32,8 +32,7 @@ class ReachEnv(TableTopEnv):
         terminate_on_success: bool = True,
         success_threshold: float = 0.05,
     ) -> None:
-        if not success_threshold > 0:
-            raise ValueError(f"success_threshold must be positive, got {success_threshold!r}")
+        check_positive("success_threshold", success_threshold)
         self.success_threshold = float(success_threshold)
         super().__init__(
             obs_mode=obs_mode,

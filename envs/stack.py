@@ -85,8 +85,7 @@ class StackEnv(TableTopEnv):
     def _reset_task(self) -> None:
         top_xy, base_xy = self._sample_apart(2, self.cube_low, self.cube_high, self.min_cube_distance)
         for joint, xy in ((self._top_joint, top_xy), (self._base_joint, base_xy)):
-            yaw = self.np_random.uniform(-np.pi / 4, np.pi / 4)
-            self._place_free_body(joint, np.array([*xy, self.cube_half]), yaw)
+            self._place_on_table(joint, xy, self.cube_half)
 
     def _task_state(self) -> np.ndarray:
         tcp, top, base = self.data.site_xpos[self._tcp], self.data.xpos[self._top_body], self.data.xpos[self._base_body]
@@ -97,7 +96,7 @@ class StackEnv(TableTopEnv):
 
     def _dense_reward(self) -> float:
         top = self.data.xpos[self._top_body]
-        reach = closeness(float(np.linalg.norm(top - self.data.site_xpos[self._tcp])), 0.2)
+        reach = self._tcp_closeness(top)
         grasp = float(self._is_grasped(self._top_geom))
         place = closeness(float(np.linalg.norm(self.stack_pos - top)), 0.2)
         return staged_reward((reach + grasp + 2.0 * place) / 4.0, self._is_success())
