@@ -111,9 +111,14 @@ def _plot(run_dir: str) -> int:
 def _list(what: str) -> int:
     from embodied.registry import ENVS, POLICIES
 
-    registry = ENVS if what == "envs" else POLICIES
-    for name in registry.names():
-        print(f"{name:24s} {registry.entry_point(name)}")
+    if what == "envs":
+        from embodied.env_catalog import describe_env, format_env_table
+
+        print(format_env_table([describe_env(name) for name in ENVS.names()]))
+        print("Any gymnasium id (e.g. HalfCheetah-v5) and any 'package.module:Class' work as env.id too.")
+        return 0
+    for name in POLICIES.names():
+        print(f"{name:24s} {POLICIES.entry_point(name)}")
     return 0
 
 

@@ -18,6 +18,21 @@ def test_list_envs(capsys):
     assert main(["list", "envs"]) == 0
     out = capsys.readouterr().out
     assert "Reach-v0" in out and "envs.reach:ReachEnv" in out
+    reach = next(line for line in out.splitlines() if line.startswith("Reach-v0"))
+    assert "state | rgb | state+rgb" in reach and "Box(4) in [-1, 1]" in reach
+
+
+def test_env_catalog_describes_modes_and_names_what_is_unavailable():
+    from embodied.env_catalog import describe_env
+    from embodied.registry import ENVS
+
+    ENVS.register("OnlyState-v0", "tests.toy_envs:CountingEnv", overwrite=True)  # accepts any obs_mode
+    assert describe_env("OnlyState-v0").action_space == "Box(2) in [-10, 10]"
+    ENVS.register("Missing-v0", "no_such_pkg.mod:Env", overwrite=True)
+    missing = describe_env("Missing-v0")
+    assert missing.obs_modes == [] and "unavailable" in missing.error and "no_such_pkg" in missing.error
+    batched = describe_env("tests.toy_batched:PointMassBatch")
+    assert batched.obs_modes and batched.action_space.startswith("Box(2)")
 
 
 def test_list_policies(capsys):
