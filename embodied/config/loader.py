@@ -200,6 +200,9 @@ def validate(cfg: Config) -> list[str]:
         need(ranks >= 1, f"cluster.{name}: must be >= 1, got {ranks}")
         need(ranks <= max(cfg.env.num_envs, 1),
              f"cluster.{name}: {ranks} ranks for env.num_envs={cfg.env.num_envs}; every rank needs an env")
+        eval_envs = cfg.eval_env.num_envs
+        need(eval_envs is None or ranks <= max(eval_envs, 1),
+             f"cluster.{name}: {ranks} ranks for eval_env.num_envs={eval_envs}; every rank needs an eval env")
     need(cfg.cluster.torch_threads >= 1, f"cluster.torch_threads: must be >= 1, got {cfg.cluster.torch_threads}")
     need(cfg.rollout.chunk_steps >= 1, f"rollout.chunk_steps: must be >= 1, got {cfg.rollout.chunk_steps}")
     a = cfg.algorithm

@@ -285,3 +285,8 @@ def test_config_from_dict_validates():
     raw["env"]["bogus"] = 1
     with pytest.raises(ConfigError, match="env.bogus"):
         config_from_dict(raw)
+
+
+def test_more_worker_ranks_than_eval_envs_is_named():
+    with pytest.raises(ConfigError, match=r"cluster.num_env_workers: 3 ranks for eval_env.num_envs=2"):
+        load_config(None, ["env.num_envs=8", "eval_env.num_envs=2", "cluster.num_env_workers=3"])
