@@ -97,7 +97,7 @@ class Rate:
 
 
 def framework_rate(num_envs: int, chunk: int, steps: int, backend_name: str, chunk_steps: int,
-                   max_episode_steps: int, seed: int) -> Rate:
+                   max_episode_steps: int, seed: int, stages: int = 1) -> Rate:
     """Env steps/s of ``Workers.rollout`` with the random policy, timed after one warm-up epoch."""
     from embodied.config import load_config
     from embodied.placement import make_backend
@@ -108,7 +108,7 @@ def framework_rate(num_envs: int, chunk: int, steps: int, backend_name: str, chu
         "env.id=Reach-v0", f"env.num_envs={num_envs}", "env.obs_mode=state", f"env.max_episode_steps={max_episode_steps}",
         "eval_env.num_envs=1", "policy.type=random", f"policy.action_chunk={chunk}",
         f"rollout.chunk_steps={chunk_steps}", "algorithm.num_minibatches=1", f"cluster.backend={backend_name}",
-        f"experiment.seed={seed}", "logger.backends=[console]",
+        f"experiment.seed={seed}", "logger.backends=[console]", f"rollout.pipeline_stages={stages}",
     ])
     backend = make_backend(cfg.cluster)
     try:
@@ -126,7 +126,7 @@ def framework_rate(num_envs: int, chunk: int, steps: int, backend_name: str, chu
             workers.close()
     finally:
         backend.shutdown()
-    return Rate(f"framework ({backend_name})", done, seconds)
+    return Rate(f"framework ({backend_name}, {stages} stage{'s' if stages > 1 else ''})", done, seconds)
 
 
 def raw_rate(num_envs: int, steps: int, max_episode_steps: int, seed: int) -> Rate:
@@ -163,9 +163,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backend", choices=["local", "ray"], default="local", help="cluster.backend of the framework")
     p.add_argument("--chunk-steps", type=int, default=16, help="rollout.chunk_steps: chunk steps per rollout epoch")
     p.add_argument("--max-episode-steps", type=int, default=50, help="env.max_episode_steps")
+    p.add_argument("--stages", type=int, default=1, help="rollout.pipeline_stages")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    for name in ("num_envs", "chunk", "steps", "chunk_steps", "max_episode_steps"):
+    for name in ("num_envs", "chunk", "steps", "chunk_steps", "max_episode_steps", "stages"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     return args
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     # No more chunk steps per epoch than the whole budget needs (small runs stay small).
     chunk_steps = min(args.chunk_steps, math.ceil(args.steps / (args.num_envs * args.chunk)))
     fw = framework_rate(args.num_envs, args.chunk, args.steps, args.backend, chunk_steps, args.max_episode_steps,
-                        args.seed)
+                        args.seed, args.stages)
     raw = raw_rate(args.num_envs, fw.env_steps, args.max_episode_steps, args.seed)
     ratio = fw.steps_per_s / raw.steps_per_s
     print(f"Reach-v0, state obs, {args.num_envs} envs, action chunk {args.chunk}, "

@@ -205,6 +205,11 @@ def validate(cfg: Config) -> list[str]:
              f"cluster.{name}: {ranks} ranks for eval_env.num_envs={eval_envs}; every rank needs an eval env")
     need(cfg.cluster.torch_threads >= 1, f"cluster.torch_threads: must be >= 1, got {cfg.cluster.torch_threads}")
     need(cfg.rollout.chunk_steps >= 1, f"rollout.chunk_steps: must be >= 1, got {cfg.rollout.chunk_steps}")
+    stages = cfg.rollout.pipeline_stages
+    need(stages >= 1, f"rollout.pipeline_stages: must be >= 1, got {stages}")
+    need(stages * cfg.cluster.num_env_workers <= max(cfg.env.num_envs, 1),
+         f"rollout.pipeline_stages: {stages} stages x cluster.num_env_workers={cfg.cluster.num_env_workers} "
+         f"exceeds env.num_envs={cfg.env.num_envs}; every stage needs an env")
     a = cfg.algorithm
     need(0.0 < a.gamma <= 1.0, f"algorithm.gamma: must be in (0, 1], got {a.gamma}")
     need(0.0 <= a.gae_lambda <= 1.0, f"algorithm.gae_lambda: must be in [0, 1], got {a.gae_lambda}")

@@ -68,6 +68,7 @@ class AlgorithmConfig:
 @dataclass
 class RolloutConfig:
     chunk_steps: int = 16  # chunk steps per env in one rollout epoch (T)
+    pipeline_stages: int = 1  # 2: each env worker's envs step in two halves, one stepping while the other is inferred
 
 
 @dataclass

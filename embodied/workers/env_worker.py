@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +15,27 @@ from embodied.config import EnvConfig
 from embodied.config.schema import VideoConfig
 from embodied.env_factory import make_vector_env, policy_spec
 from embodied.policy import PolicySpec
-from embodied.types import PeerFailure, PeerFailureError, obs_slice
+from embodied.types import Obs, PeerFailure, PeerFailureError, obs_slice
 from embodied.video import VideoReport, VideoWriter
 from embodied.workers.link import Link
+from envs.batched import BatchedEnv
+
+
+@dataclass
+class _Stage:
+    """One pipeline stage of an env worker: contiguous shards, their vector env, its current obs."""
+
+    shards: list[Shard]
+    venv: BatchedEnv
+    obs: Obs | None = None
+
+    @property
+    def start(self) -> int:
+        return self.shards[0].start
+
+    def rows(self, shard: Shard) -> tuple[int, int]:
+        """The shard's rows in this stage's batch."""
+        return shard.start - self.start, shard.stop - self.start
 
 
 class EnvWorker:
@@ -30,12 +49,23 @@ class EnvWorker:
                  section: str = "env", video: VideoConfig | None = None) -> None:
         torch.set_num_threads(torch_threads)
         self.rank, self.link, self.seed, self.video = rank, link, seed, video
-        self.venv = make_vector_env(env_cfg, link.num_envs, section, render_mode="rgb_array" if video else None,
-                                    name=f"{env_cfg.id}[{section} rank {rank}]")
+        render_mode = "rgb_array" if video else None
+        self.stages = [
+            _Stage(shards, make_vector_env(env_cfg, sum(s.size for s in shards), section, render_mode=render_mode,
+                                           name=f"{env_cfg.id}[{section} rank {rank} stage {i}]"))
+            for i, shards in enumerate(link.stage_shards())
+        ]
+        if video is not None and len(self.stages) > 1:
+            raise ValueError("eval env workers record videos with a single pipeline stage")
         self.writer = VideoWriter()
         self._video_errors: list[str] = []
         self._reported: set[str] = set()  # each video problem is reported once
-        self.obs = self.venv.reset(seed=seed + link.start)
+        self._reset(seed)
+
+    @property
+    def venv(self) -> BatchedEnv:
+        """The vector env of the first stage (eval workers, which record videos, have only one)."""
+        return self.stages[0].venv
 
     def spec(self) -> PolicySpec:
         """Observation and action layout, for building the policy."""
@@ -48,7 +78,7 @@ class EnvWorker:
         """
         with self._failure_sent_to_peers():
             if reset_seed is not None:
-                self.obs = self.venv.reset(seed=reset_seed + self.link.start)
+                self._reset(reset_seed)
             return self._exchange(chunk_steps)
 
     def eval_epoch(self, chunk_steps: int, reset_seed: int, first_episode: int, video_dir: str | None) -> int:
@@ -59,7 +89,7 @@ class EnvWorker:
         """
         first = first_episode + self.link.start  # eval episode index of this worker's env 0
         with self._failure_sent_to_peers():
-            self.obs = self.venv.reset(seed=reset_seed + self.link.start)
+            self._reset(reset_seed)
             recorded = self._start_recording(first) if video_dir is not None else []
             executed = self._exchange(chunk_steps)
         if recorded:
@@ -75,21 +105,34 @@ class EnvWorker:
 
     def close(self) -> None:
         self.writer.close()
-        self.venv.close()
+        for stage in self.stages:
+            stage.venv.close()
 
     # -- internals ---------------------------------------------------------------------------
 
+    def _reset(self, seed: int) -> None:
+        """Reset every stage; global env ``i`` gets ``seed + i``."""
+        for stage in self.stages:
+            stage.obs = stage.venv.reset(seed=seed + stage.start)
+
     def _exchange(self, chunk_steps: int) -> int:
-        for shard in self.link.shards:
-            self.link.to_rollout.put(Link.key(shard), obs_slice(self.obs, *self.link.local(shard)))
+        """Send the current obs, then answer ``chunk_steps`` action chunks stage by stage.
+
+        Stages are stepped in order, so with two stages the rollout workers infer one half
+        while this worker steps the other.
+        """
+        for stage in self.stages:
+            for shard in stage.shards:
+                self.link.to_rollout.put(Link.key(shard), obs_slice(stage.obs, *stage.rows(shard)))
         executed = 0
         for _ in range(chunk_steps):
-            actions = np.concatenate([self._get_actions(s) for s in self.link.shards])
-            result = self.venv.chunk_step(actions)
-            for shard in self.link.shards:
-                self.link.to_rollout.put(Link.key(shard), result.slice(*self.link.local(shard)))
-            self.obs = result.obs
-            executed += int(result.executed.sum())
+            for stage in self.stages:
+                actions = np.concatenate([self._get_actions(s) for s in stage.shards])
+                result = stage.venv.chunk_step(actions)
+                for shard in stage.shards:
+                    self.link.to_rollout.put(Link.key(shard), result.slice(*stage.rows(shard)))
+                stage.obs = result.obs
+                executed += int(result.executed.sum())
         return executed
 
     @contextmanager

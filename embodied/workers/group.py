@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from embodied.channels import route, shards_for_env_rank, shards_for_rollout_rank
+from embodied.channels import route, shards_for_rollout_rank
 from embodied.config import Config, EnvConfig
 from embodied.config.schema import VideoConfig
 from embodied.placement import Backend, LocalBackend, WorkerGroup
@@ -36,15 +36,20 @@ class EnvGroup:
 
 
 def start_env_group(cfg: Config, backend: Backend, env_cfg: EnvConfig, section: str, seed: int,
-                    video: VideoConfig | None = None) -> EnvGroup:
-    """Env workers over ``env_cfg``; ``video`` makes them render and record eval videos."""
+                    video: VideoConfig | None = None, stages: int = 1) -> EnvGroup:
+    """Env workers over ``env_cfg``; ``video`` makes them render and record eval videos.
+
+    With pipeline ``stages``, each env worker owns ``stages`` consecutive virtual env ranks of the
+    routing, one per stage, so a stage is a contiguous half (third, ...) of the worker's envs.
+    """
     c = cfg.cluster
-    shards = route(env_cfg.num_envs, c.num_env_workers, c.num_rollout_workers)
+    shards = route(env_cfg.num_envs, c.num_env_workers * stages, c.num_rollout_workers)
     to_rollout, to_env = backend.channel(f"{section}-obs"), backend.channel(f"{section}-actions")
-    env_links = [Link(shards_for_env_rank(shards, e), to_rollout, to_env) for e in range(c.num_env_workers)]
+    env_links = [Link([s for s in shards if s.env_rank // stages == e], to_rollout, to_env, stages=stages)
+                 for e in range(c.num_env_workers)]
     group = backend.create(EnvWorker, [(e, env_cfg, env_links[e], seed, c.torch_threads, section, video)
                                        for e in range(c.num_env_workers)])
-    rollout_links = [Link(shards_for_rollout_rank(shards, r), to_rollout, to_env)
+    rollout_links = [Link(shards_for_rollout_rank(shards, r), to_rollout, to_env, stages=stages)
                      for r in range(c.num_rollout_workers)]
     return EnvGroup(group, rollout_links)
 
@@ -142,7 +147,8 @@ class Workers:
     def start(cls, cfg: Config, backend: Backend) -> Workers:
         """Create channels and workers; envs are built (and fail) before the policy is."""
         c = cfg.cluster
-        train = start_env_group(cfg, backend, cfg.env, "env", cfg.experiment.seed)
+        train = start_env_group(cfg, backend, cfg.env, "env", cfg.experiment.seed,
+                                stages=cfg.rollout.pipeline_stages)
         evaluation = start_eval_envs(cfg, backend, cfg.logger.video if cfg.runner.eval_video != "none" else None)
         spec = backend.wait(train.group.call("spec"))[0]
         actor = backend.create(ActorWorker, [(cfg.policy, spec, cfg.algorithm, cfg.actor, cfg.runner.iterations,

@@ -15,6 +15,7 @@ class Link:
     to_rollout: Channel  # env -> rollout: first observations and chunk-step results
     to_env: Channel  # rollout -> env: action chunks
     timeout: float | None = 600.0  # seconds a get may wait before the peer is presumed dead
+    stages: int = 1  # pipeline stages: stage of a shard = its (virtual) env rank % stages
 
     @property
     def start(self) -> int:
@@ -29,6 +30,6 @@ class Link:
     def key(shard: Shard) -> str:
         return f"env{shard.env_rank}-rollout{shard.rollout_rank}"
 
-    def local(self, shard: Shard) -> tuple[int, int]:
-        """The shard's rows relative to this worker's first env."""
-        return shard.start - self.start, shard.stop - self.start
+    def stage_shards(self) -> list[list[Shard]]:
+        """This worker's shards grouped by pipeline stage (a stage may hold none of them)."""
+        return [[s for s in self.shards if s.env_rank % self.stages == stage] for stage in range(self.stages)]

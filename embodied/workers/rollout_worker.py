@@ -12,7 +12,7 @@ import torch
 from embodied.channels import Shard
 from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.types import (ChunkStepResult, EpisodeStats, Obs, PeerFailure, PeerFailureError, PolicyOutput,
-                            Trajectory, obs_concat)
+                            Trajectory, obs_concat, obs_slice)
 from embodied.workers.link import Link
 
 
@@ -45,29 +45,45 @@ class MultiStepRolloutWorker:
         """``chunk_steps`` sampled chunk steps over the training envs, as a trajectory."""
         if self.train is None:
             raise RuntimeError(f"rollout rank {self.rank} has no training envs")
-        steps: list[tuple[PolicyOutput, ChunkStepResult, torch.Tensor]] = []
         with self._failure_sent_to_peers(self.train):
-            obs = self._recv_obs(self.train)
-            for _ in range(chunk_steps):
-                out = self._act(obs, deterministic=False)
-                result = self._exchange(self.train, out)
-                steps.append((out, result, self._final_values(result)))
-                obs = result.obs
-        return self._trajectory(steps, self.policy.value(obs).float())
+            steps, obs = self._run(self.train, chunk_steps, deterministic=False)
+            recorded = [(out, result, self._final_values(result)) for out, result in steps]
+        return self._trajectory(recorded, self.policy.value(obs).float())
 
     @torch.no_grad()
     def eval_epoch(self, chunk_steps: int) -> list[EpisodeStats]:
         """``chunk_steps`` greedy chunk steps over the eval envs; the episodes that ended."""
         if self.evaluation is None:
             raise RuntimeError(f"rollout rank {self.rank} has no eval envs")
-        episodes: list[EpisodeStats] = []
         with self._failure_sent_to_peers(self.evaluation):
-            obs = self._recv_obs(self.evaluation)
-            for _ in range(chunk_steps):
-                result = self._exchange(self.evaluation, self._act(obs, deterministic=True))
-                episodes += result.episodes
-                obs = result.obs
-        return episodes
+            steps, _ = self._run(self.evaluation, chunk_steps, deterministic=True)
+        return [e for _, result in steps for e in result.episodes]
+
+    def _run(self, link: Link, chunk_steps: int,
+             deterministic: bool) -> tuple[list[tuple[PolicyOutput, ChunkStepResult]], Obs]:
+        """Act and exchange ``chunk_steps`` times; each step's output and result, and the last obs.
+
+        Pipeline stages are served in turn, and a stage's result is received just before acting on
+        it again, so env workers step one stage while this worker infers the next. Every returned
+        batch is in env order, whatever the stages.
+        """
+        stages = [shards for shards in link.stage_shards() if shards]
+        obs = [obs_concat([_get(link, s) for s in shards]) for shards in stages]
+        steps: list[tuple[PolicyOutput, ChunkStepResult]] = []
+        outs: list[PolicyOutput] = []
+        for t in range(chunk_steps + 1):
+            results, acted = [], []
+            for i, shards in enumerate(stages):
+                if t > 0:
+                    results.append(ChunkStepResult.concat([_get(link, s) for s in shards]))
+                    obs[i] = results[i].obs
+                if t < chunk_steps:
+                    acted.append(self._act(obs[i], deterministic))
+                    _send(link, shards, acted[i])
+            if t > 0:
+                steps.append(_in_env_order(stages, outs, results))
+            outs = acted
+        return steps, _obs_in_env_order(stages, obs)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -87,18 +103,6 @@ class MultiStepRolloutWorker:
         out = self.policy.act(obs, deterministic=deterministic)
         out.version = self.version
         return out
-
-    def _recv_obs(self, link: Link) -> Obs:
-        return obs_concat([_get(link, s) for s in link.shards])
-
-    def _exchange(self, link: Link, out: PolicyOutput) -> ChunkStepResult:
-        """Send each env rank its rows of the action chunk; merge what comes back."""
-        actions = out.actions.detach().cpu().numpy().astype(np.float32)
-        offset = 0
-        for shard in link.shards:
-            link.to_env.put(Link.key(shard), actions[offset : offset + shard.size])
-            offset += shard.size
-        return ChunkStepResult.concat([_get(link, s) for s in link.shards])
 
     def _final_values(self, result: ChunkStepResult) -> torch.Tensor:
         """V(final_obs) where an episode was truncated (bootstrap), 0 elsewhere."""
@@ -136,3 +140,46 @@ def _get(link: Link, shard: Shard) -> Any:
     if isinstance(item, PeerFailure):
         raise PeerFailureError(item.message)
     return item
+
+
+def _send(link: Link, shards: list[Shard], out: PolicyOutput) -> None:
+    """Each shard's rows of the action chunk, to its env rank."""
+    actions = out.actions.detach().cpu().numpy().astype(np.float32)
+    offset = 0
+    for shard in shards:
+        link.to_env.put(Link.key(shard), actions[offset : offset + shard.size])
+        offset += shard.size
+
+
+def _pieces(stages: list[list[Shard]]) -> list[tuple[int, int, int]]:
+    """(stage, first row, last row) of every shard, in env order."""
+    rows = []
+    for i, shards in enumerate(stages):
+        offset = 0
+        for shard in shards:
+            rows.append((shard.start, i, offset, offset + shard.size))
+            offset += shard.size
+    return [r[1:] for r in sorted(rows)]
+
+
+def _in_env_order(stages: list[list[Shard]], outs: list[PolicyOutput],
+                  results: list[ChunkStepResult]) -> tuple[PolicyOutput, ChunkStepResult]:
+    """One step's per-stage outputs and results joined into env order."""
+    if len(stages) == 1:
+        return outs[0], results[0]
+    pieces = _pieces(stages)
+    out = PolicyOutput(
+        actions=torch.cat([outs[i].actions[a:b] for i, a, b in pieces]),
+        logprobs=torch.cat([outs[i].logprobs[a:b] for i, a, b in pieces]),
+        values=torch.cat([outs[i].values[a:b] for i, a, b in pieces]),
+        forward_inputs={k: torch.cat([outs[i].forward_inputs[k][a:b] for i, a, b in pieces])
+                        for k in outs[0].forward_inputs},
+        version=outs[0].version,
+    )
+    return out, ChunkStepResult.concat([results[i].slice(a, b) for i, a, b in pieces])
+
+
+def _obs_in_env_order(stages: list[list[Shard]], obs: list[Obs]) -> Obs:
+    if len(stages) == 1:
+        return obs[0]
+    return obs_concat([obs_slice(obs[i], a, b) for i, a, b in _pieces(stages)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from embodied.config import load_config
 from embodied.placement import LocalBackend, RayBackend
@@ -14,8 +15,8 @@ POLICIES.register("echo", "tests.toy_policies:EchoConfig")
 SEED = 100
 
 
-def start(backend, num_envs: int, env_ranks: int, rollout_ranks: int, max_steps: int = 5) -> Workers:
-    cfg = load_config(None, [
+def start(backend, num_envs: int, env_ranks: int, rollout_ranks: int, max_steps: int = 5, stages: int = 1) -> Workers:
+    cfg = load_config(None, [f"rollout.pipeline_stages={stages}",
         "env.id=tests.toy_envs:CountingEnv", f"env.num_envs={num_envs}", f"env.max_episode_steps={max_steps}",
         f"cluster.num_env_workers={env_ranks}", f"cluster.num_rollout_workers={rollout_ranks}",
         "policy.type=echo", "policy.action_chunk=2", f"experiment.seed={SEED}", "algorithm.num_minibatches=1",
@@ -101,3 +102,29 @@ def test_weight_versions_reach_the_rollout_workers(backend):
     assert workers.sync_weights() == 1
     assert {t.version for t in workers.rollout(chunk_steps=1)} == {1}
     workers.close()
+
+
+@pytest.mark.parametrize("backend_name, num_envs, env_ranks, rollout_ranks", [
+    ("local", 7, 2, 3), ("local", 5, 1, 2), ("local", 9, 3, 2), pytest.param("ray", 7, 2, 3, marks=pytest.mark.ray),
+])
+def test_two_pipeline_stages_give_the_same_trajectories_as_one(request, backend_name, num_envs, env_ranks,
+                                                              rollout_ranks):
+    def run(stages: int):
+        workers = start(make_backend(request, backend_name), num_envs, env_ranks, rollout_ranks, stages=stages)
+        workers.sync_weights()
+        trajectories = workers.rollout(chunk_steps=4) + workers.rollout(chunk_steps=3)
+        workers.close()
+        return trajectories
+
+    for one, two in zip(run(1), run(2)):
+        for name in ("rewards", "executed", "dones", "terminated", "actions", "next_values"):
+            assert torch.equal(getattr(one, name), getattr(two, name)), name
+        assert torch.equal(one.forward_inputs["states"], two.forward_inputs["states"])
+        assert [(e.env_index, e.length) for e in one.episodes] == [(e.env_index, e.length) for e in two.episodes]
+
+
+def test_pipeline_stages_must_each_get_an_env():
+    from embodied.config import ConfigError
+
+    with pytest.raises(ConfigError, match="rollout.pipeline_stages: 2 stages x cluster.num_env_workers=3"):
+        load_config(None, ["env.num_envs=5", "cluster.num_env_workers=3", "rollout.pipeline_stages=2"])
