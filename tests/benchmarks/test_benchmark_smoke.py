@@ -15,7 +15,7 @@ def test_benchmark_main_returns_finite_positive_rates(capsys):
     for name, value in rates.items():
         assert math.isfinite(value) and value > 0, (name, value)
     out = capsys.readouterr().out
-    assert "framework (local)" in out and "raw gymnasium SyncVectorEnv" in out and "framework / raw" in out
+    assert "framework (local, 1 stage)" in out and "raw gymnasium SyncVectorEnv" in out and "framework / raw" in out
 
 
 def test_random_policy_acts_within_bounds():
