@@ -7,22 +7,21 @@ A training checkpoint is ``<run_dir>/checkpoints/iter_XXXXXX.pt`` holding ``iter
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from embodied.atomic import atomic_path
+
 CHECKPOINT_GLOB = "iter_*.pt"
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> Path:
     """Write ``state`` to ``path`` atomically; returns the path."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
     return path
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import time
 import warnings
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from embodied.atomic import atomic_path
 from embodied.checkpoint import load_checkpoint
 from embodied.config import Config
 from embodied.placement import make_backend
@@ -76,7 +76,10 @@ def per_task(episodes: list[EpisodeStats]) -> dict[str, EvalSummary]:
 
 def episode_metrics(prefix: str, episodes: list[EpisodeStats]) -> dict[str, float]:
     """Success rate, mean return and length of finished episodes (NaN when none finished)."""
-    s = EvalSummary.of(episodes)
+    return _summary_metrics(prefix, EvalSummary.of(episodes))
+
+
+def _summary_metrics(prefix: str, s: EvalSummary) -> dict[str, float]:
     return {f"{prefix}/success_rate": s.success_rate, f"{prefix}/return": s.return_mean,
             f"{prefix}/episode_len": s.episode_len, f"{prefix}/episodes": float(s.episodes)}
 
@@ -84,7 +87,7 @@ def episode_metrics(prefix: str, episodes: list[EpisodeStats]) -> dict[str, floa
 def eval_metrics(episodes: list[EpisodeStats]) -> dict[str, float]:
     """``eval/*`` metrics: those of ``episode_metrics``, the 95% interval and, with several tasks, each task's."""
     s = EvalSummary.of(episodes)
-    metrics = episode_metrics("eval", episodes)
+    metrics = _summary_metrics("eval", s)
     metrics |= {"eval/success_ci_low": s.success_ci95[0], "eval/success_ci_high": s.success_ci95[1]}
     tasks = per_task(episodes)
     if len(tasks) > 1:
@@ -210,10 +213,8 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int, out_dir: P
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Write ``data`` atomically (temp file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
 
 
 def format_table(report: EvalReport) -> str:

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
+from embodied.atomic import atomic_path
 from embodied.config import LoggerConfig
 
 CONSOLE_KEYS = {"env/success_rate": "succ", "env/return": "ret", "eval/success_rate": "eval_succ",
@@ -106,9 +107,8 @@ class JsonlSink:
     def __init__(self, path: Path, start_step: int) -> None:
         if start_step > 0 and path.exists():
             kept = [line for line in path.read_text().splitlines() if json.loads(line).get("step", 0) <= start_step]
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text("".join(line + "\n" for line in kept))
-            os.replace(tmp, path)
+            with atomic_path(path) as tmp:
+                tmp.write_text("".join(line + "\n" for line in kept))
         self.file = open(path, "a")
 
     def log(self, metrics: dict[str, float], step: int) -> None:

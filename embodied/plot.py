@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from embodied.atomic import atomic_path
 
 PLOT_FILE = "learning_curves.png"
 
@@ -78,9 +79,8 @@ def plot_run(run_dir: str | Path) -> Path:
         _draw(ax, rows, panel)
     fig.suptitle(run_dir.name)
     out = run_dir / PLOT_FILE
-    tmp = out.with_name(out.name + ".tmp")
-    fig.savefig(tmp, format="png", dpi=100)
-    os.replace(tmp, out)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
     return out
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from embodied.atomic import atomic_path
 from embodied.config.schema import VideoConfig
 from embodied.types import EpisodeFrames
 
@@ -38,23 +39,19 @@ def write_mp4(path: Path, frames: Sequence[np.ndarray], fps: int) -> Path:
     if not frames:
         raise ValueError(f"{path}: no frames to write")
     height, width = frames[0].shape[:2]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    # "-f mp4": ffmpeg cannot guess the container from the .tmp suffix.
-    writer = imageio_ffmpeg.write_frames(str(tmp), (width, height), fps=fps, codec="libx264", quality=7,
-                                         macro_block_size=1, output_params=["-f", "mp4", "-threads", "1"],
-                                         ffmpeg_log_level="error")
-    try:
-        writer.send(None)  # start ffmpeg
-        for t, frame in enumerate(frames):
-            if frame.shape != (height, width, 3):
-                raise ValueError(f"{path}: frame {t} has shape {frame.shape}, expected {(height, width, 3)}")
-            writer.send(np.ascontiguousarray(frame, dtype=np.uint8))
-        writer.close()  # waits for ffmpeg to finish the file
-        os.replace(tmp, path)
-    finally:
-        writer.close()  # on error: stop ffmpeg before removing what it wrote
-        tmp.unlink(missing_ok=True)
+    with atomic_path(path) as tmp:
+        # "-f mp4": ffmpeg cannot guess the container from the .tmp suffix.
+        writer = imageio_ffmpeg.write_frames(str(tmp), (width, height), fps=fps, codec="libx264", quality=7,
+                                             macro_block_size=1, output_params=["-f", "mp4", "-threads", "1"],
+                                             ffmpeg_log_level="error")
+        try:
+            writer.send(None)  # start ffmpeg
+            for t, frame in enumerate(frames):
+                if frame.shape != (height, width, 3):
+                    raise ValueError(f"{path}: frame {t} has shape {frame.shape}, expected {(height, width, 3)}")
+                writer.send(np.ascontiguousarray(frame, dtype=np.uint8))
+        finally:
+            writer.close()  # waits for ffmpeg to finish the file (or stops it) before the rename or removal
     return path
 
 

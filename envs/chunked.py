@@ -152,8 +152,9 @@ class ChunkedVectorEnv:
                 executed[i, c], rewards[i, c] = True, reward
                 terminations[i, c], truncations[i, c] = terminated, truncated
                 self._obs[i] = obs
-                self._episodes[i].record(float(reward), bool(info.get("success", False)))
-                self._recorder.add(i, env, float(reward), bool(info.get("success", False)))
+                success = bool(info.get("success", False))
+                self._episodes[i].record(float(reward), success)
+                self._recorder.add(i, env, float(reward), success)
                 if terminated or truncated:
                     dones[i] = True
                     break
@@ -216,7 +217,7 @@ class ChunkedVectorEnv:
 
     def _batch(self, per_env: list[dict]) -> Obs:
         out: Obs = {key: np.stack([o[key] for o in per_env]) for key in per_env[0]}
-        out[TASK_DESCRIPTIONS] = [str(getattr(env.unwrapped, "task_description", "")) for env in self.envs]
+        out[TASK_DESCRIPTIONS] = [ep.task for ep in self._episodes]  # read once per episode, at its reset
         return out
 
     def _check_actions(self, actions: np.ndarray) -> np.ndarray:
