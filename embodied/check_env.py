@@ -17,6 +17,7 @@ import math
 import re
 import warnings
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -102,16 +103,12 @@ def _resolve(cfg: EnvConfig, box: list) -> str:
 def _gym_check(make: Callable[..., gym.Env]) -> None:
     from gymnasium.utils.env_checker import check_env as gym_check_env
 
-    env = make()
-    try:
+    with closing(make()) as env:
         gym_check_env(env.unwrapped, skip_render_check=True)
-    finally:
-        env.close()
 
 
 def _spaces(make: Callable[..., gym.Env]) -> str:
-    env = make()
-    try:
+    with closing(make()) as env:
         obs_space, act = env.observation_space, env.action_space
         if not isinstance(obs_space, gym.spaces.Dict):
             raise CheckFailed(f"observation_space is {type(obs_space).__name__}",
@@ -125,13 +122,10 @@ def _spaces(make: Callable[..., gym.Env]) -> str:
             raise CheckFailed(f"action space dtype {act.dtype}, bounds [{act.low}, {act.high}]",
                               "use float32 actions with finite bounds (policies and clipping rely on them)")
         return f"obs keys {list(obs_space.spaces)}, action {act.shape}"
-    finally:
-        env.close()
 
 
 def _step_types(make: Callable[..., gym.Env], seed: int) -> None:
-    env = make()
-    try:
+    with closing(make()) as env:
         _, info = env.reset(seed=seed)
         out = env.step(env.action_space.sample())
         if not (isinstance(out, tuple) and len(out) == 5):
@@ -150,8 +144,6 @@ def _step_types(make: Callable[..., gym.Env], seed: int) -> None:
             problems.append("info has no 'success' key")
         if problems:
             raise CheckFailed("; ".join(problems), "return float reward, bool flags and info={'success': bool, ...}")
-    finally:
-        env.close()
 
 
 def _rollout(env: gym.Env, seed: int, steps: int) -> list:
@@ -167,11 +159,8 @@ def _rollout(env: gym.Env, seed: int, steps: int) -> list:
 
 
 def _determinism(make: Callable[..., gym.Env], seed: int) -> None:
-    env = make()
-    try:
+    with closing(make()) as env:
         first, again, other = _rollout(env, seed, 10), _rollout(env, seed, 10), _rollout(env, seed + 1, 10)
-    finally:
-        env.close()
     if not _same(first, again):
         raise CheckFailed("reset(seed=s) and the same actions gave different observations or rewards",
                           "draw all randomness from self.np_random after super().reset(seed=seed)")
@@ -181,8 +170,7 @@ def _determinism(make: Callable[..., gym.Env], seed: int) -> None:
 
 
 def _action_bounds(make: Callable[..., gym.Env], seed: int) -> None:
-    env = make()
-    try:
+    with closing(make()) as env:
         env.reset(seed=seed)
         act = env.action_space
         for action in (act.low, act.high, (act.low + act.high) / 2, act.high * 2):
@@ -190,13 +178,10 @@ def _action_bounds(make: Callable[..., gym.Env], seed: int) -> None:
             if not _finite(obs) or not math.isfinite(float(reward)):
                 raise CheckFailed(f"action {action} gave NaN/inf observations or reward",
                                   "clip actions to the action space inside step()")
-    finally:
-        env.close()
 
 
 def _time_limit(make: Callable[..., gym.Env], max_steps: int, seed: int) -> str:
-    env = make()
-    try:
+    with closing(make()) as env:
         env.reset(seed=seed)
         for t in range(1, max_steps + 1):
             *_, terminated, truncated, _ = env.step(np.zeros(env.action_space.shape, dtype=np.float32))
@@ -204,13 +189,10 @@ def _time_limit(make: Callable[..., gym.Env], max_steps: int, seed: int) -> str:
                 return f"ended after {t} steps"
         raise CheckFailed(f"no termination or truncation after max_episode_steps={max_steps}",
                           "set truncated=True once max_episode_steps steps have run")
-    finally:
-        env.close()
 
 
 def _frames(make: Callable[..., gym.Env], seed: int) -> str:
-    env = make()
-    try:
+    with closing(make()) as env:
         obs, _ = env.reset(seed=seed)
         shown = []
         for key in IMAGE_KEYS:
@@ -221,22 +203,17 @@ def _frames(make: Callable[..., gym.Env], seed: int) -> str:
                                       "check lights and camera pose; with MuJoCo set MUJOCO_GL=egl")
                 shown.append(f"{key} {frame.shape}")
         return ", ".join(shown)
-    finally:
-        env.close()
 
 
 # -- batched checks -------------------------------------------------------------------------------
 
 
 def _vector_obs(cfg: EnvConfig, seed: int) -> str:
-    venv = make_vector_env(cfg, 2, name=cfg.id)
-    try:
+    with closing(make_vector_env(cfg, 2, name=cfg.id)) as venv:
         obs = venv.reset(seed=seed)
         _check_obs(obs, 2, where="reset")
         return ", ".join(f"{k} {np.asarray(v).dtype}{list(np.asarray(v).shape)}" for k, v in obs.items()
                          if k != TASK_DESCRIPTIONS)
-    finally:
-        venv.close()
 
 
 def _check_obs(obs: Obs, num_envs: int, where: str) -> None:
@@ -261,19 +238,16 @@ def _check_obs(obs: Obs, num_envs: int, where: str) -> None:
 
 def _chunk_rules(cfg: EnvConfig, steps: int, chunk: int, seed: int) -> str:
     """Random chunks through the vector env, checking every rule of the chunk-step contract."""
-    venv = make_vector_env(cfg, 2, name=cfg.id)
     rng = np.random.default_rng(seed)
-    act = venv.single_action_space
     episodes = 0
-    try:
+    with closing(make_vector_env(cfg, 2, name=cfg.id)) as venv:
+        act = venv.single_action_space
         venv.reset(seed=seed)
         for i in range(max(1, steps // chunk)):
             actions = rng.uniform(act.low, act.high, (2, chunk, act.shape[0])).astype(np.float32)
             result = venv.chunk_step(actions)
             _check_result(result, 2, chunk, f"chunk {i}")
             episodes += len(result.episodes)
-    finally:
-        venv.close()
     return f"{max(1, steps // chunk)} chunks of {chunk}, {episodes} episodes ended"
 
 
