@@ -1,8 +1,13 @@
-"""Checkpoints: written atomically (temp file, then rename), so a crash never leaves half a file.
+"""Checkpoints: one folder per saved iteration, written atomically (temp folder, then rename).
 
-A training checkpoint is ``<run_dir>/checkpoints/iter_XXXXXX.pt`` holding ``iteration``,
-``env_steps``, ``actor`` (policy, optimizer, version), ``config`` and ``wandb_id``;
-``load_resume_point`` turns one (or a run dir: its latest) back into where training goes on.
+    <run_dir>/checkpoints/iter_000100/
+        trainer.pt   iteration, env_steps, config, wandb_id, actor: {optimizer, version, policy}
+        policy/      for policies that export themselves (``Policy.exports_pretrained``, e.g. the VLA):
+                     their ``save_pretrained`` folder, which transformers / peft open alone; then
+                     ``actor.policy`` is absent from trainer.pt
+
+``load_resume_point`` turns one (or a run dir: its latest) back into where training goes on;
+``load_policy_state`` puts a checkpoint's weights into a policy (actor, rollout or eval).
 """
 
 from __future__ import annotations
@@ -13,42 +18,65 @@ from typing import Any
 
 import torch
 
-from embodied.atomic import atomic_path
+from embodied.atomic import atomic_dir
 
-CHECKPOINT_GLOB = "iter_*.pt"
+CHECKPOINT_GLOB = "iter_*"
+TRAINER_FILE = "trainer.pt"
+POLICY_DIR = "policy"
 
 
-def save_checkpoint(path: Path, state: dict[str, Any]) -> Path:
-    """Write ``state`` to ``path`` atomically; returns the path."""
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
-    return path
+def save_checkpoint(path: Path, state: dict[str, Any], policy: Any = None) -> Path:
+    """Write the folder ``path`` atomically: ``state`` as trainer.pt, an exporting ``policy`` under policy/."""
+    with atomic_dir(Path(path)) as tmp:
+        torch.save(state, tmp / TRAINER_FILE)
+        if policy is not None and getattr(policy, "exports_pretrained", False):
+            policy.save_pretrained(tmp / POLICY_DIR)
+    return Path(path)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint written by ``save_checkpoint`` (with a clear error if it is missing)."""
+    """The trainer state of a checkpoint folder; ``actor.policy_dir`` names its exported policy, if any."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
-    return torch.load(path, map_location="cpu", weights_only=False)
+    trainer = path / TRAINER_FILE if path.is_dir() else path
+    if not trainer.is_file():
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist (no {TRAINER_FILE})")
+    state = torch.load(trainer, map_location="cpu", weights_only=False)
+    if (trainer.parent / POLICY_DIR).is_dir() and isinstance(state.get("actor"), dict):
+        state["actor"]["policy_dir"] = str(trainer.parent / POLICY_DIR)
+    return state
+
+
+def load_policy_state(policy: torch.nn.Module, actor_state: dict[str, Any]) -> None:
+    """Load a checkpoint's policy weights (its exported folder, or its state dict) into ``policy``."""
+    if actor_state.get("policy_dir"):
+        policy.load_pretrained(actor_state["policy_dir"])
+    elif "policy" in actor_state:
+        policy.load_state_dict(actor_state["policy"])
+    else:
+        raise ValueError("the checkpoint holds no policy weights (neither policy/ nor actor.policy)")
+
+
+def is_checkpoint(path: Path) -> bool:
+    return (path / TRAINER_FILE).is_file()
 
 
 def find_checkpoint(path: str | Path) -> Path:
-    """``path`` itself if it is a file; for a run dir (or its ``checkpoints/``), its latest checkpoint."""
+    """A checkpoint folder (or a trainer file) itself; for a run dir (or its ``checkpoints/``), its latest."""
     path = Path(path)
-    if path.is_file():
+    if path.is_file() or is_checkpoint(path):
         return path
     if not path.is_dir():
-        raise FileNotFoundError(f"{str(path)!r} is neither a checkpoint file nor a run directory")
+        raise FileNotFoundError(f"{str(path)!r} is neither a checkpoint nor a run directory")
     folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-    found = sorted(folder.glob(CHECKPOINT_GLOB))
+    found = sorted(p for p in folder.glob(CHECKPOINT_GLOB) if is_checkpoint(p))
     if not found:
-        raise FileNotFoundError(f"no checkpoints ({CHECKPOINT_GLOB}) in {str(folder)!r}")
+        raise FileNotFoundError(f"no checkpoints ({CHECKPOINT_GLOB}/{TRAINER_FILE}) in {str(folder)!r}")
     return found[-1]  # zero-padded iteration numbers sort in order
 
 
 def run_dir_of(checkpoint: Path) -> Path:
     """The run directory a checkpoint belongs to."""
+    checkpoint = checkpoint.parent if checkpoint.is_file() and checkpoint.name == TRAINER_FILE else checkpoint
     return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
 
 
@@ -60,12 +88,12 @@ class ResumePoint:
     run_dir: Path
     iteration: int  # the last iteration done; training goes on with iteration + 1
     env_steps: int
-    actor: dict[str, Any]  # ActorWorker.state(): policy, optimizer, version
+    actor: dict[str, Any]  # ActorWorker.state(): policy (or policy_dir), optimizer, version
     wandb_id: str | None
 
 
 def load_resume_point(path: str | Path) -> ResumePoint:
-    """Read the checkpoint ``path`` names (a file, or a run dir: its latest checkpoint)."""
+    """Read the checkpoint ``path`` names (a checkpoint folder, or a run dir: its latest checkpoint)."""
     checkpoint = find_checkpoint(path)
     state = load_checkpoint(checkpoint)
     missing = [k for k in ("iteration", "env_steps", "actor") if k not in state]

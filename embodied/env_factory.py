@@ -12,7 +12,7 @@ import numpy as np
 from embodied.config import ConfigError, EnvConfig
 from embodied.policy import PolicySpec
 from embodied.registry import ENVS
-from embodied.types import MAIN_IMAGES, STATES
+from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES
 from envs.batched import BatchedEnv, is_batched
 from envs.chunked import ChunkedVectorEnv
 
@@ -76,11 +76,12 @@ def policy_spec(observation_space: gym.spaces.Space, action_space: gym.spaces.Bo
     """What a policy needs to know about an env's spaces."""
     spaces = observation_space.spaces if isinstance(observation_space, gym.spaces.Dict) else {}
     states = spaces.get(STATES)
-    images = spaces.get(MAIN_IMAGES)
+    images, wrist = spaces.get(MAIN_IMAGES), spaces.get(WRIST_IMAGES)
     return PolicySpec(
         state_dim=int(np.prod(states.shape)) if states is not None else 0,
         image_shape=tuple(images.shape) if images is not None else None,
         action_dim=int(action_space.shape[0]),
         action_low=tuple(float(x) for x in action_space.low),
         action_high=tuple(float(x) for x in action_space.high),
+        wrist_image_shape=tuple(wrist.shape) if wrist is not None else None,
     )

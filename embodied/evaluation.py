@@ -1,7 +1,7 @@
 """Evaluation: success rate with a 95% Wilson interval, return and length, a per-task breakdown;
 periodic eval during training; and ``embodied eval`` (a checkpoint -> ``eval.json`` and a table).
 
-    report = evaluate_checkpoint(cfg, Path("runs/x/checkpoints/iter_000100.pt"), episodes=64,
+    report = evaluate_checkpoint(cfg, Path("runs/x/checkpoints/iter_000100"), episodes=64,
                                  out_dir=Path("runs/x/eval/iter_000100"), video=True)
     print(format_table(report))
 
@@ -194,8 +194,8 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int, out_dir: P
     try:
         evaluator = Evaluator.start(cfg, backend, cfg.logger.video if video else None)
         try:
-            evaluator.load_policy(state["actor"]["policy"], int(state["actor"].get("version", 0)))
-        except RuntimeError as exc:
+            evaluator.load_checkpoint(state["actor"], int(state["actor"].get("version", 0)))
+        except (RuntimeError, ValueError) as exc:
             raise ValueError(f"checkpoint {checkpoint} does not fit policy config {cfg.policy}: {exc}") from None
         found = [e for e in evaluator.run(episodes, str(out_dir / "videos") if video else None)
                  if e.env_index < episodes]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import torch
@@ -27,6 +28,7 @@ class PolicySpec:
     action_dim: int  # A
     action_low: tuple[float, ...]  # per-dimension bounds of the env's action space
     action_high: tuple[float, ...]
+    wrist_image_shape: tuple[int, ...] | None = None  # (H, W, 3) of wrist images, None without them
 
 
 @dataclass
@@ -37,6 +39,13 @@ class PolicyConfig:
     action_chunk: int = 1  # C: actions emitted per inference, executed open-loop by the env
 
     model_class: ClassVar[str] = ""  # "module:attr" of the Policy subclass built from this config
+
+    def validate(self) -> list[str]:
+        """Problems only this policy type can see, each prefixed by its field path (``policy.x``).
+
+        Called by the config loader before any worker starts; the default finds none.
+        """
+        return []
 
 
 class Policy(nn.Module, abc.ABC):
@@ -57,6 +66,26 @@ class Policy(nn.Module, abc.ABC):
     @abc.abstractmethod
     def value(self, obs: Obs) -> torch.Tensor:
         """V(obs), float32 [B]; used to bootstrap truncated episodes."""
+
+    exports_pretrained: ClassVar[bool] = False  # checkpoints hold save_pretrained() output, not a state dict
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """Trainable parameters and all buffers: what changes in training, so what weight sync sends.
+
+        Frozen parameters (a LoRA-wrapped backbone, say) come from the policy's config on every
+        copy, so they never travel. For a fully trained policy this is its whole ``state_dict``.
+        """
+        trainable = {name for name, p in self.named_parameters() if p.requires_grad}
+        buffers = {name for name, _ in self.named_buffers()}
+        return {k: v for k, v in self.state_dict().items() if k in trainable or k in buffers}
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """Write the policy as a folder of its own format (policies with ``exports_pretrained``)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps its weights in the trainer state dict")
+
+    def load_pretrained(self, directory: str | Path) -> None:
+        """Read what ``save_pretrained`` wrote (policies with ``exports_pretrained``)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps its weights in the trainer state dict")
 
     def observe(self, forward_inputs: dict[str, torch.Tensor]) -> None:
         """Update input statistics from a rollout batch [N, ...]; the actor calls it after each update.

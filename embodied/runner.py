@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import yaml
 
-from embodied.checkpoint import ResumePoint, load_resume_point, save_checkpoint
+from embodied.checkpoint import ResumePoint, load_resume_point
 from embodied.config import Config, to_dict
 from embodied.env_factory import check_env_config
 from embodied.evaluation import PeriodicEval, episode_metrics
@@ -79,9 +79,8 @@ def train(cfg: Config) -> TrainResult:
             logger.log(metrics, step=it, videos=evaluate.videos())
             history.append(metrics)
             if due(it, cfg.runner.checkpoint_every, last):
-                checkpoint = save_checkpoint(run_dir / "checkpoints" / f"iter_{it:06d}.pt", {
-                    "iteration": it, "env_steps": env_steps, "actor": workers.actor_state(), "config": to_dict(cfg),
-                    "wandb_id": logger.wandb_id,
+                checkpoint = workers.save_checkpoint(run_dir / "checkpoints" / f"iter_{it:06d}", {
+                    "iteration": it, "env_steps": env_steps, "config": to_dict(cfg), "wandb_id": logger.wandb_id,
                 })
         logger.log_videos(evaluate.videos(wait=True), step=max(last, start))  # the last eval's, once encoded
         workers.close()

@@ -195,6 +195,7 @@ def validate(cfg: Config) -> list[str]:
         except UnknownNameError as exc:
             p.append(f"{section}.id: {exc}")
     need(cfg.policy.action_chunk >= 1, f"policy.action_chunk: chunk size must be >= 1, got {cfg.policy.action_chunk}")
+    p += cfg.policy.validate()
     for name, ranks in (("num_env_workers", cfg.cluster.num_env_workers),
                         ("num_rollout_workers", cfg.cluster.num_rollout_workers)):
         need(ranks >= 1, f"cluster.{name}: must be >= 1, got {ranks}")

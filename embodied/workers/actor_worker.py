@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from embodied.algorithms import compute_gae, normalize_advantages, ppo_loss
+from embodied.checkpoint import load_policy_state, save_checkpoint
 from embodied.config import ActorConfig, AlgorithmConfig
 from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.types import Trajectory
@@ -22,15 +24,22 @@ class ActorWorker:
         torch.manual_seed(seed)
         self.algo, self.cfg, self.total_iterations = algorithm, actor, total_iterations
         self.policy: Policy = build_policy(policy_cfg, spec)
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=actor.lr, eps=actor.adam_eps)
+        # Only what trains: a LoRA-wrapped backbone's frozen weights get no optimizer state.
+        self.params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.Adam(self.params, lr=actor.lr, eps=actor.adam_eps)
+        self.device = self.params[0].device if self.params else torch.device("cpu")
         self.generator = torch.Generator().manual_seed(seed)
         self.version = 0
 
     def weights(self, shared: bool = False) -> tuple[int, dict[str, torch.Tensor] | None]:
-        """``(version, state_dict)`` for rollout workers; ``shared`` sends no tensors (colocated)."""
+        """``(version, trainable state)`` for rollout workers; ``shared`` sends no tensors (colocated).
+
+        Only trainable parameters and buffers travel (``Policy.trainable_state``): frozen weights
+        are the same on every copy, so a LoRA policy sends its adapters, not its backbone.
+        """
         if shared:
             return self.version, None
-        return self.version, {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
+        return self.version, {k: v.detach().cpu().clone() for k, v in self.policy.trainable_state().items()}
 
     def update(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
         """One PPO update (``algorithm.update_epochs`` passes of minibatches); returns train metrics."""
@@ -61,6 +70,7 @@ class ActorWorker:
         return metrics
 
     def _step(self, mb: dict[str, Any]):
+        mb = _to(mb, self.device)
         logprobs, entropy, values = self.policy.evaluate(mb["forward_inputs"], mb["actions"])
         adv = normalize_advantages(mb["advantages"]) if self.algo.normalize_advantages else mb["advantages"]
         out = ppo_loss(logprobs, mb["logprobs"], adv, values, mb["values"], mb["returns"], entropy,
@@ -68,16 +78,29 @@ class ActorWorker:
                        clip_vloss=self.algo.clip_vloss, mask=_mask(mb["executed"], logprobs))
         self.optimizer.zero_grad()
         out.loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.algo.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.algo.max_grad_norm)
         self.optimizer.step()
         return out, grad_norm
 
     def state(self) -> dict[str, Any]:
-        """Everything a checkpoint needs to resume the actor."""
-        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(), "version": self.version}
+        """Everything a checkpoint needs to resume the actor.
+
+        A policy that exports itself (``exports_pretrained``) is saved as a folder by
+        ``save_checkpoint``; its trainable state is here only for comparisons in memory.
+        """
+        policy = self.policy.trainable_state() if self.policy.exports_pretrained else self.policy.state_dict()
+        return {"policy": policy, "optimizer": self.optimizer.state_dict(), "version": self.version}
+
+    def save_checkpoint(self, path: str, extra: dict[str, Any]) -> str:
+        """Write a checkpoint folder (``embodied.checkpoint``) from here, where the policy lives."""
+        actor = self.state()
+        if self.policy.exports_pretrained:
+            del actor["policy"]  # policy/ holds it
+        save_checkpoint(Path(path), {**extra, "actor": actor}, self.policy)
+        return path
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self.policy.load_state_dict(state["policy"])
+        load_policy_state(self.policy, state)
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
 
@@ -93,6 +116,14 @@ def _flatten(traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor) 
         "actions": flat(traj.actions), "logprobs": flat(traj.logprobs), "values": flat(traj.values),
         "executed": flat(traj.executed), "advantages": flat(advantages), "returns": flat(returns),
     }
+
+
+def _to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """Every tensor of a minibatch on the policy's device (a no-op on the CPU)."""
+    if device.type == "cpu":
+        return batch
+    return {k: {n: t.to(device) for n, t in v.items()} if isinstance(v, dict) else v.to(device)
+            for k, v in batch.items()}
 
 
 def _take(batch: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from embodied.channels import route, shards_for_rollout_rank
@@ -90,9 +91,9 @@ class Evaluator:
         spec = backend.wait(envs.group.call("spec"))[0]
         return cls(cfg, backend, envs, start_rollout_group(cfg, backend, spec, None, envs, None))
 
-    def load_policy(self, state: dict[str, Any], version: int = 0) -> None:
-        """Load policy weights (a ``state_dict``) into every rollout worker."""
-        self.backend.wait(self.rollout_group.call("sync_weights", (version, state)))
+    def load_checkpoint(self, actor_state: dict[str, Any], version: int = 0) -> None:
+        """Load a checkpoint's policy (``load_checkpoint(...)["actor"]``) into every rollout worker."""
+        self.backend.wait(self.rollout_group.call("load_checkpoint", actor_state, version))
 
     def run(self, episodes: int, video_dir: str | None = None) -> list[EpisodeStats]:
         """Every episode of ``ceil(episodes / num_envs)`` rounds, ordered by eval episode index.
@@ -180,6 +181,11 @@ class Workers:
 
     def actor_state(self) -> dict[str, Any]:
         return self.backend.wait(self.actor_group.call("state"))[0]
+
+    def save_checkpoint(self, path: Path, extra: dict[str, Any]) -> Path:
+        """The actor writes the checkpoint folder ``path`` (trainer state ``extra`` + its own)."""
+        self.backend.wait(self.actor_group.call("save_checkpoint", str(path), extra))
+        return path
 
     def load_actor_state(self, state: dict[str, Any]) -> None:
         """Restore the actor (policy, optimizer, version) from ``actor_state()`` output."""

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from embodied.channels import Shard
+from embodied.checkpoint import load_policy_state
 from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.types import (ChunkStepResult, EpisodeStats, Obs, PeerFailure, PeerFailureError, PolicyOutput,
                             Trajectory, obs_concat, obs_slice)
@@ -36,7 +37,15 @@ class MultiStepRolloutWorker:
         """Load ``(version, state_dict)``; a None state means the module is shared with the actor."""
         version, state = weights
         if state is not None:
-            self.policy.load_state_dict(state)
+            _, unexpected = self.policy.load_state_dict(state, strict=False)  # trainable tensors only
+            if unexpected:
+                raise ValueError(f"rollout worker {self.rank}: weights for unknown parameters {unexpected[:5]}")
+        self.version = version
+        return version
+
+    def load_checkpoint(self, actor_state: dict[str, Any], version: int = 0) -> int:
+        """Load a checkpoint's policy (its exported folder, or its state dict), e.g. for ``embodied eval``."""
+        load_policy_state(self.policy, actor_state)
         self.version = version
         return version
 

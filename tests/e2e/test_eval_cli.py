@@ -44,7 +44,7 @@ def test_eval_gives_the_same_numbers_twice_with_a_table_json_and_videos(run_dir,
     assert "success" in out and "95% CI" in out and f"seeds {EVAL_SEED_OFFSET}..{EVAL_SEED_OFFSET + 5}" in out
     assert str(default_out / "eval.json") in out and "videos: 4 mp4" in out
     assert report["iteration"] == 3 and report["deterministic"] is True and report["num_episodes"] == 6
-    assert report["checkpoint"].endswith("iter_000003.pt")
+    assert report["checkpoint"].endswith("iter_000003")
     assert [e["seed"] for e in report["episodes"]] == [EVAL_SEED_OFFSET + k for k in range(6)]
     assert set(report) >= {"success_rate", "success_ci95", "return_mean", "episode_len", "per_task", "videos"}
 
@@ -67,7 +67,7 @@ def test_eval_gives_the_same_numbers_twice_with_a_table_json_and_videos(run_dir,
 def test_eval_console_script_and_its_errors(run_dir):
     exe = Path(sys.executable).parent / "embodied"
     cmd = [str(exe) if exe.exists() else "embodied", "eval", str(RECIPE), *EVAL, "--checkpoint",
-           str(run_dir / "checkpoints" / "iter_000003.pt"), "--episodes", "2", "--out", str(run_dir / "cli")]
+           str(run_dir / "checkpoints" / "iter_000003"), "--episodes", "2", "--out", str(run_dir / "cli")]
     env = {**os.environ, "WANDB_MODE": "disabled"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]

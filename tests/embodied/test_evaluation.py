@@ -131,7 +131,7 @@ def test_evaluator_alone_builds_no_training_workers_and_repeats_itself(local_bac
                              "policy.type=echo", "policy.action_chunk=2", "experiment.seed=7"])
     evaluator = Evaluator.start(cfg, local_backend)
     assert len(local_backend._groups) == 2  # eval envs and rollout workers: no actor, no training envs
-    evaluator.load_policy(evaluator.rollout_group.workers[0].policy.state_dict())
+    evaluator.load_checkpoint({"policy": evaluator.rollout_group.workers[0].policy.state_dict()})
     episodes = evaluator.run(episodes=6)  # two rounds of four
     assert [e.env_index for e in episodes] == list(range(8))
     # The echo policy plays its env's first reset seed: episode k of round 0 started from seed base + k.
@@ -152,7 +152,7 @@ def reach_checkpoint(tmp_path: Path, cfg) -> Path:
     env.close()
     torch.manual_seed(3)
     policy = build_policy(cfg.policy, spec)
-    return save_checkpoint(tmp_path / "checkpoints" / "iter_000001.pt", {
+    return save_checkpoint(tmp_path / "checkpoints" / "iter_000001", {
         "iteration": 1, "env_steps": 0, "actor": {"policy": policy.state_dict(), "version": 1}})
 
 

@@ -56,7 +56,7 @@ def test_a_resumed_run_continues_from_the_saved_iteration_with_identical_paramet
     assert [it for it, _ in seen] == [3, 4]
     assert_same_state(seen[0][1], saved["actor"])  # policy, optimizer and version as saved
     final = load_checkpoint(resumed.checkpoint)
-    assert resumed.checkpoint == first.run_dir / "checkpoints" / "iter_000004.pt"
+    assert resumed.checkpoint == first.run_dir / "checkpoints" / "iter_000004"
     assert final["iteration"] == 4 and final["actor"]["version"] == 4
     assert final["env_steps"] == resumed.history[-1]["env_steps"] > resumed.history[0]["env_steps"] > saved["env_steps"]
     steps = [json.loads(line)["step"] for line in (first.run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -66,7 +66,7 @@ def test_a_resumed_run_continues_from_the_saved_iteration_with_identical_paramet
 
 def test_resume_from_a_checkpoint_file_drops_metrics_logged_after_it(tmp_path):
     first = runner.train(toy_config(tmp_path, "runner.iterations=3"))
-    ckpt = first.run_dir / "checkpoints" / "iter_000002.pt"
+    ckpt = first.run_dir / "checkpoints" / "iter_000002"
     resumed = runner.train(toy_config(tmp_path, "runner.iterations=3", f"runner.resume_from={ckpt}"))
     assert [m["env_steps"] for m in resumed.history] == [first.history[2]["env_steps"]]
     steps = [json.loads(line)["step"] for line in (first.run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -102,11 +102,13 @@ def test_resume_continues_the_wandb_run(tmp_path, monkeypatch):
 def test_checkpoint_lookup(tmp_path):
     (tmp_path / "checkpoints").mkdir()
     for it in (2, 10, 9):
-        (tmp_path / "checkpoints" / f"iter_{it:06d}.pt").write_bytes(b"")
-    assert find_checkpoint(tmp_path).name == "iter_000010.pt"
-    assert find_checkpoint(tmp_path / "checkpoints").name == "iter_000010.pt"
+        (tmp_path / "checkpoints" / f"iter_{it:06d}").mkdir()
+        (tmp_path / "checkpoints" / f"iter_{it:06d}" / "trainer.pt").write_bytes(b"")
+    (tmp_path / "checkpoints" / "iter_000011.tmp123").mkdir()  # a write that never finished is not a checkpoint
+    assert find_checkpoint(tmp_path).name == "iter_000010"
+    assert find_checkpoint(tmp_path / "checkpoints").name == "iter_000010"
     assert run_dir_of(find_checkpoint(tmp_path)) == tmp_path
-    with pytest.raises(FileNotFoundError, match="neither a checkpoint file nor a run directory"):
+    with pytest.raises(FileNotFoundError, match="neither a checkpoint nor a run directory"):
         find_checkpoint(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no checkpoints"):

@@ -1,0 +1,1 @@
+"""Vision-language-action policies on Hugging Face ``transformers`` image-text-to-text backbones."""

@@ -1,0 +1,161 @@
+"""Action heads of the VLA policy, chosen by ``policy.action_head``, behind one interface.
+
+A head turns the backbone into action chunks. It gets ``run(extra_ids) -> hidden [B, L + k, H]``
+(one forward pass over the prompt plus ``k`` appended token ids), ``decode`` (one cached step,
+for the autoregressive head) and ``bin_logits(hidden) -> [.., n_bins]`` (the language-model head
+restricted to the action-bin ids, i.e. logits masked to the action bins). Every head returns the
+hidden state of the last prompt token too, which the value head reads.
+
+- ``tokens`` (OpenVLA-OFT style): ``K = C x A`` placeholder tokens after the prompt, all decoded in
+  one forward pass; position ``j`` scores the bin of action entry ``j``. Log-probs ``[B, C, A]``.
+- ``autoregressive`` (OpenVLA): one bin token per action entry, sampled one after another with the
+  KV cache; replayed by one teacher-forced pass. Log-probs ``[B, C, A]``.
+- ``gaussian`` (OFT regression, StarVLA's OFT head): a linear map of the placeholders' hidden states
+  is the chunk mean in normalized units, with a learned state-independent log-std. Log-probs ``[B, C]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+Run = Callable[[torch.Tensor | None], torch.Tensor]
+
+
+@dataclass
+class HeadOutput:
+    """What a head returns for a batch; actions are bins (token heads) or normalized values (gaussian)."""
+
+    actions: torch.Tensor  # long bins [B, C, A] or float normalized [B, C, A]
+    logprobs: torch.Tensor  # [B, C, A] (token) or [B, C] (action)
+    entropy: torch.Tensor  # same shape as logprobs
+    prompt_hidden: torch.Tensor  # [B, H], hidden state of the last prompt token
+
+
+class ActionHead(nn.Module):
+    """Interface: ``act`` samples (or picks the mode), ``evaluate`` scores given actions."""
+
+    granularity: str = "token"
+    continuous: bool = False  # actions are normalized values, not bins
+
+    def __init__(self, chunk: int, action_dim: int, placeholder_id: int) -> None:
+        super().__init__()
+        self.chunk, self.action_dim = chunk, action_dim
+        self.size = chunk * action_dim
+        self.placeholder_id = placeholder_id
+
+    def placeholders(self, batch: int, device: torch.device) -> torch.Tensor:
+        return torch.full((batch, self.size), self.placeholder_id, dtype=torch.long, device=device)
+
+    def act(self, run: Run, decode: Callable, bin_logits: Callable, batch: int, device: torch.device,
+            deterministic: bool, temperature: float) -> HeadOutput:
+        raise NotImplementedError
+
+    def evaluate(self, run: Run, bin_logits: Callable, actions: torch.Tensor, first_bin_id: int,
+                 temperature: float) -> HeadOutput:
+        raise NotImplementedError
+
+
+def _categorical(logits: torch.Tensor, temperature: float) -> Categorical:
+    return Categorical(logits=logits.float() / temperature)
+
+
+class TokenHead(ActionHead):
+    """All action tokens from one forward pass over placeholders (parallel decoding)."""
+
+    def _dist(self, run: Run, bin_logits: Callable, batch: int, device: torch.device,
+              temperature: float) -> tuple[Categorical, torch.Tensor]:
+        hidden = run(self.placeholders(batch, device))
+        prompt_len = hidden.shape[1] - self.size
+        return _categorical(bin_logits(hidden[:, prompt_len:]), temperature), hidden[:, prompt_len - 1]
+
+    def act(self, run, decode, bin_logits, batch, device, deterministic, temperature):
+        dist, h = self._dist(run, bin_logits, batch, device, temperature)
+        bins = dist.logits.argmax(-1) if deterministic else dist.sample()
+        shape = (batch, self.chunk, self.action_dim)
+        return HeadOutput(bins.view(shape), dist.log_prob(bins).view(shape), dist.entropy().view(shape), h)
+
+    def evaluate(self, run, bin_logits, actions, first_bin_id, temperature):
+        batch = actions.shape[0]
+        dist, h = self._dist(run, bin_logits, batch, actions.device, temperature)
+        bins = actions.reshape(batch, -1)
+        return HeadOutput(actions, dist.log_prob(bins).view(actions.shape), dist.entropy().view(actions.shape), h)
+
+
+class AutoregressiveHead(ActionHead):
+    """One bin token at a time with the KV cache; replayed teacher-forced in one pass."""
+
+    def act(self, run, decode, bin_logits, batch, device, deterministic, temperature):
+        hidden, past = decode(None, None, 0)  # the prompt, filling the cache
+        h = prompt_hidden = hidden[:, -1]
+        bins, logps, ents = [], [], []
+        for k in range(self.size):
+            dist = _categorical(bin_logits(h), temperature)
+            b = dist.logits.argmax(-1) if deterministic else dist.sample()
+            bins.append(b), logps.append(dist.log_prob(b)), ents.append(dist.entropy())
+            if k + 1 < self.size:
+                hidden, past = decode(b[:, None], past, k)
+                h = hidden[:, -1]
+        shape = (batch, self.chunk, self.action_dim)
+        return HeadOutput(torch.stack(bins, 1).view(shape), torch.stack(logps, 1).view(shape),
+                          torch.stack(ents, 1).view(shape), prompt_hidden)
+
+    def evaluate(self, run, bin_logits, actions, first_bin_id, temperature):
+        batch = actions.shape[0]
+        bins = actions.reshape(batch, -1)
+        hidden = run(first_bin_id + bins[:, :-1])  # [B, L + K - 1, H]
+        prompt_len = hidden.shape[1] - (self.size - 1)
+        dist = _categorical(bin_logits(hidden[:, prompt_len - 1:]), temperature)
+        return HeadOutput(actions, dist.log_prob(bins).view(actions.shape), dist.entropy().view(actions.shape),
+                          hidden[:, prompt_len - 1])
+
+
+class GaussianHead(ActionHead):
+    """A regressed chunk mean (normalized units) from the placeholders' hidden states; learned log-std."""
+
+    granularity = "action"
+    continuous = True
+
+    def __init__(self, chunk: int, action_dim: int, placeholder_id: int, hidden_size: int,
+                 init_log_std: float) -> None:
+        super().__init__(chunk, action_dim, placeholder_id)
+        self.mean = nn.Linear(hidden_size, 1)
+        nn.init.normal_(self.mean.weight, std=0.01)
+        nn.init.zeros_(self.mean.bias)
+        self.log_std = nn.Parameter(torch.full((self.size,), float(init_log_std)))
+
+    def _dist(self, run: Run, batch: int, device: torch.device) -> tuple[Normal, torch.Tensor]:
+        hidden = run(self.placeholders(batch, device))
+        prompt_len = hidden.shape[1] - self.size
+        mean = self.mean(hidden[:, prompt_len:].float()).squeeze(-1)  # [B, K]
+        return Normal(mean, self.log_std.exp().expand_as(mean)), hidden[:, prompt_len - 1]
+
+    def _shape(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(x.shape[0], self.chunk, self.action_dim)
+
+    def act(self, run, decode, bin_logits, batch, device, deterministic, temperature):
+        dist, h = self._dist(run, batch, device)
+        flat = dist.mean if deterministic else dist.sample()
+        return HeadOutput(self._shape(flat), self._shape(dist.log_prob(flat)).sum(-1),
+                          self._shape(dist.entropy()).sum(-1), h)
+
+    def evaluate(self, run, bin_logits, actions, first_bin_id, temperature):
+        dist, h = self._dist(run, actions.shape[0], actions.device)
+        flat = actions.reshape(actions.shape[0], -1).float()
+        return HeadOutput(actions, self._shape(dist.log_prob(flat)).sum(-1), self._shape(dist.entropy()).sum(-1), h)
+
+
+def make_head(name: str, chunk: int, action_dim: int, placeholder_id: int, hidden_size: int,
+              init_log_std: float) -> ActionHead:
+    """The head ``policy.action_head`` names."""
+    if name == "tokens":
+        return TokenHead(chunk, action_dim, placeholder_id)
+    if name == "autoregressive":
+        return AutoregressiveHead(chunk, action_dim, placeholder_id)
+    if name == "gaussian":
+        return GaussianHead(chunk, action_dim, placeholder_id, hidden_size, init_log_std)
+    raise ValueError(f"policy.action_head: unknown head {name!r}; known: tokens, autoregressive, gaussian")

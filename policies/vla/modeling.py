@@ -1,0 +1,316 @@
+"""The VLA policy: a transformers image-text-to-text backbone, an action head, a value head.
+
+    policy = VLAPolicy(VLAConfig(model_path="tiny:smolvlm-tiny", action_chunk=4), spec)
+    out = policy.act(obs)            # obs: main_images uint8 [B, H, W, 3], task_descriptions, ...
+    logprobs, entropy, values = policy.evaluate(out.forward_inputs, out.actions)   # replays act exactly
+
+The backbone is loaded with ``AutoModelForImageTextToText.from_pretrained`` and called through its
+own inner model (``backbone.model``), so only the rows of the LM head that score action bins are
+ever computed. ``forward_inputs`` hold uint8 images and token ids (never float pixels), so a
+rollout epoch stays small and ``evaluate`` rebuilds the same pixels and positions. With
+``policy.lora_rank > 0`` the backbone is frozen and peft's LoRA adapters train (with the value
+head, the gaussian head and the state projection); ``trainable_state`` is what weight sync sends.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from embodied.policy import Policy, PolicySpec
+from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, Obs, PolicyOutput
+from policies.vla.action_tokenizer import ActionTokenizer, stats_bounds
+from policies.vla.configuration import VLAConfig
+from policies.vla.heads import ActionHead, make_head
+from policies.vla.processing import VLAProcessor, family_of
+from policies.vla.tiny import resolve_model_path
+
+HEADS_FILE = "heads.pt"  # value head, action head, state projection (a plain state dict)
+POLICY_FILE = "embodied_policy.json"  # the policy config and the resolved image size, for people and tools
+DEFAULT_LORA_TARGETS = {  # the language model's attention and MLP projections (not the vision tower)
+    "smolvlm": r".*text_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)",
+    "qwen": r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)",
+}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("policy.device: 'cuda' but torch sees no CUDA device here (use cpu or auto)")
+    return torch.device(name)
+
+
+def _quiet_transformers() -> None:
+    """No per-load progress bars or info lines from every worker."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    logging.getLogger("peft").setLevel(logging.ERROR)
+
+
+class VLAPolicy(Policy):
+    """Vision-language-action policy over a transformers backbone (see the module docstring)."""
+
+    exports_pretrained = True
+
+    def __init__(self, config: VLAConfig, spec: PolicySpec) -> None:
+        super().__init__()
+        from transformers import AutoModelForImageTextToText, AutoTokenizer
+
+        _quiet_transformers()
+        if spec.image_shape is None:
+            raise ValueError("policy.type=vla needs images: set env.obs_mode to 'rgb' or 'state+rgb'")
+        if config.use_states and spec.state_dim <= 0:
+            raise ValueError("policy.use_states: the env gives no states; set env.obs_mode to 'state+rgb' "
+                             "or policy.use_states=false")
+        self.config, self.spec = config, spec
+        self.device_ = resolve_device(config.device)
+        self.dtype_ = {"float32": torch.float32, "bfloat16": torch.bfloat16}[config.dtype]
+        self.model_dir = resolve_model_path(config.model_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        backbone = AutoModelForImageTextToText.from_pretrained(self.model_dir, dtype=self.dtype_)
+        self.family = family_of(backbone.config)
+        self.action_tokenizer = self._action_tokenizer(config, spec, backbone)
+        self.use_wrist = config.use_wrist_image and spec.wrist_image_shape is not None
+        self.processor = VLAProcessor(self.tokenizer, backbone.config, self.model_dir, image_size=config.image_size,
+                                      env_image_size=spec.image_shape[0], num_images=1 + int(self.use_wrist),
+                                      use_states=config.use_states,
+                                      max_instruction_tokens=config.max_instruction_tokens)
+        hidden = int(backbone.config.get_text_config().hidden_size)
+        self.chunk, self.action_dim = config.action_chunk, spec.action_dim
+        self.head: ActionHead = make_head(config.action_head, self.chunk, self.action_dim, self.processor.pad_id,
+                                          hidden, config.init_log_std)
+        self.logprob_granularity = self.head.granularity  # per instance: it depends on the head
+        self.value_head = nn.Sequential(nn.Linear(hidden, config.value_hidden), nn.Tanh(),
+                                        nn.Linear(config.value_hidden, 1))
+        self.state_proj = nn.Linear(spec.state_dim, hidden) if config.use_states else None
+        self.backbone = backbone
+        self._peft: list[Any] = []  # the peft wrapper, kept out of the module tree (its weights are backbone's)
+        if config.lora_rank > 0:
+            self._add_lora(config)
+        self.backbone.eval()  # no dropout anywhere in the backbone: act and evaluate must agree
+        self.to(self.device_)
+
+    # -- construction ------------------------------------------------------------------------
+
+    @staticmethod
+    def _action_tokenizer(config: VLAConfig, spec: PolicySpec, backbone: Any) -> ActionTokenizer:
+        vocab = int(backbone.get_output_embeddings().weight.shape[0])
+        if config.action_norm == "model_stats":
+            low, high = stats_bounds(resolve_model_path(config.model_path))
+            if len(low) != spec.action_dim:
+                raise ValueError(f"policy.action_norm=model_stats: action_stats.json has {len(low)} action "
+                                 f"dimensions but the env's action space has {spec.action_dim}")
+        else:
+            low, high = list(spec.action_low), list(spec.action_high)
+        return ActionTokenizer(config.action_bins, vocab, low, high)
+
+    def _add_lora(self, config: VLAConfig) -> None:
+        from peft import LoraConfig, get_peft_model
+
+        targets: Any = config.lora_target_modules or DEFAULT_LORA_TARGETS[self.family]
+        names = [n for n, _ in self.backbone.named_modules()]
+        if config.lora_target_modules:
+            missing = [t for t in config.lora_target_modules if not any(n == t or n.endswith("." + t) for n in names)]
+            if missing:
+                raise ValueError(f"policy.lora_target_modules: {missing} match no module of the backbone "
+                                 f"({type(self.backbone).__name__}); e.g. q_proj, v_proj, up_proj")
+        lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                          target_modules=targets, bias="none")
+        try:
+            self._peft = [get_peft_model(self.backbone, lora)]
+        except ValueError as exc:
+            raise ValueError(f"policy.lora_target_modules: {exc}") from None
+        # get_peft_model froze everything else; the LoRA matrices are the only backbone parameters left trainable.
+
+    def train(self, mode: bool = True) -> VLAPolicy:
+        super().train(mode)
+        self.backbone.eval()  # dropout stays off (see __init__)
+        return self
+
+    # -- the policy interface ----------------------------------------------------------------
+
+    def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
+        inputs = self.forward_inputs(obs)
+        out = self.head.act(*self._runners(inputs), self._bin_logits, inputs["input_ids"].shape[0], self.device_,
+                            deterministic, self.config.temperature)
+        if self.head.continuous:
+            actions = self.action_tokenizer.denormalize(out.actions.double()).float()
+        else:
+            actions = self.action_tokenizer.decode(out.actions)
+        return PolicyOutput(actions=actions.cpu(), logprobs=out.logprobs.float().cpu(),
+                            values=self._value(out.prompt_hidden).cpu(), forward_inputs=inputs)
+
+    def evaluate(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor):
+        run, _ = self._runners(forward_inputs)
+        actions = actions.to(self.device_)
+        if self.head.continuous:
+            target = self.action_tokenizer.normalize(actions.double()).float()
+        else:
+            target = self.action_tokenizer.encode(actions)
+        out = self.head.evaluate(run, self._bin_logits, target, self.action_tokenizer.first_token_id,
+                                 self.config.temperature)
+        return out.logprobs.float(), out.entropy.float(), self._value(out.prompt_hidden)
+
+    @torch.no_grad()
+    def value(self, obs: Obs) -> torch.Tensor:
+        run, _ = self._runners(self.forward_inputs(obs))
+        hidden = run(None)
+        return self._value(hidden[:, -1]).cpu()
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
+        """What ``evaluate`` replays: prompt token ids and uint8 images (CPU), plus states if used."""
+        descriptions = obs.get(TASK_DESCRIPTIONS)
+        if descriptions is None or len(descriptions) == 0 or any(not d for d in descriptions):
+            raise ValueError("policy.type=vla reads an instruction per env from obs['task_descriptions'], and the "
+                             "env gave none (or an empty one): give the env a task_description")
+        prompt = self.processor.prompts(list(descriptions))
+        inputs = {"input_ids": prompt.input_ids, "attention_mask": prompt.attention_mask,
+                  MAIN_IMAGES: _uint8(obs[MAIN_IMAGES])}
+        if self.use_wrist:
+            inputs[WRIST_IMAGES] = _uint8(obs[WRIST_IMAGES])
+        if self.state_proj is not None:
+            inputs[STATES] = torch.as_tensor(np.asarray(obs[STATES]), dtype=torch.float32)
+        return inputs
+
+    def _runners(self, inputs: dict[str, torch.Tensor]):
+        """``run(extra_ids)`` (one forward pass) and ``decode(ids, past, step)`` (cached) over a batch."""
+        dev = self.device_
+        ids, mask = inputs["input_ids"].to(dev), inputs["attention_mask"].to(dev)
+        images = [inputs[MAIN_IMAGES]] + ([inputs[WRIST_IMAGES]] if self.use_wrist else [])
+        pixels = self.processor.pixel_inputs(images, dev, self.dtype_)
+        positions = self.processor.positions(self._inner, ids, mask, pixels)
+        states = inputs[STATES].to(dev) if self.state_proj is not None else None
+
+        def embed(token_ids: torch.Tensor, with_state: bool) -> torch.Tensor:
+            x = self.backbone.get_input_embeddings()(token_ids)
+            if with_state and states is not None:
+                pos = self.processor.state_position
+                token = self.state_proj(states).to(x.dtype)[:, None]
+                x = torch.cat([x[:, :pos], token, x[:, pos + 1:]], 1)
+            return x
+
+        def run(extra: torch.Tensor | None) -> torch.Tensor:
+            full_ids, full_mask, full_pos = ids, mask, positions
+            if extra is not None and extra.shape[1] > 0:
+                full_ids = torch.cat([ids, extra], 1)
+                full_mask = torch.cat([mask, torch.ones_like(extra)], 1)
+                full_pos = torch.cat([positions, self.processor.next_positions(positions, extra.shape[1])], -1)
+            out = self._inner(inputs_embeds=embed(full_ids, True), attention_mask=full_mask, position_ids=full_pos,
+                              use_cache=False, **pixels)
+            return out.last_hidden_state
+
+        def decode(token: torch.Tensor | None, past: Any, step: int):
+            if token is None:  # the prompt, filling the cache
+                out = self._inner(inputs_embeds=embed(ids, True), attention_mask=mask, position_ids=positions,
+                                  use_cache=True, **pixels)
+                return out.last_hidden_state, out.past_key_values
+            full_mask = torch.cat([mask, torch.ones(mask.shape[0], step + 1, dtype=mask.dtype, device=dev)], 1)
+            pos = self.processor.next_positions(positions, step + 1)[..., -1:]
+            out = self._inner(inputs_embeds=embed(self.action_tokenizer.first_token_id + token, False),
+                              attention_mask=full_mask, position_ids=pos, past_key_values=past, use_cache=True)
+            return out.last_hidden_state, out.past_key_values
+
+        return run, decode
+
+    @property
+    def _inner(self) -> Any:
+        """The backbone's model without its LM head (Idefics3Model, Qwen2_5_VLModel, ...)."""
+        return self.backbone.model
+
+    def _bin_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits of the action-bin ids only: the LM head's last ``n_bins`` rows (float32)."""
+        lm_head = self.backbone.get_output_embeddings()
+        n = self.action_tokenizer.n_bins
+        bias = lm_head.bias[-n:] if getattr(lm_head, "bias", None) is not None else None
+        return F.linear(hidden, lm_head.weight[-n:], bias).float()
+
+    def _value(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.value_head(hidden.float()).squeeze(-1)
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """A folder transformers (and peft) can open alone, plus this policy's own parts.
+
+        ``backbone/`` (``save_pretrained`` of the model and tokenizer) when the whole backbone
+        trains, or ``adapter/`` (peft's ``save_pretrained``: open it with
+        ``PeftModel.from_pretrained(AutoModelForImageTextToText.from_pretrained(base), adapter)``)
+        under LoRA; ``heads.pt`` (value head, action head, state projection); ``action_tokenizer.json``
+        (bins and bounds); ``embodied_policy.json`` (the policy config and the image size used).
+        """
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        if self._peft:
+            self._peft[0].save_pretrained(out / "adapter")
+        else:
+            self.backbone.save_pretrained(out / "backbone")
+            self.tokenizer.save_pretrained(out / "backbone")
+        torch.save(self._head_state(), out / HEADS_FILE)
+        self.action_tokenizer.save(out)
+        meta = {"config": asdict(self.config), "base_model": str(self.model_dir), "family": self.family,
+                "image_size": self.processor.image_size, "prompt_length": self.processor.length}
+        (out / POLICY_FILE).write_text(json.dumps(meta, indent=2))
+
+    def load_pretrained(self, directory: str | Path) -> None:
+        """Load what ``save_pretrained`` wrote into this policy (built from the same config)."""
+        src = Path(directory)
+        saved = ActionTokenizer.load(src)
+        if saved.action_dim != self.action_dim:
+            raise ValueError(f"checkpoint {src} acts in {saved.action_dim} action dimensions, the env in "
+                             f"{self.action_dim}")
+        self.action_tokenizer = saved
+        if (src / "adapter").is_dir():
+            if not self._peft:
+                raise ValueError(f"checkpoint {src} holds a LoRA adapter but policy.lora_rank is 0")
+            from peft.utils import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            set_peft_model_state_dict(self._peft[0], load_file(str(src / "adapter" / "adapter_model.safetensors"),
+                                                               device=str(self.device_)))
+        elif (src / "backbone").is_dir():
+            from transformers import AutoModelForImageTextToText
+
+            trained = AutoModelForImageTextToText.from_pretrained(src / "backbone", dtype=self.dtype_)
+            self.backbone.load_state_dict(trained.state_dict())
+        else:
+            raise FileNotFoundError(f"checkpoint {src} has neither backbone/ nor adapter/")
+        heads = torch.load(src / HEADS_FILE, map_location=self.device_, weights_only=True)
+        missing = self._load_head_state(heads)
+        if missing:
+            raise ValueError(f"checkpoint {src}/{HEADS_FILE} lacks {missing} (another action head or state input?)")
+
+    def _head_modules(self) -> dict[str, nn.Module]:
+        mods = {"value_head": self.value_head, "head": self.head}
+        if self.state_proj is not None:
+            mods["state_proj"] = self.state_proj
+        return mods
+
+    def _head_state(self) -> dict[str, dict[str, torch.Tensor]]:
+        return {name: m.state_dict() for name, m in self._head_modules().items()}
+
+    def _load_head_state(self, state: dict[str, dict[str, torch.Tensor]]) -> list[str]:
+        missing = [name for name in self._head_modules() if name not in state]
+        for name, module in self._head_modules().items():
+            if name in state:
+                module.load_state_dict(state[name])
+        return missing
+
+
+def _uint8(images: Any) -> torch.Tensor:
+    x = torch.as_tensor(np.asarray(images))
+    if x.dtype != torch.uint8:
+        raise ValueError(f"policy.type=vla expects uint8 images [B, H, W, 3], got {x.dtype}")
+    return x
