@@ -6,6 +6,7 @@
     embodied plot runs/reach_mlp_ppo-20250101-120000
     embodied list envs
     embodied check-env Reach-v0 --steps 200
+    embodied make-tiny-vla runs/tiny-smolvlm --backbone smolvlm-tiny
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     p_list.add_argument("what", choices=["envs", "policies"])
     p_check = sub.add_parser("check-env", help="validate a simulator against the contracts", add_help=False)
     p_check.add_argument("args", nargs=argparse.REMAINDER, help="see `embodied check-env --help`")
+    p_tiny = sub.add_parser("make-tiny-vla", help="build a tiny VLA backbone offline (save_pretrained folder)")
+    p_tiny.add_argument("out_dir", help="folder to write (AutoModelForImageTextToText.from_pretrained reads it)")
+    p_tiny.add_argument("--backbone", default="smolvlm-tiny", help="smolvlm-tiny (default) or qwen2_5_vl-tiny")
+    p_tiny.add_argument("--seed", type=int, default=0, help="seed of the random initial weights")
     args = parser.parse_args(argv)
     os.environ.setdefault("MUJOCO_GL", "egl")
     if args.command == "train":
@@ -43,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         return _eval(args)
     if args.command == "plot":
         return _plot(args.run_dir)
+    if args.command == "make-tiny-vla":
+        return _make_tiny_vla(args.out_dir, args.backbone, args.seed)
     if args.command == "check-env":
         from embodied.check_env import main as check_env_main
 
@@ -105,6 +112,18 @@ def _plot(run_dir: str) -> int:
         print(plot_run(run_dir))
     except (FileNotFoundError, ValueError) as exc:
         return _error(exc)
+    return 0
+
+
+def _make_tiny_vla(out_dir: str, backbone: str, seed: int) -> int:
+    from policies.vla.tiny import TINY_BACKBONES, build_tiny_vla, describe
+
+    if backbone not in TINY_BACKBONES:
+        return _error(f"--backbone: unknown tiny backbone {backbone!r}; known: {', '.join(TINY_BACKBONES)}")
+    if Path(out_dir).exists() and any(Path(out_dir).iterdir()):
+        return _error(f"{out_dir!r} exists and is not empty; choose a new folder")
+    path = build_tiny_vla(out_dir, backbone, seed)
+    print(describe(path))
     return 0
 
 

@@ -7,6 +7,12 @@ import os
 # Set before any test imports wandb or mujoco: no network logging, headless rendering.
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("MUJOCO_GL", "egl")
+# Tiny VLA backbones (policy.model_path: tiny:NAME) are built once per test run, into a fresh folder
+# that Ray workers inherit too, so tests never depend on (or fill) the user's cache.
+if "EMBODIED_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["EMBODIED_CACHE"] = tempfile.mkdtemp(prefix="embodied-test-cache-")
 
 from collections.abc import Iterator  # noqa: E402
 

@@ -15,7 +15,7 @@ head, the gaussian head and the state projection); ``trainable_state`` is what w
 from __future__ import annotations
 
 import json
-import logging
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from policies.vla.action_tokenizer import ActionTokenizer, stats_bounds
 from policies.vla.configuration import VLAConfig
 from policies.vla.heads import ActionHead, make_head
 from policies.vla.processing import VLAProcessor, family_of
-from policies.vla.tiny import resolve_model_path
+from policies.vla.tiny import quiet_transformers, resolve_model_path
 
 HEADS_FILE = "heads.pt"  # value head, action head, state projection (a plain state dict)
 POLICY_FILE = "embodied_policy.json"  # the policy config and the resolved image size, for people and tools
@@ -49,15 +49,6 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _quiet_transformers() -> None:
-    """No per-load progress bars or info lines from every worker."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    logging.getLogger("peft").setLevel(logging.ERROR)
-
-
 class VLAPolicy(Policy):
     """Vision-language-action policy over a transformers backbone (see the module docstring)."""
 
@@ -67,7 +58,7 @@ class VLAPolicy(Policy):
         super().__init__()
         from transformers import AutoModelForImageTextToText, AutoTokenizer
 
-        _quiet_transformers()
+        quiet_transformers()
         if spec.image_shape is None:
             raise ValueError("policy.type=vla needs images: set env.obs_mode to 'rgb' or 'state+rgb'")
         if config.use_states and spec.state_dim <= 0:
@@ -98,6 +89,10 @@ class VLAPolicy(Policy):
         self._peft: list[Any] = []  # the peft wrapper, kept out of the module tree (its weights are backbone's)
         if config.lora_rank > 0:
             self._add_lora(config)
+        if self.head.continuous:
+            lm_head = backbone.get_output_embeddings().weight
+            if lm_head is not backbone.get_input_embeddings().weight:
+                lm_head.requires_grad_(False)  # the gaussian head never reads the LM head: nothing to train or sync
         self.backbone.eval()  # no dropout anywhere in the backbone: act and evaluate must agree
         self.to(self.device_)
 
@@ -128,7 +123,9 @@ class VLAPolicy(Policy):
         lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
                           target_modules=targets, bias="none")
         try:
-            self._peft = [get_peft_model(self.backbone, lora)]
+            with warnings.catch_warnings():  # peft asks transformers a deprecated question; not ours to fix
+                warnings.simplefilter("ignore", FutureWarning)
+                self._peft = [get_peft_model(self.backbone, lora)]
         except ValueError as exc:
             raise ValueError(f"policy.lora_target_modules: {exc}") from None
         # get_peft_model froze everything else; the LoRA matrices are the only backbone parameters left trainable.
@@ -272,6 +269,9 @@ class VLAPolicy(Policy):
             raise ValueError(f"checkpoint {src} acts in {saved.action_dim} action dimensions, the env in "
                              f"{self.action_dim}")
         self.action_tokenizer = saved
+        if self._peft and not (src / "adapter").is_dir():
+            raise FileNotFoundError(f"checkpoint {src} has no LoRA adapter/ (a fully trained backbone?) but "
+                                    f"policy.lora_rank is {self.config.lora_rank}")
         if (src / "adapter").is_dir():
             if not self._peft:
                 raise ValueError(f"checkpoint {src} holds a LoRA adapter but policy.lora_rank is 0")

@@ -48,6 +48,17 @@ SPECIAL_TOKENS = {
 }
 
 
+def quiet_transformers() -> None:
+    """No per-load progress bars or info lines from every worker."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    logging.getLogger("peft").setLevel(logging.ERROR)
+
+
 def train_tokenizer(family: str) -> Any:
     """A byte-level BPE ``PreTrainedTokenizerFast`` trained on ``CORPUS`` with the family's special tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -116,6 +127,7 @@ def build_tiny_vla(out_dir: str | Path, backbone: str = "smolvlm-tiny", seed: in
     if backbone not in TINY_BACKBONES:
         raise ValueError(f"unknown tiny backbone {backbone!r}; known: {', '.join(TINY_BACKBONES)}")
     family, make_config = TINY_BACKBONES[backbone]
+    quiet_transformers()
     tokenizer = train_tokenizer(family)
     config = make_config(tokenizer)
     torch.manual_seed(seed)
@@ -149,3 +161,19 @@ def resolve_model_path(model_path: str) -> Path:
 
 def parameter_count(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def describe(path: Path) -> str:
+    """A few lines on a saved tiny model: class, parameters, vocabulary, how to load it."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path)
+    with torch.device("meta"):
+        from transformers import AutoModelForImageTextToText
+
+        model = AutoModelForImageTextToText.from_config(config)
+    text = config.get_text_config()
+    return (f"wrote {path}: {type(model).__name__} ({config.model_type}), {parameter_count(model) / 1e6:.2f}M parameters, "
+            f"vocabulary {text.vocab_size} (last {ACTION_BINS} ids: action bins), hidden {text.hidden_size}\n"
+            f"load it with transformers.AutoModelForImageTextToText.from_pretrained({str(path)!r}), "
+            f"or set policy.model_path: {path}")

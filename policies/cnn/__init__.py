@@ -1,0 +1,1 @@
+"""Gaussian CNN policy emitting action chunks from camera images (and states)."""

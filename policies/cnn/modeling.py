@@ -1,0 +1,166 @@
+"""Gaussian CNN actor-critic that emits an action chunk from camera images (and states).
+
+Encoder: a Nature-CNN-like stack of convolutions (by default 8x8/4, 4x4/2, 3x3/1 with 32, 64, 64
+channels: about 3.4 M multiply-adds for a 64x64 image, cheap on a CPU) and a linear layer turn
+``main_images`` uint8 [B, H, W, 3] into features. ``wrist_images``, when the env provides them
+(``PolicySpec.wrist_image_shape``) and ``use_wrist_images`` is on, go through the *same* encoder
+(shared weights: half the parameters, and the convolutions see twice the images); their features
+are concatenated after the main camera's, so the heads still know which view is which. States
+[B, S], when present, go through a small two-layer MLP and are concatenated too.
+
+Heads: the encoder is shared by actor and critic (the convolutions are most of the compute, and a
+shared trunk is what PPO on pixels usually does, e.g. Nature-CNN PPO on Atari); each has its own
+MLP over the features. The actor gives the mean of a diagonal Gaussian over the whole chunk
+[B, C * A] with one state-independent learned log-std per chunk entry; a chunk's log-prob is the
+sum over its C * A dimensions (``logprob_granularity = "chunk"``), exactly as the MLP policy.
+
+Images stay uint8 until the forward pass: ``act`` puts the uint8 tensors in ``forward_inputs``
+(a quarter of float32's size in trajectories and on the channels) and ``evaluate`` replays them;
+the conversion to float in [0, 1] happens inside the encoder. Outputs of ``act`` and ``value``
+are on the CPU whatever device the module sits on.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Normal
+
+from embodied.policy import Policy, PolicySpec
+from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES, Obs, PolicyOutput
+from policies.cnn.configuration import CNNConfig
+
+
+def _init(layer: nn.Module, gain: float = float(np.sqrt(2))) -> nn.Module:
+    """Orthogonal weights, zero bias (as CleanRL); small gains on output layers."""
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def _mlp(sizes: list[int], out_gain: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        last = i == len(sizes) - 2
+        layers.append(_init(nn.Linear(n_in, n_out), out_gain if last else float(np.sqrt(2))))
+        if not last:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class ImageEncoder(nn.Module):
+    """uint8 [B, H, W, 3] -> float32 [B, features]: convolutions, flatten, linear, ReLU."""
+
+    def __init__(self, config: CNNConfig, image_shape: tuple[int, ...]) -> None:
+        super().__init__()
+        if len(image_shape) != 3 or image_shape[2] != 3:
+            raise ValueError(f"policy.type=cnn expects images of shape (H, W, 3), the env gives {image_shape}")
+        layers: list[nn.Module] = []
+        in_channels = 3
+        for out_channels, kernel, stride in zip(config.channels, config.kernel_sizes, config.strides):
+            layers += [_init(nn.Conv2d(in_channels, out_channels, kernel, stride)), nn.ReLU()]
+            in_channels = out_channels
+        self.convs = nn.Sequential(*layers, nn.Flatten())
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, 3, image_shape[0], image_shape[1])).shape[1]
+        self.linear = nn.Sequential(_init(nn.Linear(flat, config.image_features)), nn.ReLU())
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = images.permute(0, 3, 1, 2).float() / 255.0
+        return self.linear(self.convs(x))
+
+
+class CNNPolicy(Policy):
+    """Gaussian CNN policy over action chunks, with a value head on the same encoder."""
+
+    logprob_granularity = "chunk"
+
+    def __init__(self, config: CNNConfig, spec: PolicySpec) -> None:
+        super().__init__()
+        if spec.image_shape is None:
+            raise ValueError("policy.type=cnn needs image observations (env.obs_mode 'rgb' or 'state+rgb'); "
+                             "the env gives none")
+        if len(config.channels) == 0 or not len(config.channels) == len(config.kernel_sizes) == len(config.strides):
+            raise ValueError("policy.channels, policy.kernel_sizes and policy.strides need one entry per conv layer")
+        self.chunk, self.action_dim = config.action_chunk, spec.action_dim
+        self.image_shape = tuple(spec.image_shape)
+        wrist_shape = spec.wrist_image_shape
+        self.use_wrist = bool(config.use_wrist_images and wrist_shape is not None)
+        if self.use_wrist and tuple(wrist_shape) != self.image_shape:
+            raise ValueError(f"policy.type=cnn encodes wrist images with the main images' encoder, so they need the "
+                             f"same shape; the env gives {tuple(wrist_shape)} and {self.image_shape} "
+                             "(set policy.use_wrist_images=false)")
+        try:
+            self.encoder = ImageEncoder(config, self.image_shape)
+        except RuntimeError as exc:  # the convolutions shrink the image below one pixel
+            raise ValueError(f"policy.type=cnn: the conv layers do not fit {self.image_shape} images: {exc}") from None
+        self.state_dim = spec.state_dim
+        features = config.image_features * (2 if self.use_wrist else 1)
+        if self.state_dim > 0:
+            self.state_encoder = _mlp([self.state_dim, config.state_features, config.state_features], float(np.sqrt(2)))
+            features += config.state_features
+        out = self.chunk * self.action_dim
+        self.actor_mean = _mlp([features, *config.hidden_sizes, out], 0.01)
+        self.critic = _mlp([features, *config.hidden_sizes, 1], 1.0)
+        self.log_std = nn.Parameter(torch.full((out,), float(config.init_log_std)))
+
+    # -- inputs ---------------------------------------------------------------------------------
+
+    def _inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
+        """The tensors the forward pass reads: uint8 images (copied), float32 states."""
+        inputs = {MAIN_IMAGES: self._images(obs, MAIN_IMAGES)}
+        if self.use_wrist:
+            inputs[WRIST_IMAGES] = self._images(obs, WRIST_IMAGES)
+        if self.state_dim > 0:
+            if STATES not in obs:
+                raise KeyError(f"policy.type=cnn was built for states but the observation has only {sorted(obs)}")
+            inputs[STATES] = torch.from_numpy(np.array(obs[STATES], dtype=np.float32))  # a copy, as images
+        return inputs
+
+    def _images(self, obs: Obs, key: str) -> torch.Tensor:
+        if key not in obs:
+            raise KeyError(f"policy.type=cnn was built for {key!r} but the observation has only {sorted(obs)}")
+        images = np.array(obs[key], copy=True)  # a copy: env buffers may be reused after this step
+        if images.dtype != np.uint8 or images.shape[1:] != self.image_shape:
+            raise ValueError(f"policy.type=cnn expects {key} uint8 [B, {', '.join(map(str, self.image_shape))}], "
+                             f"got {images.dtype} {list(images.shape)}")
+        return torch.from_numpy(images)
+
+    # -- forward --------------------------------------------------------------------------------
+
+    def _features(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        device = self.log_std.device  # inputs arrive on the CPU; a no-op unless the module was moved
+        images = inputs[MAIN_IMAGES].to(device)
+        if self.use_wrist:  # one encoder pass over both cameras
+            images = torch.cat([images, inputs[WRIST_IMAGES].to(device)])
+        encoded = self.encoder(images)
+        parts = list(encoded.chunk(2)) if self.use_wrist else [encoded]
+        if self.state_dim > 0:
+            parts.append(self.state_encoder(inputs[STATES].to(device)))
+        return torch.cat(parts, dim=-1)
+
+    def _heads(self, inputs: dict[str, torch.Tensor]) -> tuple[Normal, torch.Tensor]:
+        features = self._features(inputs)
+        mean = self.actor_mean(features)
+        return Normal(mean, self.log_std.exp().expand_as(mean)), self.critic(features).squeeze(-1)
+
+    def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
+        inputs = self._inputs(obs)
+        dist, values = self._heads(inputs)
+        flat = dist.mean if deterministic else dist.sample()
+        return PolicyOutput(
+            actions=flat.view(-1, self.chunk, self.action_dim).cpu(),
+            logprobs=dist.log_prob(flat).sum(-1).cpu(),
+            values=values.cpu(),
+            forward_inputs=inputs,  # on the CPU, images uint8
+        )
+
+    def evaluate(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor):
+        """On the module's device (the actor moves its minibatches there)."""
+        dist, values = self._heads(forward_inputs)
+        flat = actions.reshape(actions.shape[0], -1).to(values.device)
+        return dist.log_prob(flat).sum(-1), dist.entropy().sum(-1), values
+
+    def value(self, obs: Obs) -> torch.Tensor:
+        return self.critic(self._features(self._inputs(obs))).squeeze(-1).cpu()
