@@ -40,6 +40,10 @@ class PolicyConfig:
 
     model_class: ClassVar[str] = ""  # "module:attr" of the Policy subclass built from this config
 
+    def required_observations(self) -> set[str]:
+        """What the env must give: a subset of {"states", "images"} (checked against env.obs_mode up front)."""
+        return set()
+
     def validate(self) -> list[str]:
         """Problems only this policy type can see, each prefixed by its field path (``policy.x``).
 

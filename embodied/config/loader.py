@@ -175,6 +175,20 @@ def _scalar(tp: Any, value: Any, path: str) -> Any:
 # -- semantic validation ----------------------------------------------------------------------
 
 
+OBS_MODE_GIVES = {"state": {"states"}, "rgb": {"images"}, "state+rgb": {"states", "images"}}
+
+
+def _obs_mode_problems(cfg: Config) -> list[str]:
+    """The observations the policy needs against what each env's obs_mode gives."""
+    needs, problems = cfg.policy.required_observations(), []
+    for section, mode in (("env", cfg.env.obs_mode), ("eval_env", cfg.eval_env.obs_mode)):
+        if mode is not None and not needs <= OBS_MODE_GIVES[mode]:
+            fits = [m for m, gives in OBS_MODE_GIVES.items() if needs <= gives]
+            problems.append(f"{section}.obs_mode: policy.type={cfg.policy.type} needs {' and '.join(sorted(needs))}, "
+                            f"which {mode!r} does not give; use {' or '.join(fits)}")
+    return problems
+
+
 def validate(cfg: Config) -> list[str]:
     """Problems that types alone cannot catch, each prefixed by its field path."""
     p: list[str] = []
@@ -196,6 +210,7 @@ def validate(cfg: Config) -> list[str]:
             p.append(f"{section}.id: {exc}")
     need(cfg.policy.action_chunk >= 1, f"policy.action_chunk: chunk size must be >= 1, got {cfg.policy.action_chunk}")
     p += cfg.policy.validate()
+    p += _obs_mode_problems(cfg)
     for name, ranks in (("num_env_workers", cfg.cluster.num_env_workers),
                         ("num_rollout_workers", cfg.cluster.num_rollout_workers)):
         need(ranks >= 1, f"cluster.{name}: must be >= 1, got {ranks}")

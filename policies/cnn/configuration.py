@@ -20,6 +20,9 @@ class CNNConfig(PolicyConfig):
     use_wrist_images: bool = True  # also encode wrist_images (same encoder) when the env provides them
     init_log_std: float = -0.5  # initial log standard deviation of every action dimension
 
+    def required_observations(self) -> set[str]:
+        return {"images"}
+
     model_class: ClassVar[str] = "policies.cnn.modeling:CNNPolicy"
 
     def validate(self) -> list[str]:

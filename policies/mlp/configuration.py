@@ -16,4 +16,7 @@ class MLPConfig(PolicyConfig):
     init_log_std: float = -0.5  # initial log standard deviation of every action dimension
     normalize_states: bool = False  # standardize states with running statistics of the rollouts
 
+    def required_observations(self) -> set[str]:
+        return {"states"}
+
     model_class: ClassVar[str] = "policies.mlp.modeling:MLPPolicy"

@@ -40,6 +40,9 @@ class VLAConfig(PolicyConfig):
 
     model_class: ClassVar[str] = "policies.vla.modeling:VLAPolicy"
 
+    def required_observations(self) -> set[str]:
+        return {"images", "states"} if self.use_states else {"images"}
+
     def validate(self) -> list[str]:
         """Checks that need no model: the folder's files, numeric ranges, the device."""
         p: list[str] = []

@@ -98,3 +98,18 @@ def test_console_script_reports_config_errors_with_exit_code_2():
                          text=True, timeout=300)
     assert out.returncode == 2
     assert "configs/missing.yaml" in out.stderr
+
+
+def test_make_tiny_vla_writes_a_folder_transformers_reads(tmp_path, capsys):
+    from transformers import AutoConfig
+
+    out = tmp_path / "tiny"
+    assert main(["make-tiny-vla", str(out), "--backbone", "qwen2_5_vl-tiny"]) == 0
+    printed = capsys.readouterr().out
+    assert "Qwen2_5_VLForConditionalGeneration" in printed and "M parameters" in printed
+    assert AutoConfig.from_pretrained(out).model_type == "qwen2_5_vl"
+    assert (out / "tokenizer.json").is_file()
+    assert main(["make-tiny-vla", str(out)]) == 2  # never overwrites
+    assert "not empty" in capsys.readouterr().err
+    assert main(["make-tiny-vla", str(tmp_path / "x"), "--backbone", "gpt-5"]) == 2
+    assert "smolvlm-tiny" in capsys.readouterr().err

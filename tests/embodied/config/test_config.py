@@ -290,3 +290,13 @@ def test_config_from_dict_validates():
 def test_more_worker_ranks_than_eval_envs_is_named():
     with pytest.raises(ConfigError, match=r"cluster.num_env_workers: 3 ranks for eval_env.num_envs=2"):
         load_config(None, ["env.num_envs=8", "eval_env.num_envs=2", "cluster.num_env_workers=3"])
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    (["policy.type=mlp", "env.obs_mode=rgb"], "env.obs_mode: policy.type=mlp needs states, which 'rgb' does not give"),
+    (["policy.type=cnn", "env.obs_mode=state"], "env.obs_mode: policy.type=cnn needs images"),
+    (["policy.type=vla", "env.obs_mode=state+rgb", "eval_env.obs_mode=state"], "eval_env.obs_mode: policy.type=vla"),
+    (["policy.type=vla", "policy.use_states=true", "env.obs_mode=rgb"], "use state+rgb"),
+])
+def test_the_observations_a_policy_needs_are_checked_against_obs_mode(overrides, expected):
+    assert expected in error_of(overrides)
