@@ -259,10 +259,10 @@ def test_resolved_eval_env_inherits_env_fields_and_never_auto_resets():
 
 def test_resolved_eval_env_takes_its_own_fields():
     cfg = load_config(None, ["env.auto_reset=true", "eval_env.num_envs=3", "eval_env.max_episode_steps=7",
-                             "eval_env.obs_mode=rgb", "eval_env.kwargs={image_size: 32}",
+                             "eval_env.obs_mode=state+rgb", "eval_env.kwargs={image_size: 32}",
                              "eval_env.id=tests.toy_envs:CountingEnv"])
     ev = cfg.resolved_eval_env()
-    assert ev == EnvConfig(id="tests.toy_envs:CountingEnv", num_envs=3, obs_mode="rgb", max_episode_steps=7,
+    assert ev == EnvConfig(id="tests.toy_envs:CountingEnv", num_envs=3, obs_mode="state+rgb", max_episode_steps=7,
                            auto_reset=False, kwargs={"image_size": 32})
 
 
