@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 import sys
 import uuid
 import warnings
@@ -112,7 +113,8 @@ class JsonlSink:
         self.file = open(path, "a")
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        self.file.write(json.dumps({"step": step, **metrics}) + "\n")
+        # Wall-clock time (Unix seconds) of each row, so runs can be lined up and timed afterwards.
+        self.file.write(json.dumps({"step": step, "time": round(time.time(), 3), **metrics}) + "\n")
         self.file.flush()
 
     def log_videos(self, videos: dict[str, Path], step: int) -> None:
@@ -180,8 +182,10 @@ class WandbSink:
         import wandb
 
         run_id = wandb_id or uuid.uuid4().hex[:12]
+        # quiet: no banner and no ~30-line run summary at the end unless logger.wandb_summary asks for it.
+        settings = wandb.Settings(quiet=not cfg.wandb_summary, silent=not cfg.wandb_summary)
         run = wandb.init(project=cfg.project, name=name, dir=str(run_dir), mode=mode, config=config, id=run_id,
-                         resume="allow", reinit="finish_previous")
+                         resume="allow", reinit="finish_previous", settings=settings)
         (run_dir / WANDB_ID_FILE).write_text(run.id + "\n")
         return cls(run, wandb.Video)
 

@@ -17,7 +17,7 @@ import math
 import os
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -96,9 +96,27 @@ def _annotate(image: Image.Image, t: int, reward: float, ret: float, success: bo
     if success:
         draw.text((pad, pad + font.size + pad), "success", fill=SUCCESS_GREEN, **text)
     if task:
-        while len(task) > 4 and draw.textlength(task, font=font) > image.size[0] - 2 * pad:
-            task = task[:-4] + "..."
-        draw.text((pad, image.size[1] - font.size - 2 * pad), task, fill=(255, 255, 200), **text)
+        lines = wrap_text(task, lambda t: draw.textlength(t, font=font), image.size[0] - 2 * pad)
+        line_height = font.size + pad
+        top = image.size[1] - len(lines) * line_height - pad
+        for i, line in enumerate(lines):
+            draw.text((pad, top + i * line_height), line, fill=(255, 255, 200), **text)
+
+
+def wrap_text(text: str, width_of: Callable[[str], float], max_width: float, max_lines: int = 3) -> list[str]:
+    """Words of ``text`` in lines no wider than ``max_width``; past ``max_lines`` the last line ends in '...'."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and width_of(f"{lines[-1]} {word}") <= max_width:
+            lines[-1] = f"{lines[-1]} {word}"
+        else:
+            lines.append(word)
+    if len(lines) > max_lines:
+        last = " ".join(lines[max_lines - 1:])
+        while len(last) > 4 and width_of(last + "...") > max_width:
+            last = last[:-1]
+        lines = lines[:max_lines - 1] + [last.rstrip() + "..."]
+    return lines
 
 
 def _lower_priority() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from pathlib import Path
@@ -38,11 +39,20 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     try:
         cfg = from_dict(Config, raw, "")
     except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
+        raise ConfigError(f"{_blame(str(exc), overrides, source)}: {exc}") from None
     problems = validate(cfg)
     if problems:
         raise ConfigError(f"{source}: invalid config:\n  " + "\n  ".join(problems))
     return cfg
+
+
+def _blame(message: str, overrides: list[str] | tuple[str, ...], source: str) -> str:
+    """The override that set the field a message names, else the YAML file."""
+    for item in reversed(overrides):
+        key = item.partition("=")[0].strip()
+        if message.startswith(f"{key}:") or f"'{key}'" in message or message.startswith(f"{key}["):
+            return f"override {item!r}"
+    return source
 
 
 def config_from_dict(raw: dict[str, Any]) -> Config:
@@ -59,11 +69,30 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 (PyYAML's) reads ``3e-4`` as a string; YAML 1.2 and people read it as a float."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                  |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                  |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                  |[-+]?\.(?:inf|Inf|INF)
+                  |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def parse_yaml(text: str) -> Any:
+    """YAML with 1.2-style floats (``3e-4``), for recipes and override values alike."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = parse_yaml(path.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if data is None:
@@ -81,7 +110,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | tuple[str, ...])
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r} must look like 'section.field=value'")
         try:
-            value = yaml.safe_load(text) if text.strip() else ""
+            value = parse_yaml(text) if text.strip() else ""
         except yaml.YAMLError as exc:
             raise ConfigError(f"override {item!r}: cannot parse value: {exc}") from None
         node = out

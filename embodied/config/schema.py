@@ -106,6 +106,7 @@ class LoggerConfig:
         default_factory=lambda: ["console", "wandb"])  # metric sinks (metrics.jsonl is always written)
     project: str = "embodied"  # wandb project
     wandb_mode: Literal["offline", "online", "disabled"] = "offline"  # WANDB_MODE env var overrides
+    wandb_summary: bool = False  # print wandb's banner and end-of-run summary (off: wandb stays quiet)
     progress_bar: bool = True  # show a tqdm bar (off: a line per log)
     video: VideoConfig = field(default_factory=VideoConfig)  # eval videos (runner.eval_video, embodied eval --video)
 

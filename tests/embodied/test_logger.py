@@ -156,3 +156,32 @@ def test_resumed_metrics_jsonl_drops_lines_after_the_checkpoint(tmp_path):
     logger.log({"x": 40}, step=4)
     logger.close()
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3, 4]
+
+
+def test_metrics_rows_carry_wall_clock_time(tmp_path):
+    import time
+
+    before = time.time()
+    logger = MetricLogger(LoggerConfig(backends=[]), tmp_path, "run", {}, total=2)
+    logger.log({"x": 1.0}, step=1)
+    logger.close()
+    row = json.loads((tmp_path / "metrics.jsonl").read_text())
+    assert before - 1 <= row["time"] <= time.time() + 1 and row["x"] == 1.0
+
+
+def test_real_wandb_is_quiet_at_the_end_unless_asked(tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    (tmp_path / "quiet").mkdir()
+    logger = MetricLogger(LoggerConfig(backends=["wandb"], project="test"), tmp_path / "quiet", "run", {}, total=2)
+    logger.log({"train/loss": 0.5}, step=1)
+    logger.close()
+    quiet = capfd.readouterr()
+    assert "Run summary" not in quiet.out + quiet.err and "wandb sync" not in quiet.out + quiet.err
+    (tmp_path / "loud").mkdir()
+    logger = MetricLogger(LoggerConfig(backends=["wandb"], project="test", wandb_summary=True), tmp_path / "loud",
+                          "run", {}, total=2)
+    logger.log({"train/loss": 0.5}, step=1)
+    logger.close()
+    loud = capfd.readouterr()
+    assert "wandb" in loud.out + loud.err

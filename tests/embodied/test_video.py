@@ -161,3 +161,15 @@ def test_a_failure_mid_file_leaves_no_mp4(tmp_path):
     with pytest.raises(ValueError, match="frame 3 has shape"):
         write_mp4(tmp_path / "broken.mp4", frames, fps=10)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_long_instructions_wrap_into_lines_that_fit():
+    from embodied.video import wrap_text
+
+    width = len  # one unit per character
+    lines = wrap_text("pick up the red cube and place it at the green target", width, 20)
+    assert lines == ["pick up the red cube", "and place it at the", "green target"]
+    assert all(len(line) <= 20 for line in lines)
+    many = wrap_text(" ".join(["word"] * 40), width, 12, max_lines=2)
+    assert len(many) == 2 and many[-1].endswith("...") and len(many[-1]) <= 12
+    assert wrap_text("", width, 10) == []

@@ -300,3 +300,20 @@ def test_more_worker_ranks_than_eval_envs_is_named():
 ])
 def test_the_observations_a_policy_needs_are_checked_against_obs_mode(overrides, expected):
     assert expected in error_of(overrides)
+
+
+def test_yaml_floats_with_an_exponent_and_no_dot_are_floats(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("actor:\n  lr: 3e-4\n  adam_eps: 1E-5\nalgorithm:\n  ent_coef: 1e-3\n")
+    cfg = load_config(path, ["algorithm.vf_coef=5e-1"])
+    assert (cfg.actor.lr, cfg.actor.adam_eps, cfg.algorithm.ent_coef, cfg.algorithm.vf_coef) == (3e-4, 1e-5, 1e-3, 0.5)
+
+
+def test_an_override_typo_names_the_override_not_the_file(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("env:\n  num_envs: 4\n")
+    msg = error_of(["env.num_env=3"], path)
+    assert msg.startswith("override 'env.num_env=3'") and "did you mean 'num_envs'" in msg
+    assert error_of(["actor.lr=fast"], path).startswith("override 'actor.lr=fast'")
+    path.write_text("env:\n  num_env: 4\n")
+    assert error_of([], path).startswith(str(path))
