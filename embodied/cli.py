@@ -62,6 +62,17 @@ def _error(message: object) -> int:
     return 2
 
 
+def _env_error(exc: Exception) -> int:
+    """Exit 1 with the env's own traceback if an env raised; any other exception goes on up."""
+    from embodied.types import find_env_error
+
+    env_error = find_env_error(exc)
+    if env_error is None:
+        raise exc
+    print(f"error: {env_error}", file=sys.stderr)  # the user's file and line, not the framework's frames
+    return 1
+
+
 def _train(path: str, overrides: list[str]) -> int:
     from embodied.config import ConfigError, load_config
     from embodied.runner import train
@@ -71,6 +82,8 @@ def _train(path: str, overrides: list[str]) -> int:
         result = train(cfg)
     except ConfigError as exc:
         return _error(exc)
+    except Exception as exc:
+        return _env_error(exc)
     ev = result.final_eval
     print(f"final eval: success_rate={ev.get('eval/success_rate', float('nan')):.3f} "
           f"return={ev.get('eval/return', float('nan')):.3f} over {int(ev.get('eval/episodes', 0))} episodes")
@@ -98,6 +111,8 @@ def _eval(args: argparse.Namespace) -> int:
         report = evaluate_checkpoint(cfg, checkpoint, episodes, out, video=args.video)
     except ValueError as exc:
         return _error(exc)
+    except Exception as exc:
+        return _env_error(exc)
     print(format_table(report))
     print(f"eval.json: {out / 'eval.json'}")
     if report.videos:

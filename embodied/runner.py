@@ -97,7 +97,7 @@ def train_iteration(workers: Workers, cfg: Config, it: int) -> tuple[dict[str, f
     """Sync, rollout, update: the iteration's metrics and the env sub-steps it ran."""
     t0 = time.perf_counter()
     workers.sync_weights()
-    trajectories = workers.rollout(cfg.rollout.chunk_steps)
+    trajectories = workers.rollout(cfg.rollout.chunk_steps, it)
     t1 = time.perf_counter()
     metrics = workers.update(trajectories, it)
     t2 = time.perf_counter()

@@ -83,6 +83,39 @@ class PeerFailureError(RuntimeError):
     """Raised by a worker that received a ``PeerFailure``: the peer failed, not this worker."""
 
 
+class EnvError(RuntimeError):
+    """An exception raised inside an env (yours or a built-in one), with where it happened.
+
+    ``env_traceback`` is the env's own traceback (its file and line first), as text so it crosses
+    process boundaries (Ray) intact. The vector env knows the env index within its batch and the
+    sub-step; the env worker adds its rank, the iteration and the chunk step (``located``).
+    """
+
+    def __init__(self, env: str, index: int, during: str, env_traceback: str, context: str = "") -> None:
+        super().__init__(env, index, during, env_traceback, context)  # args: what pickling rebuilds from
+        self.env, self.index, self.during, self.env_traceback, self.context = env, index, during, env_traceback, context
+
+    def located(self, offset: int, context: str) -> EnvError:
+        """The same error with the env index made global (``offset`` added) and ``context`` prepended."""
+        return EnvError(self.env, self.index + offset, self.during, self.env_traceback,
+                        ", ".join(c for c in (context, self.context) if c))
+
+    def __str__(self) -> str:
+        where = f"env index {self.index}" + (f", {self.context}" if self.context else "")
+        return f"env {self.env!r} raised during {self.during} ({where}):\n{self.env_traceback.rstrip()}"
+
+
+def find_env_error(exc: BaseException | None) -> EnvError | None:
+    """The ``EnvError`` behind ``exc``: itself, its cause chain, or the cause of a Ray task error."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, EnvError):
+            return exc
+        exc = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__
+    return None
+
+
 @dataclass
 class ChunkStepResult:
     """Outcome of one chunk step of a vectorized env (the contract lives in ``envs.chunked``)."""

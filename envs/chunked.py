@@ -21,14 +21,15 @@ class does no gymnasium-style autoreset, so no suite's reset convention leaks th
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 
-from embodied.types import TASK_DESCRIPTIONS, ChunkStepResult, EpisodeFrames, EpisodeStats, Obs
+from embodied.types import TASK_DESCRIPTIONS, ChunkStepResult, EnvError, EpisodeFrames, EpisodeStats, Obs
 
 
 @dataclass
@@ -105,7 +106,7 @@ class ChunkedVectorEnv:
             raise ValueError(f"{name}: a ChunkedVectorEnv needs at least one env, got {len(env_fns)}")
         self.name = name
         self.auto_reset = auto_reset
-        self.envs = [fn() for fn in env_fns]
+        self.envs = [self._guard(i, "construction", fn) for i, fn in enumerate(env_fns)]
         self.single_observation_space = self.envs[0].observation_space
         self.single_action_space = self.envs[0].action_space
         if not isinstance(self.single_action_space, gym.spaces.Box) or len(self.single_action_space.shape) != 1:
@@ -148,7 +149,10 @@ class ChunkedVectorEnv:
             if self._finished[i]:
                 continue  # auto_reset off: a done env executes nothing until reset()
             for c in range(chunk):
-                obs, reward, terminated, truncated, info = env.step(actions[i, c])
+                try:
+                    obs, reward, terminated, truncated, info = env.step(actions[i, c])
+                except Exception as exc:
+                    raise EnvError(self.name, i, f"step() at sub-step {c} of the chunk", user_traceback(exc)) from exc
                 executed[i, c], rewards[i, c] = True, reward
                 terminations[i, c], truncations[i, c] = terminated, truncated
                 self._obs[i] = obs
@@ -206,10 +210,17 @@ class ChunkedVectorEnv:
 
     def _reset_one(self, i: int, seed: int | None) -> dict:
         env = self.envs[i]
-        obs, info = env.reset(seed=seed)
+        obs, info = self._guard(i, f"reset(seed={seed})", env.reset, seed=seed)
         self._episodes[i] = _Episode(task=str(getattr(env.unwrapped, "task_description", "")))
         self._recorder.start(i, env, self._episodes[i].task, bool(info.get("success", False)))
         return obs
+
+    def _guard(self, i: int, during: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        """``fn(...)`` for env ``i``; an exception becomes an ``EnvError`` carrying the env's own traceback."""
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            raise EnvError(self.name, i, during, user_traceback(exc)) from exc
 
     def _close_episode(self, i: int) -> EpisodeStats:
         ep = self._episodes[i]
@@ -231,3 +242,13 @@ class ChunkedVectorEnv:
             bad = np.argwhere(~np.isfinite(actions))[0].tolist()
             raise ValueError(f"{self.name}: actions contain NaN or inf (first at [env, step, dim] = {bad})")
         return actions
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback of ``exc`` from the first frame outside this module on: the env's own code."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    here = __file__
+    while frames and frames[0].filename == here:
+        frames.pop(0)
+    lines = traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc)
+    return "Traceback (the env's own, most recent call last):\n" + "".join(lines)

@@ -49,3 +49,20 @@ class CountingEnv(gym.Env):
         frame = np.zeros((8, 8, 3), dtype=np.uint8)
         frame[..., 0] = min(255, 20 * self.t)
         return frame
+
+
+class FailingEnv(CountingEnv):
+    """CountingEnv that raises ``ZeroDivisionError`` in ``step`` at step ``fail_at`` of env index ``fail_env``
+    (the env's first reset seed tells which one it is: seeds are ``base + index``)."""
+
+    def __init__(self, fail_at: int = 3, fail_env: int = 1, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.fail_at, self.fail_env = fail_at, fail_env
+
+    def step(self, action):
+        if self.t + 1 == self.fail_at and self.first_seed % 1000 == self.fail_env:
+            return self._broken_physics()
+        return super().step(action)
+
+    def _broken_physics(self):
+        return 1 / 0  # the line a user must see

@@ -15,7 +15,7 @@ from embodied.config import EnvConfig
 from embodied.config.schema import VideoConfig
 from embodied.env_factory import make_vector_env, policy_spec
 from embodied.policy import PolicySpec
-from embodied.types import Obs, PeerFailure, PeerFailureError, obs_slice
+from embodied.types import EnvError, Obs, PeerFailure, PeerFailureError, obs_slice
 from embodied.video import VideoReport, VideoWriter
 from embodied.workers.link import Link
 from envs.batched import BatchedEnv
@@ -71,15 +71,16 @@ class EnvWorker:
         """Observation and action layout, for building the policy."""
         return policy_spec(self.venv.single_observation_space, self.venv.single_action_space)
 
-    def run_epoch(self, chunk_steps: int, reset_seed: int | None = None) -> int:
+    def run_epoch(self, chunk_steps: int, reset_seed: int | None = None, iteration: int = 0) -> int:
         """Send the current obs, then answer ``chunk_steps`` action chunks; returns sub-steps run.
 
-        ``reset_seed`` resets every env first (env ``i`` of the batch gets ``reset_seed + i``).
+        ``reset_seed`` resets every env first (env ``i`` of the batch gets ``reset_seed + i``);
+        ``iteration`` only labels errors.
         """
         with self._failure_sent_to_peers():
             if reset_seed is not None:
                 self._reset(reset_seed)
-            return self._exchange(chunk_steps)
+            return self._exchange(chunk_steps, f"iteration {iteration}")
 
     def eval_epoch(self, chunk_steps: int, reset_seed: int, first_episode: int, video_dir: str | None) -> int:
         """One eval round: reset env ``i`` of the batch to ``reset_seed + i``, then exchange.
@@ -91,7 +92,7 @@ class EnvWorker:
         with self._failure_sent_to_peers():
             self._reset(reset_seed)
             recorded = self._start_recording(first) if video_dir is not None else []
-            executed = self._exchange(chunk_steps)
+            executed = self._exchange(chunk_steps, f"eval episodes from {first}")
         if recorded:
             self._queue_videos(Path(video_dir), first)
         return executed
@@ -115,7 +116,7 @@ class EnvWorker:
         for stage in self.stages:
             stage.obs = stage.venv.reset(seed=seed + stage.start)
 
-    def _exchange(self, chunk_steps: int) -> int:
+    def _exchange(self, chunk_steps: int, label: str) -> int:
         """Send the current obs, then answer ``chunk_steps`` action chunks stage by stage.
 
         Stages are stepped in order, so with two stages the rollout workers infer one half
@@ -125,10 +126,13 @@ class EnvWorker:
             for shard in stage.shards:
                 self.link.to_rollout.put(Link.key(shard), obs_slice(stage.obs, *stage.rows(shard)))
         executed = 0
-        for _ in range(chunk_steps):
+        for t in range(chunk_steps):
             for stage in self.stages:
                 actions = np.concatenate([self._get_actions(s) for s in stage.shards])
-                result = stage.venv.chunk_step(actions)
+                try:
+                    result = stage.venv.chunk_step(actions)
+                except EnvError as exc:  # say where in the run it happened; the env's traceback stays
+                    raise exc.located(stage.start, f"env worker {self.rank}, {label}, chunk step {t}") from None
                 for shard in stage.shards:
                     self.link.to_rollout.put(Link.key(shard), result.slice(*stage.rows(shard)))
                 stage.obs = result.obs

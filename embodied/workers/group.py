@@ -18,7 +18,7 @@ from embodied.config import Config, EnvConfig
 from embodied.config.schema import VideoConfig
 from embodied.placement import Backend, LocalBackend, WorkerGroup
 from embodied.policy import Policy, PolicySpec
-from embodied.types import EpisodeStats, Trajectory
+from embodied.types import EpisodeStats, PeerFailureError, Trajectory
 from embodied.video import VideoReport
 from embodied.workers.actor_worker import ActorWorker
 from embodied.workers.env_worker import EnvWorker
@@ -26,6 +26,19 @@ from embodied.workers.link import Link
 from embodied.workers.rollout_worker import MultiStepRolloutWorker
 
 EVAL_SEED_OFFSET = 1_000_000  # eval initial states never coincide with training ones
+
+
+def wait_root_cause(backend: Backend, handles: list[Any], peer_handles: list[Any]) -> list[Any]:
+    """``backend.wait(handles)``; if that fails because a peer failed, raise the peer's own error.
+
+    A rollout worker whose env worker failed raises ``PeerFailureError``; the env worker's error
+    (with the env's traceback) is the one worth showing, so it is raised instead.
+    """
+    try:
+        return backend.wait(handles)
+    except PeerFailureError:
+        backend.wait(peer_handles)  # raises the peer's error
+        raise
 
 
 @dataclass
@@ -111,7 +124,7 @@ class Evaluator:
         stats: list[EpisodeStats] = []
         for round_ in range(math.ceil(episodes / n)):
             env_handles = self.envs.group.call("eval_epoch", chunk_steps, base + round_ * n, round_ * n, video_dir)
-            parts = self.backend.wait(self.rollout_group.call("eval_epoch", chunk_steps))
+            parts = wait_root_cause(self.backend, self.rollout_group.call("eval_epoch", chunk_steps), env_handles)
             self.backend.wait(env_handles)
             found = [dataclasses.replace(e, env_index=round_ * n + start + e.env_index)
                      for part, start in zip(parts, starts) for e in part]
@@ -165,10 +178,11 @@ class Workers:
         weights = self.actor_group.call("weights", self.colocated)[0]  # a handle: Ray ships it once, by reference
         return self.backend.wait(self.rollout_group.call("sync_weights", weights))[0]
 
-    def rollout(self, chunk_steps: int) -> list[Trajectory]:
+    def rollout(self, chunk_steps: int, iteration: int = 0) -> list[Trajectory]:
         """One rollout epoch: env and rollout workers trade shards for ``chunk_steps`` chunk steps."""
-        env_handles = self.env_group.call("run_epoch", chunk_steps, None)
-        trajectories = self.backend.wait(self.rollout_group.call("rollout_epoch", chunk_steps))
+        env_handles = self.env_group.call("run_epoch", chunk_steps, None, iteration)
+        trajectories = wait_root_cause(self.backend, self.rollout_group.call("rollout_epoch", chunk_steps),
+                                       env_handles)
         self.backend.wait(env_handles)
         return trajectories
 
