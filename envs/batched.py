@@ -12,10 +12,22 @@ of your own must honour the same chunk-step contract (``envs.chunked``'s docstri
 - ``render()`` gives one RGB frame per env; ``close()`` frees everything.
 
 Register it like any env (``ENVS.register("MyGpuSim-v0", "my_pkg.sim:MyGpuSim")`` or name it
-in ``env.id``) and set the class attribute ``batched = True``; the env worker then constructs it
-once per env rank as ``cls(num_envs=..., auto_reset=..., obs_mode=..., max_episode_steps=...,
-**env.kwargs)`` and calls ``reset(seed)``, instead of wrapping per-env gymnasium objects.
-``embodied check-env ID`` validates an implementation against the contract.
+in ``env.id``) and set the class attribute ``batched = True``. The env worker then constructs it
+once per env rank (and pipeline stage) as::
+
+    cls(num_envs=..., auto_reset=..., obs_mode=..., max_episode_steps=..., **env.kwargs)
+    # plus render_mode="rgb_array" when eval videos are on (runner.eval_video, embodied eval --video)
+
+and calls ``reset(seed)``, instead of wrapping per-env gymnasium objects. Eval envs are always
+made with ``auto_reset=False``. The observation keys it reads are ``states`` float32 [B, S],
+``main_images`` / ``wrist_images`` uint8 [B, H, W, 3] (as ``env.obs_mode`` asks) and
+``task_descriptions`` (B strings; they name each episode's task in the per-task eval breakdown
+and are the instruction a VLA policy reads). Eval videos need nothing more than ``render()``:
+``RecordingBatchedEnv`` renders every env after reset and after each chunk step (a batched env
+runs a chunk's sub-steps itself, so its videos have one frame per chunk step), and with
+``auto_reset=False`` the last frame is the terminal state. An implementation may instead offer
+``record`` / ``take_recordings`` / ``recording_error`` itself, as ``ChunkedVectorEnv`` does, for
+a frame per sub-step. ``embodied check-env ID`` validates an implementation against the contract.
 """
 
 from __future__ import annotations
@@ -25,7 +37,10 @@ from typing import ClassVar, Protocol, runtime_checkable
 import gymnasium as gym
 import numpy as np
 
-from embodied.types import ChunkStepResult, Obs
+from collections.abc import Sequence
+from typing import Any
+
+from embodied.types import TASK_DESCRIPTIONS, ChunkStepResult, EpisodeFrames, Obs
 
 
 @runtime_checkable
@@ -53,3 +68,70 @@ class BatchedEnv(Protocol):
 def is_batched(target: object) -> bool:
     """Whether a registered env entry point implements ``BatchedEnv`` itself."""
     return bool(getattr(target, "batched", False))
+
+
+class RecordingBatchedEnv:
+    """Eval videos for a ``BatchedEnv`` without ``record()``: frames from its ``render()``.
+
+    Everything else is passed through to the wrapped env. A frame is rendered after ``reset`` and
+    after every chunk step while some watched env's episode runs; a render error switches
+    recording off (``recording_error``) and never stops the stepping.
+    """
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.watched: frozenset[int] = frozenset()
+        self.active: dict[int, EpisodeFrames] = {}
+        self.finished: list[EpisodeFrames] = []
+        self.recording_error: str | None = None
+        self._tasks: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    def reset(self, seed: int | None = None) -> Obs:
+        obs = self.env.reset(seed=seed)
+        self._tasks = [str(t) for t in obs.get(TASK_DESCRIPTIONS, [""] * self.env.num_envs)]
+        self.active = {}  # unfinished recordings are cut short by a reset
+        return obs
+
+    def record(self, envs: Sequence[int]) -> None:
+        """Record the episodes of ``envs`` from their current state on (``()`` stops); call after reset."""
+        self.watched, self.active, self.recording_error = frozenset(int(i) for i in envs), {}, None
+        if self.watched and getattr(self.env, "auto_reset", False):
+            self.recording_error = (f"{type(self.env).__name__}: recording needs auto_reset=False (eval envs): with "
+                                    "auto_reset the frame after a chunk shows the next episode")
+            self.watched = frozenset()
+            return
+        self.active = {i: EpisodeFrames(i, self._tasks[i] if i < len(self._tasks) else "") for i in self.watched}
+        self._add_frames({i: (0.0, False) for i in self.active})
+
+    def chunk_step(self, actions: Any) -> ChunkStepResult:
+        result = self.env.chunk_step(actions)
+        if self.active:
+            ended = {e.env_index: e for e in result.episodes}
+            self._add_frames({i: (float(result.rewards[i].sum()), bool(i in ended and ended[i].success_at_end))
+                              for i in self.active})
+            for i in [i for i in self.active if result.dones[i]]:
+                self.finished.append(self.active.pop(i))
+        return result
+
+    def take_recordings(self) -> list[EpisodeFrames]:
+        done, self.finished = self.finished, []
+        return done
+
+    def _add_frames(self, steps: dict[int, tuple[float, bool]]) -> None:
+        try:
+            frames = self.env.render()
+            if frames is None or len(frames) != self.env.num_envs:
+                raise RuntimeError(f"render() must return one frame per env ({self.env.num_envs}), got "
+                                   f"{None if frames is None else len(frames)}")
+        except Exception as exc:  # noqa: BLE001 - a broken renderer must not stop the episode
+            self.recording_error = f"{type(self.env).__name__}: rendering failed, recording switched off: {exc!r}"
+            self.watched, self.active = frozenset(), {}
+            return
+        for i, (reward, success) in steps.items():
+            rec = self.active[i]
+            rec.frames.append(np.array(frames[i], dtype=np.uint8, copy=True))
+            rec.rewards.append(reward)
+            rec.successes.append(success)

@@ -18,7 +18,7 @@ from embodied.policy import PolicySpec
 from embodied.types import EnvError, Obs, PeerFailure, PeerFailureError, obs_slice
 from embodied.video import VideoReport, VideoWriter
 from embodied.workers.link import Link
-from envs.batched import BatchedEnv
+from envs.batched import BatchedEnv, RecordingBatchedEnv
 
 
 @dataclass
@@ -57,6 +57,8 @@ class EnvWorker:
         ]
         if video is not None and len(self.stages) > 1:
             raise ValueError("eval env workers record videos with a single pipeline stage")
+        if video is not None and not hasattr(self.venv, "record"):
+            self.stages[0].venv = RecordingBatchedEnv(self.venv)  # videos from the simulator's render()
         self.writer = VideoWriter()
         self._video_errors: list[str] = []
         self._reported: set[str] = set()  # each video problem is reported once
@@ -162,9 +164,6 @@ class EnvWorker:
         if self.video is None:
             raise RuntimeError(f"env worker {self.rank} was made without a VideoConfig: it cannot record")
         envs = [i for i in range(self.link.num_envs) if first + i < self.video.max_videos]
-        if envs and not hasattr(self.venv, "record"):
-            self._report_once(f"{type(self.venv).__name__} cannot record videos (it has no record())")
-            return []
         if envs:
             self.venv.record(envs)
         return envs

@@ -173,3 +173,30 @@ def test_long_instructions_wrap_into_lines_that_fit():
     many = wrap_text(" ".join(["word"] * 40), width, 12, max_lines=2)
     assert len(many) == 2 and many[-1].endswith("...") and len(many[-1]) <= 12
     assert wrap_text("", width, 10) == []
+
+
+def test_a_batched_simulator_records_eval_videos_from_its_render(tmp_path):
+    """No record() needed: one frame after reset and one per chunk step, the terminal frame last."""
+    from embodied.config import load_config
+    from embodied.placement import LocalBackend
+    from embodied.workers.group import Evaluator
+
+    cfg = load_config(None, ["env.id=tests.toy_batched:PointMassBatch", "env.num_envs=3", "env.max_episode_steps=6",
+                             "policy.action_chunk=2", "policy.hidden_sizes=[8]", "logger.video.size=32",
+                             "logger.video.max_videos=2", "logger.video.overlay=false"])
+    backend = LocalBackend()
+    try:
+        evaluator = Evaluator.start(cfg, backend, cfg.logger.video)
+        episodes = evaluator.run(3, str(tmp_path))
+        report = evaluator.take_videos(wait=True)
+        evaluator.close()
+    finally:
+        backend.shutdown()
+    assert not report.errors, report.errors
+    names = sorted(Path(p).name for p in report.paths)
+    assert names == ["episode_000.mp4", "episode_001.mp4", "grid_000-001.mp4"]
+    for k in (0, 1):
+        frames = decode(tmp_path / f"episode_{k:03d}.mp4")
+        chunks = -(-episodes[k].length // 2)  # chunk steps the episode ran
+        assert len(frames) == 1 + chunks
+        assert frames.std() > 0  # not a blank video
