@@ -101,3 +101,33 @@ def load_resume_point(path: str | Path) -> ResumePoint:
         raise ValueError(f"checkpoint {checkpoint} cannot be resumed from: it lacks {missing}")
     return ResumePoint(checkpoint, run_dir_of(checkpoint), int(state["iteration"]), int(state["env_steps"]),
                        state["actor"], state.get("wandb_id"))
+
+
+def check_init_from(path: str, policy_type: str, action_chunk: int) -> Path:
+    """The checkpoint ``policy.init_from`` names, if its policy fits this config (else ``ValueError``).
+
+    Checked in the driver before any worker starts: the checkpoint exists and holds a policy of
+    the same type and chunk length. The action dimension is checked against the env's when the
+    actor loads it (``check_policy_spec``).
+    """
+    try:
+        checkpoint = find_checkpoint(path)
+        state = load_checkpoint(checkpoint)
+    except FileNotFoundError as exc:
+        raise ValueError(f"policy.init_from: {exc}") from None
+    saved = state.get("config", {}).get("policy", {})
+    problems = []
+    if saved.get("type", policy_type) != policy_type:
+        problems.append(f"it holds a policy.type={saved['type']!r} policy, this config trains {policy_type!r}")
+    if saved.get("action_chunk", action_chunk) != action_chunk:
+        problems.append(f"its policy.action_chunk is {saved['action_chunk']}, this config's is {action_chunk}")
+    if problems:
+        raise ValueError(f"policy.init_from: checkpoint {checkpoint} does not fit: {'; '.join(problems)}")
+    return checkpoint
+
+
+def check_policy_spec(state: dict[str, Any], action_dim: int, where: str) -> None:
+    """Refuse a checkpoint whose policy acts in another number of action dimensions than the env."""
+    saved = (state.get("policy_spec") or {}).get("action_dim")
+    if saved is not None and saved != action_dim:
+        raise ValueError(f"{where}: the checkpoint's policy acts in {saved} action dimensions, the env in {action_dim}")

@@ -37,6 +37,7 @@ class PolicyConfig:
 
     type: str = "mlp"  # registered policy name (see `embodied list policies`)
     action_chunk: int = 1  # C: actions emitted per inference, executed open-loop by the env
+    init_from: str | None = None  # checkpoint (folder or run dir) whose policy weights training starts from, e.g. SFT's
 
     model_class: ClassVar[str] = ""  # "module:attr" of the Policy subclass built from this config
 

@@ -132,3 +132,4 @@ class Registry:
 
 ENVS = Registry("env", "embodied.envs", fallback=GymnasiumFallback())
 POLICIES = Registry("policy", "embodied.policies")
+ALGORITHMS = Registry("algorithm", "embodied.algorithms")

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 import yaml
 
-from embodied.checkpoint import ResumePoint, load_resume_point
-from embodied.config import Config, to_dict
+from embodied.checkpoint import ResumePoint, check_init_from, load_resume_point
+from embodied.config import Config, ConfigError, to_dict
 from embodied.env_factory import check_env_config
 from embodied.evaluation import PeriodicEval, episode_metrics
 from embodied.logger import MetricLogger, read_wandb_id
@@ -53,6 +53,11 @@ def train(cfg: Config) -> TrainResult:
     """Train ``cfg`` to completion; every worker is stopped on the way out, also on error."""
     check_env_config(cfg.env, "env")
     check_env_config(cfg.resolved_eval_env(), "eval_env")
+    if cfg.policy.init_from:
+        try:
+            check_init_from(cfg.policy.init_from, cfg.policy.type, cfg.policy.action_chunk)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     resume = load_resume_point(cfg.runner.resume_from) if cfg.runner.resume_from else None
     run_dir = resume.run_dir if resume else make_run_dir(cfg)
     save_config(cfg, run_dir)
@@ -97,7 +102,8 @@ def train_iteration(workers: Workers, cfg: Config, it: int) -> tuple[dict[str, f
     """Sync, rollout, update: the iteration's metrics and the env sub-steps it ran."""
     t0 = time.perf_counter()
     workers.sync_weights()
-    trajectories = workers.rollout(cfg.rollout.chunk_steps, it)
+    reset = workers.algorithm.rollout_reset(it, cfg.env.num_envs, cfg.experiment.seed)
+    trajectories = workers.rollout(cfg.rollout.chunk_steps, it, reset)
     t1 = time.perf_counter()
     metrics = workers.update(trajectories, it)
     t2 = time.perf_counter()

@@ -126,9 +126,12 @@ class ChunkedVectorEnv:
         """bool [B]: envs whose episode is over and not yet reset (only with ``auto_reset=False``)."""
         return self._finished.copy()
 
-    def reset(self, seed: int | None = None) -> Obs:
-        """Reset every env (env ``i`` gets ``seed + i``) and return the batched first observation."""
-        self._obs = [self._reset_one(i, None if seed is None else seed + i) for i in range(self.num_envs)]
+    def reset(self, seed: int | None = None, seeds: Sequence[int] | None = None) -> Obs:
+        """Reset every env (env ``i`` gets ``seed + i``, or ``seeds[i]``); the batched first observation."""
+        if seeds is not None and len(seeds) != self.num_envs:
+            raise ValueError(f"{self.name}: {len(seeds)} seeds for {self.num_envs} envs")
+        per_env = list(seeds) if seeds is not None else [None if seed is None else seed + i for i in range(self.num_envs)]
+        self._obs = [self._reset_one(i, per_env[i]) for i in range(self.num_envs)]
         self._finished[:] = False
         return self._batch(self._obs)
 

@@ -1,8 +1,15 @@
-"""RL maths as pure functions of tensors."""
+"""RL maths as pure functions of tensors, and the algorithms the actor trains with.
+
+Algorithms are found by ``algorithm.name`` through ``embodied.registry.ALGORITHMS`` (entry points
+of the ``embodied.algorithms`` group: ``ppo``, ``grpo``), as envs and policies are.
+"""
 
 from __future__ import annotations
 
+from embodied.algorithms.base import Algorithm, LossOutput, RolloutReset
 from embodied.algorithms.gae import compute_gae
+from embodied.algorithms.grpo import group_advantages, grpo_loss
 from embodied.algorithms.ppo import PPOLossOutput, normalize_advantages, ppo_loss
 
-__all__ = ["PPOLossOutput", "compute_gae", "normalize_advantages", "ppo_loss"]
+__all__ = ["Algorithm", "LossOutput", "PPOLossOutput", "RolloutReset", "compute_gae", "group_advantages",
+           "grpo_loss", "normalize_advantages", "ppo_loss"]

@@ -7,8 +7,16 @@ number of tokens per action). Advantages, values and returns are per chunk step:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+from embodied.algorithms.base import LossOutput, RolloutReset, flatten
+from embodied.algorithms.gae import compute_gae
+from embodied.types import Trajectory
+
+if TYPE_CHECKING:
+    from embodied.config import AlgorithmConfig
 
 
 @dataclass
@@ -124,3 +132,34 @@ def ppo_loss(
         approx_kl=approx_kl,
         clip_frac=clip_frac,
     )
+
+
+class PPO:
+    """Clipped PPO with GAE over chunk steps (``algorithm.name: ppo``)."""
+
+    uses_values = True
+
+    def __init__(self, cfg: AlgorithmConfig) -> None:
+        self.cfg = cfg
+
+    def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset | None:
+        return None  # episodes run on across rollout epochs (auto-reset)
+
+    def prepare(self, trajectories: list[Trajectory]) -> tuple[dict[str, Any], dict[str, float]]:
+        traj = Trajectory.concat(trajectories)
+        advantages, returns = compute_gae(traj.rewards.sum(-1), traj.values, traj.dones, traj.terminated,
+                                          traj.final_values, traj.next_values, self.cfg.gamma, self.cfg.gae_lambda)
+        return flatten(traj, advantages, returns), {}
+
+    def loss(self, logprobs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, mb: dict[str, Any],
+             mask: torch.Tensor, warmup: bool) -> LossOutput:
+        c = self.cfg
+        adv = normalize_advantages(mb["advantages"]) if c.normalize_advantages else mb["advantages"]
+        out = ppo_loss(logprobs, mb["logprobs"], adv, values, mb["values"], mb["returns"], entropy,
+                       clip_coef=c.clip_coef, vf_coef=c.vf_coef, ent_coef=c.ent_coef, clip_vloss=c.clip_vloss,
+                       mask=mask)
+        # Critic warm-up: the value head learns the (SFT) policy's returns before the policy moves.
+        loss = c.vf_coef * out.value_loss if warmup else out.loss
+        stats = {"policy_loss": out.policy_loss, "value_loss": out.value_loss, "entropy": out.entropy,
+                 "approx_kl": out.approx_kl, "clip_frac": out.clip_frac}
+        return LossOutput(loss, stats)

@@ -21,7 +21,7 @@ import yaml
 
 from embodied.config.schema import Config
 from embodied.policy import PolicyConfig, policy_config_class
-from embodied.registry import ENVS, UnknownNameError
+from embodied.registry import ALGORITHMS, ENVS, UnknownNameError
 
 
 class ConfigError(ValueError):
@@ -218,6 +218,36 @@ def _obs_mode_problems(cfg: Config) -> list[str]:
     return problems
 
 
+def _algorithm_problems(cfg: Config) -> list[str]:
+    """The algorithm's name, and what GRPO needs of the envs and the rollout."""
+    a, problems = cfg.algorithm, []
+    try:
+        ALGORITHMS.entry_point(a.name)
+    except UnknownNameError as exc:
+        return [f"algorithm.name: {exc}"]
+    if a.critic_warmup_iterations < 0:
+        problems.append(f"algorithm.critic_warmup_iterations: must be >= 0, got {a.critic_warmup_iterations}")
+    for name in ("clip_coef_low", "clip_coef_high"):
+        value = getattr(a, name)
+        if value is not None and not value > 0:
+            problems.append(f"algorithm.{name}: must be > 0, got {value}")
+    if a.name != "grpo":
+        return problems
+    if a.group_size < 2:
+        problems.append(f"algorithm.group_size: GRPO compares envs within a group, so >= 2, got {a.group_size}")
+    elif cfg.env.num_envs % a.group_size:
+        problems.append(f"algorithm.group_size: env.num_envs={cfg.env.num_envs} is not a multiple of "
+                        f"group_size={a.group_size}")
+    if cfg.env.auto_reset:
+        problems.append("env.auto_reset: GRPO runs one episode per env per iteration; set env.auto_reset=false")
+    covered = cfg.rollout.chunk_steps * cfg.policy.action_chunk
+    if covered < cfg.env.max_episode_steps:
+        problems.append(f"rollout.chunk_steps: GRPO needs whole episodes, but {cfg.rollout.chunk_steps} chunk steps x "
+                        f"policy.action_chunk={cfg.policy.action_chunk} = {covered} sub-steps < "
+                        f"env.max_episode_steps={cfg.env.max_episode_steps}")
+    return problems
+
+
 def validate(cfg: Config) -> list[str]:
     """Problems that types alone cannot catch, each prefixed by its field path."""
     p: list[str] = []
@@ -256,6 +286,7 @@ def validate(cfg: Config) -> list[str]:
          f"rollout.pipeline_stages: {stages} stages x cluster.num_env_workers={cfg.cluster.num_env_workers} "
          f"exceeds env.num_envs={cfg.env.num_envs}; every stage needs an env")
     a = cfg.algorithm
+    p += _algorithm_problems(cfg)
     need(0.0 < a.gamma <= 1.0, f"algorithm.gamma: must be in (0, 1], got {a.gamma}")
     need(0.0 <= a.gae_lambda <= 1.0, f"algorithm.gae_lambda: must be in [0, 1], got {a.gae_lambda}")
     need(a.clip_coef > 0, f"algorithm.clip_coef: must be > 0, got {a.clip_coef}")

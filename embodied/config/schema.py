@@ -51,7 +51,7 @@ class EvalEnvConfig:
 
 @dataclass
 class AlgorithmConfig:
-    name: Literal["ppo"] = "ppo"  # training algorithm
+    name: str = "ppo"  # training algorithm, a registered name: ppo, grpo (see embodied.registry.ALGORITHMS)
     gamma: float = 0.99  # discount per chunk step
     gae_lambda: float = 0.95  # GAE lambda
     clip_coef: float = 0.2  # PPO ratio clip (and value clip when clip_vloss)
@@ -63,6 +63,11 @@ class AlgorithmConfig:
     max_grad_norm: float = 0.5  # gradient-norm clip
     normalize_advantages: bool = True  # per-minibatch advantage normalisation
     target_kl: float | None = None  # stop the update early when approx_kl exceeds this
+    critic_warmup_iterations: int = 0  # first iterations train only the value head (after SFT, before the policy moves)
+    group_size: int = 8  # grpo: envs per group, sharing one reset seed (env.num_envs must be a multiple)
+    grpo_score: Literal["return", "success"] = "return"  # grpo: what is compared within a group
+    clip_coef_low: float | None = None  # grpo: ratio clip below 1 (null: clip_coef)
+    clip_coef_high: float | None = None  # grpo: ratio clip above 1 (null: clip_coef; larger explores more)
 
 
 @dataclass

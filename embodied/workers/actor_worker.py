@@ -1,17 +1,20 @@
-"""``ActorWorker``: turns rollout trajectories into a PPO update and publishes versioned weights."""
+"""``ActorWorker``: turns rollout trajectories into an update (the configured algorithm) and publishes
+versioned weights."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from embodied.algorithms import compute_gae, normalize_advantages, ppo_loss
-from embodied.checkpoint import load_policy_state, save_checkpoint
+from embodied.algorithms import Algorithm
+from embodied.checkpoint import check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state, save_checkpoint
 from embodied.config import ActorConfig, AlgorithmConfig
 from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
+from embodied.registry import ALGORITHMS
 from embodied.types import Trajectory
 
 
@@ -22,8 +25,13 @@ class ActorWorker:
                  total_iterations: int, seed: int, torch_threads: int = 1) -> None:
         torch.set_num_threads(torch_threads)
         torch.manual_seed(seed)
-        self.algo, self.cfg, self.total_iterations = algorithm, actor, total_iterations
+        self.algo, self.cfg, self.total_iterations, self.spec = algorithm, actor, total_iterations, spec
+        self.algorithm: Algorithm = ALGORITHMS.resolve(algorithm.name)(algorithm)
         self.policy: Policy = build_policy(policy_cfg, spec)
+        if policy_cfg.init_from:  # e.g. an SFT checkpoint; the driver checked its type and chunk already
+            state = load_checkpoint(find_checkpoint(policy_cfg.init_from))
+            check_policy_spec(state, spec.action_dim, "policy.init_from")
+            load_policy_state(self.policy, state["actor"])
         # Only what trains: a LoRA-wrapped backbone's frozen weights get no optimizer state.
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.Adam(self.params, lr=actor.lr, eps=actor.adam_eps)
@@ -42,45 +50,40 @@ class ActorWorker:
         return self.version, {k: v.detach().cpu().clone() for k, v in self.policy.trainable_state().items()}
 
     def update(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
-        """One PPO update (``algorithm.update_epochs`` passes of minibatches); returns train metrics."""
-        traj = Trajectory.concat(trajectories)
+        """One update (``algorithm.update_epochs`` passes of minibatches); returns train metrics."""
         a = self.algo
-        advantages, returns = compute_gae(traj.rewards.sum(-1), traj.values, traj.dones, traj.terminated,
-                                          traj.final_values, traj.next_values, a.gamma, a.gae_lambda)
-        batch = _flatten(traj, advantages, returns)
+        batch, batch_metrics = self.algorithm.prepare(trajectories)
         size = batch["values"].shape[0]
         if self.cfg.anneal_lr:
             frac = 1.0 - (iteration - 1) / max(self.total_iterations, 1)
             self.optimizer.param_groups[0]["lr"] = frac * self.cfg.lr
-        stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl",
-                                                         "clip_frac", "grad_norm")}
+        warmup = iteration <= a.critic_warmup_iterations
+        stats: dict[str, list[float]] = {}
         for _ in range(a.update_epochs):
             perm = torch.randperm(size, generator=self.generator)
             for mb in perm.chunk(a.num_minibatches):
-                out, grad_norm = self._step(_take(batch, mb))
-                for key in stats:
-                    stats[key].append(float((grad_norm if key == "grad_norm" else getattr(out, key)).detach()))
+                for key, value in self._step(_take(batch, mb), warmup).items():
+                    stats.setdefault(key, []).append(value)
             if a.target_kl is not None and np.mean(stats["approx_kl"][-a.num_minibatches:]) > a.target_kl:
                 break
         self.policy.observe(batch["forward_inputs"])
         self.version += 1
-        metrics = {f"train/{k}": float(np.mean(v)) for k, v in stats.items()}
+        metrics = {f"train/{k}": float(np.mean(v)) for k, v in stats.items()} | batch_metrics
         metrics["train/lr"] = self.optimizer.param_groups[0]["lr"]
-        metrics["train/explained_variance"] = _explained_variance(batch["values"], batch["returns"])
+        metrics["train/critic_warmup"] = float(warmup)
+        if self.algorithm.uses_values:
+            metrics["train/explained_variance"] = _explained_variance(batch["values"], batch["returns"])
         return metrics
 
-    def _step(self, mb: dict[str, Any]):
+    def _step(self, mb: dict[str, Any], warmup: bool) -> dict[str, float]:
         mb = _to(mb, self.device)
         logprobs, entropy, values = self.policy.evaluate(mb["forward_inputs"], mb["actions"])
-        adv = normalize_advantages(mb["advantages"]) if self.algo.normalize_advantages else mb["advantages"]
-        out = ppo_loss(logprobs, mb["logprobs"], adv, values, mb["values"], mb["returns"], entropy,
-                       clip_coef=self.algo.clip_coef, vf_coef=self.algo.vf_coef, ent_coef=self.algo.ent_coef,
-                       clip_vloss=self.algo.clip_vloss, mask=_mask(mb["executed"], logprobs))
+        out = self.algorithm.loss(logprobs, entropy, values, mb, _mask(mb["executed"], logprobs), warmup)
         self.optimizer.zero_grad()
         out.loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.algo.max_grad_norm)
         self.optimizer.step()
-        return out, grad_norm
+        return {k: float(v.detach()) for k, v in out.stats.items()} | {"grad_norm": float(grad_norm)}
 
     def state(self) -> dict[str, Any]:
         """Everything a checkpoint needs to resume the actor.
@@ -96,26 +99,15 @@ class ActorWorker:
         actor = self.state()
         if self.policy.exports_pretrained:
             del actor["policy"]  # policy/ holds it
-        save_checkpoint(Path(path), {**extra, "actor": actor}, self.policy)
+        # What the policy acts in, so init_from / eval can refuse a checkpoint that does not fit.
+        spec = dataclasses.asdict(self.spec)
+        save_checkpoint(Path(path), {**extra, "actor": actor, "policy_spec": spec}, self.policy)
         return path
 
     def load_state(self, state: dict[str, Any]) -> None:
         load_policy_state(self.policy, state)
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
-
-
-def _flatten(traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor) -> dict[str, Any]:
-    """[T, N, ...] -> [T * N, ...] for minibatching."""
-
-    def flat(x: torch.Tensor) -> torch.Tensor:
-        return x.reshape(-1, *x.shape[2:])
-
-    return {
-        "forward_inputs": {k: flat(v) for k, v in traj.forward_inputs.items()},
-        "actions": flat(traj.actions), "logprobs": flat(traj.logprobs), "values": flat(traj.values),
-        "executed": flat(traj.executed), "advantages": flat(advantages), "returns": flat(returns),
-    }
 
 
 def _to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:

@@ -73,15 +73,16 @@ class EnvWorker:
         """Observation and action layout, for building the policy."""
         return policy_spec(self.venv.single_observation_space, self.venv.single_action_space)
 
-    def run_epoch(self, chunk_steps: int, reset_seed: int | None = None, iteration: int = 0) -> int:
+    def run_epoch(self, chunk_steps: int, reset_seed: int | None = None, iteration: int = 0,
+                  group_size: int = 1) -> int:
         """Send the current obs, then answer ``chunk_steps`` action chunks; returns sub-steps run.
 
-        ``reset_seed`` resets every env first (env ``i`` of the batch gets ``reset_seed + i``);
-        ``iteration`` only labels errors.
+        ``reset_seed`` resets every env first: env ``i`` of the batch gets ``reset_seed + i // group_size``
+        (GRPO's groups share a seed); ``iteration`` only labels errors.
         """
         with self._failure_sent_to_peers():
             if reset_seed is not None:
-                self._reset(reset_seed)
+                self._reset(reset_seed, group_size)
             return self._exchange(chunk_steps, f"iteration {iteration}")
 
     def eval_epoch(self, chunk_steps: int, reset_seed: int, first_episode: int, video_dir: str | None) -> int:
@@ -113,10 +114,18 @@ class EnvWorker:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _reset(self, seed: int) -> None:
-        """Reset every stage; global env ``i`` gets ``seed + i``."""
+    def _reset(self, seed: int, group_size: int = 1) -> None:
+        """Reset every stage; global env ``i`` gets ``seed + i // group_size``."""
         for stage in self.stages:
-            stage.obs = stage.venv.reset(seed=seed + stage.start)
+            if group_size == 1:
+                stage.obs = stage.venv.reset(seed=seed + stage.start)
+                continue
+            seeds = [seed + (stage.start + j) // group_size for j in range(stage.venv.num_envs)]
+            try:
+                stage.obs = stage.venv.reset(seeds=seeds)
+            except TypeError as exc:
+                raise TypeError(f"{type(stage.venv).__name__}.reset takes no per-env seeds (reset(seeds=[...])), "
+                                f"which algorithm.group_size > 1 needs: {exc}") from None
 
     def _exchange(self, chunk_steps: int, label: str) -> int:
         """Send the current obs, then answer ``chunk_steps`` action chunks stage by stage.

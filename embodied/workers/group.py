@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from embodied.algorithms import Algorithm, RolloutReset
 from embodied.channels import route, shards_for_rollout_rank
 from embodied.config import Config, EnvConfig
 from embodied.config.schema import VideoConfig
 from embodied.placement import Backend, LocalBackend, WorkerGroup
 from embodied.policy import Policy, PolicySpec
+from embodied.registry import ALGORITHMS
 from embodied.types import EpisodeStats, PeerFailureError, Trajectory
 from embodied.video import VideoReport
 from embodied.workers.actor_worker import ActorWorker
@@ -156,6 +158,8 @@ class Workers:
     evaluator: Evaluator
     spec: PolicySpec
     colocated: bool  # rollout workers act with the actor's own module
+    algorithm: Algorithm  # the driver's copy: asked only how envs reset before a rollout
+
 
     @classmethod
     def start(cls, cfg: Config, backend: Backend) -> Workers:
@@ -171,16 +175,20 @@ class Workers:
         shared = actor.workers[0].policy if colocated else None
         rollout = start_rollout_group(cfg, backend, spec, train, evaluation, shared)
         return cls(cfg, backend, train.group, rollout, actor, Evaluator(cfg, backend, evaluation, rollout), spec,
-                   colocated)
+                   colocated, ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm))
 
     def sync_weights(self) -> int:
         """Publish the actor's weights to every rollout worker; returns the version."""
         weights = self.actor_group.call("weights", self.colocated)[0]  # a handle: Ray ships it once, by reference
         return self.backend.wait(self.rollout_group.call("sync_weights", weights))[0]
 
-    def rollout(self, chunk_steps: int, iteration: int = 0) -> list[Trajectory]:
-        """One rollout epoch: env and rollout workers trade shards for ``chunk_steps`` chunk steps."""
-        env_handles = self.env_group.call("run_epoch", chunk_steps, None, iteration)
+    def rollout(self, chunk_steps: int, iteration: int = 0, reset: RolloutReset | None = None) -> list[Trajectory]:
+        """One rollout epoch: env and rollout workers trade shards for ``chunk_steps`` chunk steps.
+
+        ``reset`` (the algorithm's ``rollout_reset``) resets every env first, in seed groups.
+        """
+        seed, group = (reset.seed, reset.group_size) if reset is not None else (None, 1)
+        env_handles = self.env_group.call("run_epoch", chunk_steps, seed, iteration, group)
         trajectories = wait_root_cause(self.backend, self.rollout_group.call("rollout_epoch", chunk_steps),
                                        env_handles)
         self.backend.wait(env_handles)

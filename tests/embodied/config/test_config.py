@@ -199,7 +199,6 @@ def test_address_needs_ray():
     ("env.obs_mode=depth", "env.obs_mode"),
     ("eval_env.obs_mode=depth", "eval_env.obs_mode"),
     ("logger.backends=[console, carrier_pigeon]", "logger.backends[1]"),
-    ("algorithm.name=sac", "algorithm.name"),
 ])
 def test_bad_literal_names_the_choices(override, path):
     msg = error_of([override])
@@ -317,3 +316,22 @@ def test_an_override_typo_names_the_override_not_the_file(tmp_path):
     assert error_of(["actor.lr=fast"], path).startswith("override 'actor.lr=fast'")
     path.write_text("env:\n  num_env: 4\n")
     assert error_of([], path).startswith(str(path))
+
+
+def test_an_unknown_algorithm_lists_the_registered_ones():
+    msg = error_of(["algorithm.name=sac"])
+    assert "algorithm.name: unknown algorithm 'sac'" in msg and "grpo, ppo" in msg
+
+
+def test_grpo_needs_groups_whole_episodes_and_no_auto_reset():
+    msg = error_of(["algorithm.name=grpo", "algorithm.group_size=5", "env.num_envs=32", "env.max_episode_steps=50",
+                    "rollout.chunk_steps=10", "policy.action_chunk=4"])
+    assert "algorithm.group_size: env.num_envs=32 is not a multiple of group_size=5" in msg
+    assert "env.auto_reset: GRPO runs one episode per env" in msg
+    assert "rollout.chunk_steps: GRPO needs whole episodes" in msg and "40 sub-steps < env.max_episode_steps=50" in msg
+    assert "algorithm.group_size: GRPO compares" in error_of(["algorithm.name=grpo", "algorithm.group_size=1"])
+    cfg = load_config(None, ["algorithm.name=grpo", "algorithm.group_size=4", "env.num_envs=8", "env.auto_reset=false",
+                             "env.max_episode_steps=40", "rollout.chunk_steps=10", "policy.action_chunk=4"])
+    assert cfg.algorithm.name == "grpo"
+    assert "algorithm.clip_coef_high: must be > 0" in error_of(["algorithm.clip_coef_high=0"])
+    assert "algorithm.critic_warmup_iterations" in error_of(["algorithm.critic_warmup_iterations=-1"])

@@ -1,0 +1,121 @@
+"""GRPO for embodied episodes (``algorithm.name: grpo``): group-relative advantages, no critic.
+
+Every rollout epoch resets all envs, ``algorithm.group_size`` consecutive envs from one seed (so
+a group starts from the same state), with auto-reset off, and runs until every episode has
+ended: one episode per env. An env's score is its episode return (or its success, with
+``algorithm.grpo_score: success``); its advantage is the score standardised within its group,
+the same for each of its executed sub-steps. Groups whose scores are all equal carry no signal:
+they are dropped (their advantages masked) and counted. The loss is the clipped surrogate with
+an asymmetric clip ``[1 - clip_coef_low, 1 + clip_coef_high]`` (DAPO's clip-higher) and no value
+loss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from embodied.algorithms.base import LossOutput, RolloutReset, flatten
+from embodied.types import Trajectory
+
+if TYPE_CHECKING:
+    from embodied.config import AlgorithmConfig
+
+GRPO_SEED_STRIDE = 1_000  # training seeds of iteration k start at seed + k * stride (far below eval's offset)
+
+
+def group_advantages(scores: torch.Tensor, group_size: int, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores [N] standardised within consecutive groups of ``group_size``.
+
+    Returns ``(advantages [N], kept [N] bool)``: ``(s - mean_g) / (std_g + eps)`` with the
+    population std of the group, and whether the env's group has any spread (all-equal groups
+    get advantage 0 and ``kept`` False).
+    """
+    if scores.numel() % group_size:
+        raise ValueError(f"{scores.numel()} scores do not split into groups of {group_size}")
+    groups = scores.double().view(-1, group_size)
+    mean = groups.mean(1, keepdim=True)
+    std = groups.std(1, unbiased=False, keepdim=True)
+    kept = (groups.max(1, keepdim=True).values - groups.min(1, keepdim=True).values) > 0
+    adv = torch.where(kept, (groups - mean) / (std + eps), torch.zeros_like(groups))
+    return adv.view(-1).to(scores.dtype), kept.expand_as(groups).reshape(-1)
+
+
+def grpo_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+              mask: torch.Tensor, clip_low: float, clip_high: float) -> dict[str, torch.Tensor]:
+    """Clipped surrogate with an asymmetric clip, masked mean over the log-prob entries.
+
+    ``advantages`` [B] broadcast over the trailing dims of the log-probs ([B], [B, C] or [B, C, A]);
+    ``mask`` has the log-probs' shape (executed sub-steps of kept groups).
+    """
+    logratio = new_logprobs - old_logprobs
+    ratio = logratio.exp()
+    adv = advantages.reshape(advantages.shape + (1,) * (ratio.dim() - 1)).expand_as(ratio)
+    surrogate = torch.min(ratio * adv, ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * adv)
+    weight = mask.to(ratio.dtype)
+    denom = weight.sum().clamp_min(1.0)
+    loss = -torch.where(weight > 0, surrogate * weight, torch.zeros_like(surrogate)).sum() / denom
+    with torch.no_grad():
+        approx_kl = (torch.where(weight > 0, (ratio - 1) - logratio, torch.zeros_like(ratio)) * weight).sum() / denom
+        clipped = ((ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)).to(ratio.dtype)
+        clip_frac = (clipped * weight).sum() / denom
+    return {"loss": loss, "approx_kl": approx_kl, "clip_frac": clip_frac}
+
+
+class GRPO:
+    """Group-relative policy optimisation over whole episodes (see the module docstring)."""
+
+    uses_values = False
+
+    def __init__(self, cfg: AlgorithmConfig) -> None:
+        self.cfg = cfg
+
+    def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset:
+        return RolloutReset(seed + iteration * GRPO_SEED_STRIDE, self.cfg.group_size)
+
+    def prepare(self, trajectories: list[Trajectory]) -> tuple[dict[str, Any], dict[str, float]]:
+        traj = Trajectory.concat(trajectories)
+        scores = self._scores(trajectories, traj)
+        adv, kept = group_advantages(scores, self.cfg.group_size)
+        steps = traj.executed.shape[0]
+        advantages = adv.float().unsqueeze(0).expand(steps, -1)
+        # A dropped group's steps are masked out of the loss through "executed" (a copy: the rollout's
+        # trajectories still count every step run).
+        masked = dataclasses.replace(traj, executed=traj.executed & kept.view(1, -1, 1))
+        batch = flatten(masked, advantages, torch.zeros_like(advantages))
+        groups = kept.numel() // self.cfg.group_size
+        dropped = groups - int(kept.view(groups, -1)[:, 0].sum())
+        return batch, {"grpo/groups": float(groups), "grpo/dropped_groups": float(dropped),
+                       "grpo/score_mean": float(scores.mean())}
+
+    def _scores(self, parts: list[Trajectory], traj: Trajectory) -> torch.Tensor:
+        """Episode return (or success) per env, in the concatenated env order."""
+        if self.cfg.grpo_score == "return":
+            return (traj.rewards * traj.executed).sum(dim=(0, 2)).double()
+        success = torch.zeros(traj.executed.shape[1], dtype=torch.float64)
+        offset = 0
+        for part in parts:
+            for e in part.episodes:
+                success[offset + e.env_index] = float(e.success_once)
+            offset += part.executed.shape[1]
+        return success
+
+    def loss(self, logprobs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, mb: dict[str, Any],
+             mask: torch.Tensor, warmup: bool) -> LossOutput:
+        c = self.cfg
+        low = c.clip_coef_low if c.clip_coef_low is not None else c.clip_coef
+        high = c.clip_coef_high if c.clip_coef_high is not None else c.clip_coef
+        out = grpo_loss(logprobs, mb["logprobs"], mb["advantages"], mask, low, high)
+        ent = (entropy * mask_like(mask, entropy)).sum() / mask_like(mask, entropy).sum().clamp_min(1.0)
+        loss = out["loss"] - c.ent_coef * ent
+        return LossOutput(loss, {"policy_loss": out["loss"].detach(), "entropy": ent.detach(),
+                                 "approx_kl": out["approx_kl"], "clip_frac": out["clip_frac"]})
+
+
+def mask_like(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``mask`` reduced to the leading dims of ``x`` (an entry counts if any sub-entry does), as float."""
+    if mask.dim() > x.dim():
+        mask = mask.flatten(start_dim=x.dim()).any(-1)
+    return mask.to(x.dtype)

@@ -1,0 +1,107 @@
+"""GRPO: group advantages and the asymmetric clipped loss against plain loops; groups share a start state;
+a short GRPO run trains; critic warm-up moves only the value head."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from embodied.algorithms import group_advantages, grpo_loss
+
+
+def test_group_advantages_match_a_plain_loop():
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(12, generator=g, dtype=torch.float64)
+    scores[4:8] = 3.0  # one group with no spread
+    adv, kept = group_advantages(scores, 4)
+    for k in range(3):
+        group = scores[4 * k:4 * k + 4].tolist()
+        mean = sum(group) / 4
+        std = math.sqrt(sum((x - mean) ** 2 for x in group) / 4)
+        for j, x in enumerate(group):
+            expected = 0.0 if max(group) == min(group) else (x - mean) / (std + 1e-6)
+            assert adv[4 * k + j].item() == pytest.approx(expected, abs=1e-9)
+            assert bool(kept[4 * k + j]) == (max(group) != min(group))
+    with pytest.raises(ValueError, match="groups of 5"):
+        group_advantages(scores, 5)
+
+
+def test_grpo_loss_matches_a_plain_loop_with_an_asymmetric_clip():
+    g = torch.Generator().manual_seed(1)
+    new, old = torch.randn(5, 2, 3, generator=g), torch.randn(5, 2, 3, generator=g)
+    adv = torch.randn(5, generator=g)
+    mask = torch.rand(5, 2, 3, generator=g) > 0.3
+    out = grpo_loss(new, old, adv, mask, clip_low=0.2, clip_high=0.28)
+    total, count = 0.0, 0
+    for b in range(5):
+        for c in range(2):
+            for a in range(3):
+                if not mask[b, c, a]:
+                    continue
+                ratio = math.exp(new[b, c, a] - old[b, c, a])
+                clipped = min(max(ratio, 0.8), 1.28)
+                total += min(ratio * adv[b].item(), clipped * adv[b].item())
+                count += 1
+    assert out["loss"].item() == pytest.approx(-total / count, rel=1e-5)
+
+
+def test_a_group_of_envs_starts_from_one_state_and_groups_differ():
+    from embodied.config import load_config
+    from embodied.placement import LocalBackend
+    from embodied.workers.group import Workers
+
+    cfg = load_config(None, ["env.id=Reach-v0", "env.num_envs=8", "cluster.num_env_workers=2",
+                             "algorithm.name=grpo", "algorithm.group_size=4", "env.auto_reset=false",
+                             "env.max_episode_steps=16", "rollout.chunk_steps=4", "policy.action_chunk=4",
+                             "eval_env.num_envs=2"])
+    backend = LocalBackend()
+    try:
+        workers = Workers.start(cfg, backend)
+        for worker in workers.env_group.workers:
+            worker._reset(123, group_size=4)
+        states = np.concatenate([w.stages[0].obs["states"] for w in workers.env_group.workers])
+        workers.close()
+    finally:
+        backend.shutdown()
+    assert (states[:4] == states[0]).all() and (states[4:] == states[4]).all()  # envs 4-7 span no worker split
+    assert not np.array_equal(states[0], states[4])
+
+
+@pytest.mark.slow
+def test_a_short_grpo_run_trains_on_whole_episodes(tmp_path):
+    from embodied.config import load_config
+    from embodied.runner import train
+
+    cfg = load_config(None, ["env.id=Reach-v0", "env.num_envs=8", "env.auto_reset=false", "env.max_episode_steps=12",
+                             "algorithm.name=grpo", "algorithm.group_size=4", "algorithm.num_minibatches=2",
+                             "rollout.chunk_steps=3", "policy.action_chunk=4", "policy.hidden_sizes=[16]",
+                             "runner.iterations=3", "runner.eval_every=0", "runner.eval_episodes=2", "eval_env.num_envs=2",
+                             "logger.backends=[]", "logger.progress_bar=false", "runner.plot=false",
+                             f"experiment.output_dir={tmp_path}"])
+    result = train(cfg)
+    for metrics in result.history:
+        assert metrics["grpo/groups"] == 2.0 and 0 <= metrics["grpo/dropped_groups"] <= 2
+        assert metrics["env/episodes"] == 8  # one whole episode per env
+        assert math.isfinite(metrics["train/policy_loss"]) and "train/value_loss" not in metrics
+
+
+def test_critic_warmup_moves_the_value_head_alone(tmp_path):
+    import embodied.runner as runner
+    from embodied.checkpoint import load_checkpoint
+    from tests.embodied.test_resume import toy_config
+
+    first = runner.train(toy_config(tmp_path, "runner.iterations=1"))
+    start = load_checkpoint(first.checkpoint)["actor"]["policy"]
+    warm = runner.train(toy_config(tmp_path, "runner.iterations=3", "algorithm.critic_warmup_iterations=2",
+                                   f"policy.init_from={first.checkpoint}"))
+    assert [m["train/critic_warmup"] for m in warm.history] == [1.0, 1.0, 0.0]
+    ckpt = sorted((warm.run_dir / "checkpoints").iterdir())
+    after_warmup = load_checkpoint(ckpt[1])["actor"]["policy"]  # iteration 2
+    assert torch.equal(after_warmup["log_std"], start["log_std"])
+    assert all(torch.equal(after_warmup[k], start[k]) for k in start if k.startswith("actor_mean."))
+    assert not all(torch.equal(after_warmup[k], start[k]) for k in start if k.startswith("critic."))
+    final = load_checkpoint(ckpt[2])["actor"]["policy"]
+    assert not torch.equal(final["actor_mean.0.weight"], start["actor_mean.0.weight"])  # then the policy moves
