@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,20 @@ def save_checkpoint(path: Path, state: dict[str, Any], policy: Any = None) -> Pa
         if policy is not None and getattr(policy, "exports_pretrained", False):
             policy.save_pretrained(tmp / POLICY_DIR)
     return Path(path)
+
+
+def save_policy_checkpoint(path: Path, policy: Any, optimizer: Any, version: int, spec: Any,
+                           extra: dict[str, Any]) -> Path:
+    """A checkpoint folder of a trained policy (RL actor or SFT): trainer state ``extra`` plus the policy.
+
+    ``actor`` holds the optimizer, the version and, unless the policy exports itself, its state
+    dict; ``policy_spec`` records what the policy acts in, so ``init_from`` and eval can refuse a
+    checkpoint that does not fit.
+    """
+    actor: dict[str, Any] = {"optimizer": optimizer.state_dict(), "version": version}
+    if not policy.exports_pretrained:
+        actor["policy"] = policy.state_dict()
+    return save_checkpoint(path, {**extra, "actor": actor, "policy_spec": dataclasses.asdict(spec)}, policy)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

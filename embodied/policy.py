@@ -69,6 +69,14 @@ class Policy(nn.Module, abc.ABC):
         """(logprobs, entropy, values) of ``actions`` [B, C, A] given what ``act`` saw."""
 
     @abc.abstractmethod
+    def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
+        """What ``act`` would put in ``PolicyOutput.forward_inputs`` for ``obs`` (CPU tensors), without acting.
+
+        Supervised learning (``embodied sft``) scores demonstrated actions with
+        ``evaluate(forward_inputs(obs), actions)``.
+        """
+
+    @abc.abstractmethod
     def value(self, obs: Obs) -> torch.Tensor:
         """V(obs), float32 [B]; used to bootstrap truncated episodes."""
 

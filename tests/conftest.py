@@ -10,9 +10,12 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 # Tiny VLA backbones (policy.model_path: tiny:NAME) are built once per test run, into a fresh folder
 # that Ray workers inherit too, so tests never depend on (or fill) the user's cache.
 if "EMBODIED_CACHE" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
 
     os.environ["EMBODIED_CACHE"] = tempfile.mkdtemp(prefix="embodied-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["EMBODIED_CACHE"], True)
 
 from collections.abc import Iterator  # noqa: E402
 

@@ -33,6 +33,9 @@ class EchoPolicy(Policy):
         zeros = torch.zeros(len(states))
         return PolicyOutput(actions, zeros, zeros + self.bias, {STATES: states})
 
+    def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
+        return {STATES: torch.as_tensor(obs[STATES])}
+
     def evaluate(self, forward_inputs, actions):
         zeros = torch.zeros(len(actions))
         return zeros + self.bias, zeros, zeros + self.bias

@@ -302,6 +302,13 @@ def validate(cfg: Config) -> list[str]:
     need(r.eval_every >= 0, f"runner.eval_every: must be >= 0, got {r.eval_every}")
     need(r.eval_episodes >= 1, f"runner.eval_episodes: must be >= 1, got {r.eval_episodes}")
     need(r.checkpoint_every >= 0, f"runner.checkpoint_every: must be >= 0, got {r.checkpoint_every}")
+    t = cfg.sft
+    need(t.epochs >= 1, f"sft.epochs: must be >= 1, got {t.epochs}")
+    need(t.batch_size >= 1, f"sft.batch_size: must be >= 1, got {t.batch_size}")
+    need(t.lr > 0, f"sft.lr: must be > 0, got {t.lr}")
+    need(0.0 <= t.val_fraction < 1.0, f"sft.val_fraction: must be in [0, 1), got {t.val_fraction}")
+    need(t.eval_every >= 0, f"sft.eval_every: must be >= 0, got {t.eval_every}")
+    need(t.log_every >= 1, f"sft.log_every: must be >= 1, got {t.log_every}")
     v = cfg.logger.video
     need(v.fps >= 1, f"logger.video.fps: must be >= 1, got {v.fps}")
     need(v.size >= 16 and v.size % 2 == 0, f"logger.video.size: must be even and >= 16 (video codecs), got {v.size}")

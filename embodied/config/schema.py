@@ -95,6 +95,21 @@ class RunnerConfig:
 
 
 @dataclass
+class SFTConfig:
+    """Behaviour cloning from demonstrations (``embodied sft``); the result starts RL via policy.init_from."""
+
+    dataset: str | None = None  # folder written by `embodied collect`
+    epochs: int = 20  # passes over the training episodes
+    batch_size: int = 256  # chunk steps per gradient step
+    lr: float = 1e-3  # Adam learning rate
+    weight_decay: float = 0.0  # AdamW weight decay
+    max_grad_norm: float = 1.0  # gradient-norm clip
+    val_fraction: float = 0.1  # episodes held out for the validation loss
+    eval_every: int = 0  # gradient steps between success evals on the eval envs (0: only at the end)
+    log_every: int = 20  # gradient steps between metric rows
+
+
+@dataclass
 class VideoConfig:
     """Eval videos: one mp4 per recorded episode plus a tiled grid of them."""
 
@@ -130,6 +145,7 @@ class Config:
     actor: ActorConfig = field(default_factory=ActorConfig)
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
 
     def resolved_eval_env(self) -> EnvConfig:
         """The eval env: eval_env's fields over env's, with auto_reset off."""

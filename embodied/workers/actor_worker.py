@@ -3,7 +3,6 @@ versioned weights."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,8 @@ import numpy as np
 import torch
 
 from embodied.algorithms import Algorithm
-from embodied.checkpoint import check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state, save_checkpoint
+from embodied.checkpoint import (check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state,
+                                 save_policy_checkpoint)
 from embodied.config import ActorConfig, AlgorithmConfig
 from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.registry import ALGORITHMS
@@ -96,12 +96,7 @@ class ActorWorker:
 
     def save_checkpoint(self, path: str, extra: dict[str, Any]) -> str:
         """Write a checkpoint folder (``embodied.checkpoint``) from here, where the policy lives."""
-        actor = self.state()
-        if self.policy.exports_pretrained:
-            del actor["policy"]  # policy/ holds it
-        # What the policy acts in, so init_from / eval can refuse a checkpoint that does not fit.
-        spec = dataclasses.asdict(self.spec)
-        save_checkpoint(Path(path), {**extra, "actor": actor, "policy_spec": spec}, self.policy)
+        save_policy_checkpoint(Path(path), self.policy, self.optimizer, self.version, self.spec, extra)
         return path
 
     def load_state(self, state: dict[str, Any]) -> None:

@@ -107,7 +107,7 @@ class CNNPolicy(Policy):
 
     # -- inputs ---------------------------------------------------------------------------------
 
-    def _inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
+    def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
         """The tensors the forward pass reads: uint8 images (copied), float32 states."""
         inputs = {MAIN_IMAGES: self._images(obs, MAIN_IMAGES)}
         if self.use_wrist:
@@ -146,7 +146,7 @@ class CNNPolicy(Policy):
         return Normal(mean, self.log_std.exp().expand_as(mean)), self.critic(features).squeeze(-1)
 
     def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
-        inputs = self._inputs(obs)
+        inputs = self.forward_inputs(obs)
         dist, values = self._heads(inputs)
         flat = dist.mean if deterministic else dist.sample()
         return PolicyOutput(
@@ -163,4 +163,4 @@ class CNNPolicy(Policy):
         return dist.log_prob(flat).sum(-1), dist.entropy().sum(-1), values
 
     def value(self, obs: Obs) -> torch.Tensor:
-        return self.critic(self._features(self._inputs(obs))).squeeze(-1).cpu()
+        return self.critic(self._features(self.forward_inputs(obs))).squeeze(-1).cpu()

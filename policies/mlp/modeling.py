@@ -77,6 +77,9 @@ class MLPPolicy(Policy):
     def _states(obs: Obs) -> torch.Tensor:
         return torch.as_tensor(np.asarray(obs[STATES]), dtype=torch.float32)
 
+    def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
+        return {STATES: self._states(obs)}
+
     def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
         states = self._states(obs)
         dist = self._dist(states)
