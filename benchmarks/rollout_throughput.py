@@ -70,6 +70,9 @@ class RandomPolicy(Policy):
             actions = self.low + (self.high - self.low) * torch.rand(shape, generator=self.generator)
         return PolicyOutput(actions, self._logprob(batch).detach(), torch.zeros(batch), {})
 
+    def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
+        return {}
+
     def evaluate(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor):
         batch = actions.shape[0]
         return self._logprob(batch), torch.zeros(batch) + 0 * self.unused, torch.zeros(batch) + 0 * self.unused
@@ -133,7 +136,7 @@ def raw_rate(num_envs: int, steps: int, max_episode_steps: int, seed: int) -> Ra
     """Env steps/s of a gymnasium ``SyncVectorEnv`` of ``ReachEnv`` with batched random actions."""
     import gymnasium as gym
 
-    from envs.reach import ReachEnv
+    from embodied.envs.reach import ReachEnv
 
     def make() -> gym.Env:
         return ReachEnv(obs_mode="state", max_episode_steps=max_episode_steps)

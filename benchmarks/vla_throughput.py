@@ -135,7 +135,7 @@ def build_medium_smolvlm(out_dir: Path, seed: int = 0) -> Path:
     """tiny.py's SmolVLM config with wider, deeper towers (``MEDIUM_*``), saved with save_pretrained."""
     from transformers import AutoModelForImageTextToText
 
-    from policies.vla.tiny import TINY_BACKBONES, quiet_transformers, train_tokenizer
+    from embodied.policies.vla.tiny import TINY_BACKBONES, quiet_transformers, train_tokenizer
 
     quiet_transformers()
     family, make_config = TINY_BACKBONES["smolvlm-tiny"]
@@ -153,8 +153,8 @@ def build_medium_smolvlm(out_dir: Path, seed: int = 0) -> Path:
 
 
 def make_policy(args: argparse.Namespace, model_path: str, head: str) -> Any:
-    from policies.vla.configuration import VLAConfig
-    from policies.vla.modeling import VLAPolicy
+    from embodied.policies.vla.configuration import VLAConfig
+    from embodied.policies.vla.modeling import VLAPolicy
 
     side = args.image_size
     spec = PolicySpec(state_dim=0, image_shape=(side, side, 3), action_dim=args.action_dim,

@@ -27,7 +27,7 @@ from embodied.config import EnvConfig
 from embodied.env_factory import make_vector_env
 from embodied.registry import ENVS, UnknownNameError
 from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, ChunkStepResult, Obs
-from envs.batched import is_batched
+from embodied.envs.batched import is_batched
 
 IMAGE_KEYS = (MAIN_IMAGES, WRIST_IMAGES)
 KNOWN_KEYS = (STATES, *IMAGE_KEYS)

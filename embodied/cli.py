@@ -7,6 +7,7 @@
     embodied list envs
     embodied check-env Reach-v0 --steps 200
     embodied make-tiny-vla runs/tiny-smolvlm --backbone smolvlm-tiny
+    embodied sft configs/pick_place_mlp_sft.yaml sft.dataset=data/pick_place
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     p_eval.add_argument("--episodes", type=int, help="episodes to run (default: runner.eval_episodes)")
     p_eval.add_argument("--video", action="store_true", help="record mp4s of the first logger.video.max_videos")
     p_eval.add_argument("--out", help="output folder (default: <run dir>/eval/<checkpoint name>)")
+    p_sft = sub.add_parser("sft", help="behaviour cloning from demonstrations (sft.dataset), then eval")
+    p_sft.add_argument("config", help="path to a YAML recipe with an sft section")
+    p_sft.add_argument("overrides", nargs="*", help="section.field=value overrides")
     p_plot = sub.add_parser("plot", help="draw learning_curves.png from a run dir's metrics.jsonl")
     p_plot.add_argument("run_dir")
     p_list = sub.add_parser("list", help="list registered envs or policies")
@@ -46,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         return _train(args.config, args.overrides)
     if args.command == "eval":
         return _eval(args)
+    if args.command == "sft":
+        return _sft(args.config, args.overrides)
     if args.command == "plot":
         return _plot(args.run_dir)
     if args.command == "make-tiny-vla":
@@ -93,6 +99,24 @@ def _train(path: str, overrides: list[str]) -> int:
     return 0
 
 
+def _sft(path: str, overrides: list[str]) -> int:
+    from embodied.config import ConfigError, load_config
+    from embodied.sft import sft
+
+    try:
+        result = sft(load_config(path, overrides))
+    except ConfigError as exc:
+        return _error(exc)
+    except Exception as exc:
+        return _env_error(exc)
+    ev = result.final_eval
+    print(f"final eval: success_rate={ev.get('eval/success_rate', float('nan')):.3f} "
+          f"over {int(ev.get('eval/episodes', 0))} episodes")
+    print(f"run dir: {result.run_dir}\ncheckpoint: {result.checkpoint}")
+    print(f"start RL from it: embodied train CONFIG policy.init_from={result.checkpoint}")
+    return 0
+
+
 def _eval(args: argparse.Namespace) -> int:
     from embodied.checkpoint import find_checkpoint, run_dir_of
     from embodied.config import ConfigError, load_config
@@ -131,7 +155,7 @@ def _plot(run_dir: str) -> int:
 
 
 def _make_tiny_vla(out_dir: str, backbone: str, seed: int) -> int:
-    from policies.vla.tiny import TINY_BACKBONES, build_tiny_vla, describe
+    from embodied.policies.vla.tiny import TINY_BACKBONES, build_tiny_vla, describe
 
     if backbone not in TINY_BACKBONES:
         return _error(f"--backbone: unknown tiny backbone {backbone!r}; known: {', '.join(TINY_BACKBONES)}")

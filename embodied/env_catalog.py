@@ -12,7 +12,7 @@ import numpy as np
 
 from embodied.registry import ENVS
 from embodied.types import OBS_MODES
-from envs.batched import is_batched
+from embodied.envs.batched import is_batched
 
 
 @dataclass

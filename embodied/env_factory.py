@@ -1,20 +1,36 @@
-"""Turn an ``EnvConfig`` into env constructors, checking the constructor's arguments up front."""
+"""Turn an ``EnvConfig`` into env constructors, checking the constructor's arguments up front.
+
+``ENVS.resolve`` decides how an ``env.id`` is built (``embodied.envs.adapters.gymnasium_env``'s docstring
+has the rule): a ``BatchedEnv`` class directly; a class written to embodied's constructor
+convention (it takes ``obs_mode`` and ``max_episode_steps``) once per env, its spaces checked
+when built; a plain ``gymnasium.Env`` class or a gymnasium id through the ``GymnasiumEnv``
+adapter. Either way ``env.kwargs`` is checked against the constructor's signature (names, and
+values against simple annotations: ``int``, ``float``, ``str``, ``bool``, ``Literal``, unions,
+containers) before any worker starts, naming the field path.
+"""
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
+import types
+import typing
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from embodied.config import ConfigError, EnvConfig
 from embodied.policy import PolicySpec
-from embodied.registry import ENVS
+from embodied.registry import ENVS, PluginError
 from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES
-from envs.batched import BatchedEnv, is_batched
-from envs.chunked import ChunkedVectorEnv
+from embodied.envs.adapters.gymnasium_env import ADAPTER_OPTIONS, GymnasiumEnv, adapted_target, describe
+from embodied.envs.batched import BatchedEnv, is_batched
+from embodied.envs.chunked import ChunkedVectorEnv
+
+KNOWN_KEYS: tuple[str, ...] = (STATES, MAIN_IMAGES, WRIST_IMAGES)
 
 
 def make_vector_env(cfg: EnvConfig, num_envs: int, section: str = "env", render_mode: str | None = None,
@@ -23,53 +39,223 @@ def make_vector_env(cfg: EnvConfig, num_envs: int, section: str = "env", render_
 
     A ``BatchedEnv`` implementation (class attribute ``batched = True``) is built directly;
     any other entry point is a gymnasium env constructor, one per env, wrapped in a
-    ``ChunkedVectorEnv``. The constructor must accept ``obs_mode``, ``max_episode_steps`` (and
-    ``render_mode`` when asked) plus every key of ``env.kwargs``; a mismatch is reported with the
-    field path before any env is built.
+    ``ChunkedVectorEnv``: called with ``obs_mode``, ``max_episode_steps`` (and ``render_mode``
+    when asked) plus every key of ``env.kwargs``. A mismatch is reported with the field path
+    before any env is built; an env of embodied's convention whose spaces are not embodied's is
+    refused, naming its class and the fix, when it is built (a ``PluginError``, as are the adapter's
+own refusals: raised as they are, not as a crash inside the env).
     """
     target = ENVS.resolve(cfg.id)
-    kwargs = dict(obs_mode=cfg.obs_mode, max_episode_steps=cfg.max_episode_steps, **cfg.kwargs)
-    if render_mode is not None:
-        kwargs["render_mode"] = render_mode
+    kwargs = _call_kwargs(cfg, render_mode)
     if is_batched(target):
         kwargs |= {"num_envs": num_envs, "auto_reset": cfg.auto_reset}
         _check_signature(target, kwargs, cfg, section)
         return target(**kwargs)
     _check_signature(target, kwargs, cfg, section)
-    fns = [partial(target, **kwargs) for _ in range(num_envs)]
-    return ChunkedVectorEnv(fns, auto_reset=cfg.auto_reset, name=name or cfg.id)
+    if adapted_target(target) is None and not (isinstance(target, type) and issubclass(target, GymnasiumEnv)):
+        fns = [partial(_build_checked, target, kwargs, cfg.id) for _ in range(num_envs)]
+    else:
+        fns = [partial(target, **kwargs) for _ in range(num_envs)]
+    try:
+        return ChunkedVectorEnv(fns, auto_reset=cfg.auto_reset, name=name or cfg.id)
+    except Exception as exc:
+        if isinstance(exc.__cause__, PluginError):  # the framework's own finding, not a crash in the env's code
+            raise exc.__cause__ from None
+        raise
 
 
 def check_env_config(cfg: EnvConfig, section: str = "env", render_mode: str | None = None) -> None:
     """Resolve ``cfg.id`` and check its constructor accepts the config's arguments, building nothing.
 
     The runner calls this before any worker starts or any run directory is made, so a
-    misspelt ``env.kwargs`` key fails in the driver with its field path.
+    misspelt ``env.kwargs`` key, a value of the wrong type or a class that is not a gymnasium env
+    fails in the driver with its field path.
     """
     try:
         target = ENVS.resolve(cfg.id)
-    except ImportError as exc:
+    except (ImportError, PluginError) as exc:
         raise ConfigError(f"{section}.id: {exc}") from None
-    kwargs = dict(obs_mode=cfg.obs_mode, max_episode_steps=cfg.max_episode_steps, **cfg.kwargs)
-    if render_mode is not None:
-        kwargs["render_mode"] = render_mode
+    kwargs = _call_kwargs(cfg, render_mode)
     if is_batched(target):
         kwargs |= {"num_envs": 1, "auto_reset": cfg.auto_reset}
     _check_signature(target, kwargs, cfg, section)
 
 
+def _call_kwargs(cfg: EnvConfig, render_mode: str | None) -> dict[str, Any]:
+    kwargs = dict(obs_mode=cfg.obs_mode, max_episode_steps=cfg.max_episode_steps, **cfg.kwargs)
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    return kwargs
+
+
+# -- constructor arguments ----------------------------------------------------------------------
+
+
 def _check_signature(target: Callable, kwargs: dict, cfg: EnvConfig, section: str) -> None:
+    wrapped = adapted_target(target)
+    if wrapped is not None:
+        _check_adapted(wrapped, cfg, section)
+        return
     try:
         params = inspect.signature(target).parameters
     except (TypeError, ValueError):
         return  # builtins and C extensions: let the call itself fail
+    _check_types(target, params, cfg, section)
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
     unknown = [k for k in kwargs if k not in params]
     if unknown:
         where = [f"{section}.kwargs.{k}" if k in cfg.kwargs else f"{section}.{k}" for k in unknown]
-        raise ConfigError(f"{', '.join(where)}: env {cfg.id!r} ({target.__module__}.{target.__qualname__}) "
-                          f"does not accept {unknown}; it takes {list(params)}")
+        options = [k for k in unknown if k in ADAPTER_OPTIONS]
+        note = (f" ({', '.join(options)}: options of the gymnasium adapter, which a class following embodied's "
+                f"constructor convention does not go through; such a class reports info['success'] and its "
+                f"task_description itself)") if options else ""
+        raise ConfigError(f"{', '.join(where)}: env {cfg.id!r} ({describe(target)}) "
+                          f"does not accept {unknown}; it takes {list(params)}{note}")
+
+
+def _check_adapted(wrapped: str | type, cfg: EnvConfig, section: str) -> None:
+    """``env.kwargs`` of a plain gymnasium class or id: the adapter's options plus its constructor's arguments."""
+    creator = wrapped if isinstance(wrapped, type) else _gymnasium_creator(wrapped)
+    params = _parameters(creator) if creator is not None else None
+    adapter_params = inspect.signature(GymnasiumEnv).parameters
+    options = {k: v for k, v in cfg.kwargs.items() if k in ADAPTER_OPTIONS}
+    _check_types(GymnasiumEnv, adapter_params, cfg, section, only=options)
+    if params is None:
+        return
+    passed = {k: v for k, v in cfg.kwargs.items() if k not in ADAPTER_OPTIONS or k in params}
+    _check_types(creator, params, cfg, section, only=passed)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    make_own = [] if isinstance(wrapped, type) else [k for k in inspect.signature(gym.make).parameters if k != "id"]
+    unknown = [k for k in passed if k not in params and k not in make_own]
+    if unknown:
+        what = describe(creator)
+        raise ConfigError(
+            f"{', '.join(f'{section}.kwargs.{k}' for k in unknown)}: env {cfg.id!r} ({what}) does not accept "
+            f"{unknown}; its constructor takes {[p for p in params if p != 'self']}, and the gymnasium adapter "
+            f"takes {list(ADAPTER_OPTIONS)}")
+
+
+def _gymnasium_creator(env_id: str) -> Callable | None:
+    """The entry point gymnasium would call for ``env_id``, or None when it cannot be loaded here."""
+    try:
+        from gymnasium.envs.registration import load_env_creator
+
+        entry = gym.spec(env_id).entry_point
+        return load_env_creator(entry) if isinstance(entry, str) else entry
+    except Exception:  # noqa: BLE001 - the check is a courtesy; gymnasium.make reports the real error
+        return None
+
+
+def _parameters(fn: Callable) -> dict[str, inspect.Parameter] | None:
+    try:
+        return dict(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+
+
+def _check_types(target: Callable, params: typing.Mapping[str, inspect.Parameter], cfg: EnvConfig, section: str,
+                 only: dict[str, Any] | None = None) -> None:
+    """Values of ``env.kwargs`` (or ``only``) against the constructor's annotations, where they are simple."""
+    values = cfg.kwargs if only is None else only
+    hints = _hints(target)
+    for key, value in values.items():
+        param = params.get(key)
+        if param is None:
+            continue
+        hint = hints.get(key, param.annotation)
+        if hint is inspect.Parameter.empty or isinstance(hint, str) or _matches(value, hint):
+            continue
+        raise ConfigError(
+            f"{section}.kwargs.{key}: env {cfg.id!r} ({describe(target)}) takes {key}: {_type_name(hint)}, got "
+            f"{type(value).__name__} {value!r}. Fix: give a {_type_name(hint)} (in YAML, numbers and booleans "
+            f"are written without quotes)")
+
+
+def _hints(target: Callable) -> dict[str, Any]:
+    fn = target.__init__ if isinstance(target, type) else target
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:  # noqa: BLE001 - unresolvable annotations are not checked
+        return {}
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    """Whether ``value`` (from YAML) fits ``hint``; True for anything this check does not understand."""
+    if hint is Any or hint is object:
+        return True
+    if hint is None or hint is type(None):
+        return value is None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union or (hasattr(types, "UnionType") and origin is types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if origin is typing.Literal:
+        return value in args
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    container = origin or hint
+    if container in (list, tuple, collections.abc.Sequence):
+        if not isinstance(value, (list, tuple)):
+            return False
+        item = args[0] if args and (container is not tuple or len(args) == 2 and args[1] is Ellipsis) else None
+        return item is None or all(_matches(v, item) for v in value)
+    if container in (dict, collections.abc.Mapping):
+        return isinstance(value, dict)
+    return True  # classes, arrays, callables...: not judged here
+
+
+def _type_name(hint: Any) -> str:
+    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
+
+
+# -- spaces of an env written to embodied's convention -----------------------------------------
+
+
+def _build_checked(target: Callable, kwargs: dict, env_id: str) -> gym.Env:
+    env = target(**kwargs)
+    try:
+        check_convention_spaces(env, f"env {env_id!r} ({describe(target)})")
+    except Exception:
+        env.close()
+        raise
+    return env
+
+
+def check_convention_spaces(env: gym.Env, where: str) -> None:
+    """An env built by the fast path must already speak embodied's observation and action contract."""
+    conv = "follows embodied's constructor convention (it takes obs_mode and max_episode_steps), so"
+    plain = ("or take obs_mode and max_episode_steps out of its constructor: a plain gymnasium class goes "
+             "through the gymnasium adapter, which maps Box or Dict observations onto these keys and converts dtypes")
+    obs_space, act = env.observation_space, env.action_space
+    if not isinstance(obs_space, gym.spaces.Dict):
+        raise PluginError(f"{where} {conv} its observation_space must be a gymnasium.spaces.Dict with keys among "
+                        f"{list(KNOWN_KEYS)}; got {obs_space}. Fix: return {{'states': float32 [S]}} (and/or "
+                        f"'main_images', 'wrist_images': uint8 [H, W, 3]), {plain}")
+    unknown = [k for k in obs_space.spaces if k not in KNOWN_KEYS]
+    if unknown:
+        raise PluginError(f"{where} {conv} its observation keys must be among {list(KNOWN_KEYS)}; got {unknown}. "
+                        f"Fix: rename them (states: float32 [S]; main_images, wrist_images: uint8 [H, W, 3]), {plain}")
+    states = obs_space.spaces.get(STATES)
+    if states is not None and not (isinstance(states, gym.spaces.Box) and states.dtype == np.float32
+                                   and len(states.shape) == 1):
+        raise PluginError(f"{where} {conv} 'states' must be a 1-D float32 Box; got {states}. Fix: declare "
+                        f"Box(..., shape=(S,), dtype=np.float32) and return float32 arrays, {plain}")
+    for key in (MAIN_IMAGES, WRIST_IMAGES):
+        image = obs_space.spaces.get(key)
+        if image is not None and not (isinstance(image, gym.spaces.Box) and image.dtype == np.uint8
+                                      and len(image.shape) == 3 and image.shape[-1] == 3):
+            raise PluginError(f"{where} {conv} {key!r} must be a uint8 Box of shape [H, W, 3]; got {image}. Fix: "
+                            f"declare Box(0, 255, (H, W, 3), np.uint8) and return uint8 RGB frames")
+    if not (isinstance(act, gym.spaces.Box) and len(act.shape) == 1):
+        raise PluginError(f"{where} has a {type(act).__name__} action space ({act}); embodied policies emit "
+                        f"continuous actions. Fix: use a 1-D gymnasium.spaces.Box of float32 actions")
 
 
 def policy_spec(observation_space: gym.spaces.Space, action_space: gym.spaces.Box) -> PolicySpec:

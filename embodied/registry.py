@@ -11,8 +11,11 @@ A config may also name an entry point directly (``env.id: my_pkg.my_env:MyArmEnv
 imported until ``resolve`` is called, so ``import embodied`` stays free of MuJoCo and transformers.
 
 An env id known to neither but registered with gymnasium (``env.id: HalfCheetah-v5``) resolves to
-the generic adapter ``envs.adapters.gymnasium_env:GymnasiumEnv`` bound to that id; gymnasium is
-imported only on that fallback path.
+the generic adapter ``embodied.envs.adapters.gymnasium_env:GymnasiumEnv`` bound to that id; gymnasium is
+imported only on that fallback path. Every env that resolves is then handed to
+``embodied.envs.adapters.gymnasium_env:plug_in``, which binds the same adapter to a plain ``gymnasium.Env``
+class (one whose constructor does not follow embodied's ``obs_mode``/``max_episode_steps``
+convention) and returns everything else as it is (its docstring has the rule).
 """
 
 from __future__ import annotations
@@ -50,11 +53,21 @@ def load_entry_point(entry_point: str) -> Any:
     return obj
 
 
-class GymnasiumFallback:
-    """Ids registered with gymnasium (and not with embodied) resolve to the generic gymnasium adapter."""
+class PluginError(TypeError):
+    """An entry point that resolves to something the framework cannot build an env from (says the fix)."""
 
-    adapter = "envs.adapters.gymnasium_env:GymnasiumEnv"
+
+class GymnasiumFallback:
+    """Ids registered with gymnasium (and not with embodied) resolve to the generic gymnasium adapter;
+    plain gymnasium classes are bound to the same adapter (``adapt``)."""
+
+    adapter = "embodied.envs.adapters.gymnasium_env:GymnasiumEnv"
+    plug_in = "embodied.envs.adapters.gymnasium_env:plug_in"
     hint = "any id registered with gymnasium (gymnasium.envs.registry) works too"
+
+    def adapt(self, target: Any, name: str) -> Any:
+        """``target`` as the framework calls it: plain gymnasium classes get the adapter (may raise ``PluginError``)."""
+        return load_entry_point(self.plug_in)(target, name)
 
     def lookup(self, name: str) -> Callable[..., Any] | None:
         """``GymnasiumEnv`` bound to ``name`` if gymnasium knows it, else None."""
@@ -125,9 +138,10 @@ class Registry:
         )
 
     def resolve(self, name: str) -> Any:
-        """The object ``name`` stands for, importing its module on first use."""
+        """The object ``name`` stands for, importing its module on first use (envs: see ``GymnasiumFallback.adapt``)."""
         target = self.entry_point(name)
-        return load_entry_point(target) if isinstance(target, str) else target
+        obj = load_entry_point(target) if isinstance(target, str) else target
+        return self.fallback.adapt(obj, name) if self.fallback is not None else obj
 
 
 ENVS = Registry("env", "embodied.envs", fallback=GymnasiumFallback())

@@ -118,7 +118,7 @@ def find_env_error(exc: BaseException | None) -> EnvError | None:
 
 @dataclass
 class ChunkStepResult:
-    """Outcome of one chunk step of a vectorized env (the contract lives in ``envs.chunked``)."""
+    """Outcome of one chunk step of a vectorized env (the contract lives in ``embodied.envs.chunked``)."""
 
     obs: Obs  # what the policy acts on next
     rewards: np.ndarray  # float32 [B, C], 0 where not executed

@@ -3,7 +3,7 @@
 Implement ``BatchedEnv`` directly when per-env gymnasium objects do not fit: a GPU simulator
 that steps thousands of envs in one kernel, or a fleet of remote robots behind one client.
 ``ChunkedVectorEnv`` is the reference implementation over gymnasium envs; an implementation
-of your own must honour the same chunk-step contract (``envs.chunked``'s docstring):
+of your own must honour the same chunk-step contract (``embodied.envs.chunked``'s docstring):
 
 - ``reset(seed)`` resets every env (env ``i`` seeded with ``seed + i``) and returns the batched obs;
 - ``chunk_step(actions float32[B, C, A])`` returns a ``ChunkStepResult``: sub-actions stop at the

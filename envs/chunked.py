@@ -99,7 +99,7 @@ class _Recorder:
 class ChunkedVectorEnv:
     """Vector of gymnasium envs with chunked actions, auto-reset at chunk boundaries and episode stats."""
 
-    batched: ClassVar[bool] = True  # implements envs.batched.BatchedEnv
+    batched: ClassVar[bool] = True  # implements embodied.envs.batched.BatchedEnv
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, auto_reset: bool = True, name: str = "env") -> None:
         if len(env_fns) < 1:

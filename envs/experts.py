@@ -19,12 +19,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from embodied.types import Obs
-from envs.mujoco_base import TableTopEnv
-from envs.pick_color import PickColorEnv
-from envs.pick_place import PickPlaceEnv
-from envs.push import PushEnv
-from envs.reach import ReachEnv
-from envs.stack import StackEnv
+from embodied.envs.mujoco_base import TableTopEnv
+from embodied.envs.pick_color import PickColorEnv
+from embodied.envs.pick_place import PickPlaceEnv
+from embodied.envs.push import PushEnv
+from embodied.envs.reach import ReachEnv
+from embodied.envs.stack import StackEnv
 
 OPEN, CLOSE = 1.0, -1.0
 

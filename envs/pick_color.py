@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from envs.mujoco_base import TableTopEnv, check_positive, staged_reward
+from embodied.envs.mujoco_base import TableTopEnv, check_positive, staged_reward
 
 # Colour names of the instruction and the cubes' RGBA (chosen to stay apart under table light).
 COLORS: dict[str, tuple[float, float, float, float]] = {

@@ -6,8 +6,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from envs.cube_tasks import SingleCubeTask
-from envs.mujoco_base import closeness, staged_reward
+from embodied.envs.cube_tasks import SingleCubeTask
+from embodied.envs.mujoco_base import closeness, staged_reward
 
 
 class PushEnv(SingleCubeTask):

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from envs.mujoco_base import TableTopEnv, check_positive
+from embodied.envs.mujoco_base import TableTopEnv, check_positive
 
 
 class ReachEnv(TableTopEnv):

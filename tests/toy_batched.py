@@ -1,7 +1,7 @@
 """A numpy ``BatchedEnv``: B point masses in the unit square, each moving towards its own goal.
 
-It implements ``envs.batched.BatchedEnv`` directly (no per-env gymnasium objects), the way a GPU
-simulator would, and honours the chunk-step contract of ``envs.chunked`` so tests can pin it.
+It implements ``embodied.envs.batched.BatchedEnv`` directly (no per-env gymnasium objects), the way a GPU
+simulator would, and honours the chunk-step contract of ``embodied.envs.chunked`` so tests can pin it.
 
 ``states`` (float32 [6]): position (2), goal (2), goal - position (2). An action (float32 [2] in
 [-1, 1]) moves the point by ``speed * action``; the reward is ``-distance``; the episode terminates

@@ -18,7 +18,7 @@ from embodied.policy import PolicySpec
 from embodied.types import EnvError, Obs, PeerFailure, PeerFailureError, obs_slice
 from embodied.video import VideoReport, VideoWriter
 from embodied.workers.link import Link
-from envs.batched import BatchedEnv, RecordingBatchedEnv
+from embodied.envs.batched import BatchedEnv, RecordingBatchedEnv
 
 
 @dataclass

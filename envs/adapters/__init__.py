@@ -1,4 +1,4 @@
-"""Other simulator suites behind the observation and episode contract of ``envs.chunked``.
+"""Other simulator suites behind the observation and episode contract of ``embodied.envs.chunked``.
 
 - ``gymnasium_env.GymnasiumEnv``: any env registered with gymnasium (the registry's fallback
   for ids embodied does not know);

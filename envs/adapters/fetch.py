@@ -16,7 +16,7 @@ import functools
 import re
 from typing import Any
 
-from envs.adapters.gymnasium_env import GymnasiumEnv
+from embodied.envs.adapters.gymnasium_env import GymnasiumEnv
 
 TASK_DESCRIPTIONS: dict[str, str] = {
     "Reach": "move the gripper to the target",

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.adapters.gymnasium_env import GymnasiumEnv
+from embodied.envs.adapters.gymnasium_env import GymnasiumEnv
 
 MAX_PATH_LENGTH = 500  # Meta-World refuses to step an episode further
 # Meta-World's corner cameras are mounted upside down: their frames are turned by 180 degrees.

@@ -23,7 +23,7 @@ class CNNConfig(PolicyConfig):
     def required_observations(self) -> set[str]:
         return {"images"}
 
-    model_class: ClassVar[str] = "policies.cnn.modeling:CNNPolicy"
+    model_class: ClassVar[str] = "embodied.policies.cnn.modeling:CNNPolicy"
 
     def validate(self) -> list[str]:
         """Conv lists of one length, positive sizes."""

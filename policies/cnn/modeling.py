@@ -29,7 +29,7 @@ from torch.distributions import Normal
 
 from embodied.policy import Policy, PolicySpec
 from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES, Obs, PolicyOutput
-from policies.cnn.configuration import CNNConfig
+from embodied.policies.cnn.configuration import CNNConfig
 
 
 def _init(layer: nn.Module, gain: float = float(np.sqrt(2))) -> nn.Module:

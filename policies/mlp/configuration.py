@@ -19,4 +19,4 @@ class MLPConfig(PolicyConfig):
     def required_observations(self) -> set[str]:
         return {"states"}
 
-    model_class: ClassVar[str] = "policies.mlp.modeling:MLPPolicy"
+    model_class: ClassVar[str] = "embodied.policies.mlp.modeling:MLPPolicy"

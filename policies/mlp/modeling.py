@@ -14,7 +14,7 @@ from torch.distributions import Normal
 
 from embodied.policy import Policy, PolicySpec
 from embodied.types import STATES, Obs, PolicyOutput
-from policies.mlp.configuration import MLPConfig
+from embodied.policies.mlp.configuration import MLPConfig
 
 
 def _mlp(sizes: list[int], activation: type[nn.Module], out_gain: float) -> nn.Sequential:

@@ -38,7 +38,7 @@ class VLAConfig(PolicyConfig):
     device: Literal["cpu", "cuda", "auto"] = "cpu"  # where the rollout and actor copies run (auto: cuda when present)
     dtype: Literal["float32", "bfloat16"] = "float32"  # backbone weights and activations (heads stay float32)
 
-    model_class: ClassVar[str] = "policies.vla.modeling:VLAPolicy"
+    model_class: ClassVar[str] = "embodied.policies.vla.modeling:VLAPolicy"
 
     def required_observations(self) -> set[str]:
         return {"images", "states"} if self.use_states else {"images"}

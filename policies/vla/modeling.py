@@ -27,11 +27,11 @@ from torch import nn
 
 from embodied.policy import Policy, PolicySpec
 from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, Obs, PolicyOutput
-from policies.vla.action_tokenizer import ActionTokenizer, stats_bounds
-from policies.vla.configuration import VLAConfig
-from policies.vla.heads import ActionHead, make_head
-from policies.vla.processing import VLAProcessor, family_of
-from policies.vla.tiny import quiet_transformers, resolve_model_path
+from embodied.policies.vla.action_tokenizer import ActionTokenizer, stats_bounds
+from embodied.policies.vla.configuration import VLAConfig
+from embodied.policies.vla.heads import ActionHead, make_head
+from embodied.policies.vla.processing import VLAProcessor, family_of
+from embodied.policies.vla.tiny import quiet_transformers, resolve_model_path
 
 HEADS_FILE = "heads.pt"  # value head, action head, state projection (a plain state dict)
 POLICY_FILE = "embodied_policy.json"  # the policy config and the resolved image size, for people and tools

@@ -1,7 +1,7 @@
 """Tiny VLA backbones built offline: a BPE tokenizer trained on the built-in task descriptions and a
 few-million-parameter image-text-to-text model of a real family, saved with ``save_pretrained``.
 
-    from policies.vla.tiny import build_tiny_vla
+    from embodied.policies.vla.tiny import build_tiny_vla
     build_tiny_vla("runs/tiny-smolvlm", backbone="smolvlm-tiny")
     # transformers alone reads it back:
     AutoModelForImageTextToText.from_pretrained("runs/tiny-smolvlm")
@@ -27,7 +27,7 @@ import torch
 from embodied.atomic import atomic_dir
 
 ACTION_BINS = 256
-from policies.vla.configuration import TINY_PREFIX
+from embodied.policies.vla.configuration import TINY_PREFIX
 
 # Text the tokenizer learns from: every built-in task description plus the words of prompts,
 # numbers (states as text) and colours, so any built-in instruction tokenizes compactly.

@@ -15,7 +15,7 @@ from embodied.config import load_config
 from embodied.env_factory import policy_spec
 from embodied.policy import build_policy
 from embodied.runner import train
-from policies.cnn.configuration import CNNConfig
+from embodied.policies.cnn.configuration import CNNConfig
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "push_cnn_ppo.yaml"
 SHORT = ["runner.iterations=2", "env.num_envs=4", "eval_env.num_envs=2", "runner.eval_episodes=2",
@@ -26,7 +26,7 @@ RAY = ["cluster.backend=ray", "cluster.num_env_workers=2", "cluster.num_rollout_
 
 def initial_parameters(cfg) -> dict[str, torch.Tensor]:
     """The parameters the actor starts from (it seeds torch with experiment.seed, then builds)."""
-    from envs.push import PushEnv
+    from embodied.envs.push import PushEnv
 
     env = PushEnv(obs_mode=cfg.env.obs_mode, **cfg.env.kwargs)
     try:

@@ -24,7 +24,7 @@ SHORT = ["runner.iterations=3", "env.num_envs=8", "eval_env.num_envs=4", "runner
 
 def initial_parameters(cfg) -> dict[str, torch.Tensor]:
     """The parameters the actor starts from (it seeds torch with experiment.seed, then builds)."""
-    from envs.reach import ReachEnv
+    from embodied.envs.reach import ReachEnv
 
     env = ReachEnv()
     spec = policy_spec(env.observation_space, env.action_space)

@@ -16,7 +16,7 @@ from embodied.policy import build_policy
 from embodied.cli import main
 from embodied.config import load_config
 from embodied.runner import train
-from policies.vla.configuration import VLAConfig
+from embodied.policies.vla.configuration import VLAConfig
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "pick_color_tinyvla_ppo.yaml"
 SHORT = ["runner.iterations=2", "env.num_envs=4", "eval_env.num_envs=2", "runner.eval_episodes=2",
@@ -27,7 +27,7 @@ RAY = ["cluster.backend=ray", "cluster.num_env_workers=2", "cluster.num_rollout_
 
 def initial_policy(cfg):
     """The policy the actor starts from (it seeds torch with experiment.seed, then builds)."""
-    from envs.pick_color import PickColorEnv
+    from embodied.envs.pick_color import PickColorEnv
 
     env = PickColorEnv(obs_mode=cfg.env.obs_mode)
     try:

@@ -100,7 +100,7 @@ def test_unknown_id_fails_with_suggestion(capsys):
 
 
 def test_chunk_rule_violations_of_a_batched_env_are_caught():
-    from envs.chunked import ChunkedVectorEnv
+    from embodied.envs.chunked import ChunkedVectorEnv
 
     class Sloppy(ChunkedVectorEnv):
         """Reports rewards on sub-steps it never ran."""

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_list_envs(capsys):
     assert main(["list", "envs"]) == 0
     out = capsys.readouterr().out
-    assert "Reach-v0" in out and "envs.reach:ReachEnv" in out
+    assert "Reach-v0" in out and "embodied.envs.reach:ReachEnv" in out
     reach = next(line for line in out.splitlines() if line.startswith("Reach-v0"))
     assert "state | rgb | state+rgb" in reach and "Box(4) in [-1, 1]" in reach
 
@@ -90,7 +90,7 @@ def test_console_script_lists_policies():
     out = subprocess.run([console_script(), "list", "policies"], cwd=ROOT, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "mlp" in out.stdout and "policies.mlp.configuration:MLPConfig" in out.stdout
+    assert "mlp" in out.stdout and "embodied.policies.mlp.configuration:MLPConfig" in out.stdout
 
 
 def test_console_script_reports_config_errors_with_exit_code_2():

@@ -55,7 +55,7 @@ def test_env_errors_survive_pickling_for_ray():
 
 
 def test_an_env_that_fails_to_construct_says_which_and_why():
-    from envs.chunked import ChunkedVectorEnv
+    from embodied.envs.chunked import ChunkedVectorEnv
 
     def broken():
         raise KeyError("missing_asset.xml")

@@ -10,16 +10,18 @@ from tests.toy_batched import PointMassBatch
 from tests.toy_envs import CountingEnv
 
 from embodied.config import ConfigError, EnvConfig, load_config
-from embodied.env_factory import make_vector_env, policy_spec
+from embodied.env_factory import check_env_config, make_vector_env, policy_spec
 from embodied.placement import LocalBackend
 from embodied.policy import PolicySpec, build_policy
+from embodied.registry import PluginError
 from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS
 from embodied.workers.group import Workers
-from envs.batched import BatchedEnv, is_batched
-from envs.chunked import ChunkedVectorEnv
+from embodied.envs.batched import BatchedEnv, is_batched
+from embodied.envs.chunked import ChunkedVectorEnv
 
 BATCHED_ID = "tests.toy_batched:PointMassBatch"
 COUNTING_ID = "tests.toy_envs:CountingEnv"
+PLAIN_ID = "tests.plain_envs:PointReach"  # a plain gymnasium class: render_mode and its own max_steps
 
 
 # -- constructor arguments are checked before any env is built ----------------------------------
@@ -62,6 +64,96 @@ def test_gymnasium_envs_are_wrapped_and_batched_envs_built_directly():
     assert isinstance(venv, PointMassBatch) and isinstance(venv, BatchedEnv)
     assert (venv.num_envs, venv.auto_reset, venv.max_episode_steps, venv.speed) == (4, False, 7, 0.2)
     assert venv.render_mode == "rgb_array"
+
+
+# -- plain gymnasium classes: kwargs checked against their own signature, bad input refused --------
+
+
+def test_the_issues_plain_class_builds_through_the_adapter():
+    cfg = EnvConfig(id=PLAIN_ID, max_episode_steps=7, kwargs={"max_steps": 100, "speed": 0.2})
+    check_env_config(cfg)  # no longer "does not accept ['obs_mode', 'max_episode_steps']"
+    venv = make_vector_env(cfg, 2)
+    try:
+        assert venv.reset(seed=0)[STATES].shape == (2, 4) and venv.envs[0].max_episode_steps == 7
+    finally:
+        venv.close()
+
+
+def test_unknown_kwargs_of_a_plain_class_name_the_field_and_its_parameters():
+    with pytest.raises(ConfigError) as info:
+        check_env_config(EnvConfig(id=PLAIN_ID, kwargs={"max_step": 20}), "eval_env")
+    msg = str(info.value)
+    assert msg.startswith("eval_env.kwargs.max_step: env 'tests.plain_envs:PointReach' (tests.plain_envs.PointReach)")
+    assert "['render_mode', 'max_steps', 'speed', 'mode']" in msg and "success_key" in msg
+
+
+@pytest.mark.parametrize("env_id, key, value, words", [
+    (PLAIN_ID, "max_steps", "20", "takes max_steps: int, got str '20'"),
+    (PLAIN_ID, "max_steps", 2.5, "takes max_steps: int, got float 2.5"),
+    (PLAIN_ID, "speed", "fast", "takes speed: float, got str 'fast'"),
+    (PLAIN_ID, "mode", "medium", "takes mode: Literal['easy', 'hard'], got str 'medium'"),
+    (PLAIN_ID, "render_mode", 3, "takes render_mode: str | None, got int 3"),
+    (PLAIN_ID, "image_size", "64", "takes image_size: int, got str '64'"),  # an option of the adapter
+    (COUNTING_ID, "terminate_at", "3", "takes terminate_at: int, got str '3'"),  # our convention too
+    (BATCHED_ID, "speed", [0.1], "takes speed: float, got list [0.1]"),
+])
+def test_a_constructor_kwarg_of_the_wrong_type_fails_before_any_env_is_built(env_id, key, value, words):
+    with pytest.raises(ConfigError) as info:
+        check_env_config(EnvConfig(id=env_id, kwargs={key: value}))
+    msg = str(info.value)
+    assert msg.startswith(f"env.kwargs.{key}: env '{env_id}'") and words in msg and "Fix:" in msg
+
+
+def test_right_types_pass_including_ints_for_floats():
+    check_env_config(EnvConfig(id=PLAIN_ID, kwargs={"speed": 1, "max_steps": 9, "mode": "hard", "render_mode": None}))
+    check_env_config(EnvConfig(id=BATCHED_ID, kwargs={"speed": 1}))
+
+
+@pytest.mark.parametrize("env_id, words", [
+    ("tests.plain_envs:NotAnEnv", "is not a gymnasium env: it subclasses neither gymnasium.Env"),
+    ("tests.plain_envs:HalfConvention", "takes obs_mode but not max_episode_steps"),
+])
+def test_classes_that_are_no_gymnasium_env_or_ambiguous_fail_in_the_config_check(env_id, words):
+    with pytest.raises(ConfigError) as info:
+        check_env_config(EnvConfig(id=env_id))
+    msg = str(info.value)
+    assert msg.startswith(f"env.id: env '{env_id}' ({env_id.replace(':', '.')})") and words in msg
+    assert "Fix: " in msg
+
+
+@pytest.mark.parametrize("env_id, words", [
+    ("tests.plain_envs:OwnConventionWrongKeys", "its observation keys must be among ['states', 'main_images', "
+                                                "'wrist_images']; got ['goal', 'pos']. Fix: rename them"),
+    ("tests.plain_envs:OwnConventionFloat64", "'states' must be a 1-D float32 Box; got Box(-1.0, 1.0, (4,), float64)"
+                                              ". Fix: declare Box(..., shape=(S,), dtype=np.float32)"),
+    ("tests.plain_envs:ChoosesDiscretely", "has a Discrete action space"),
+])
+def test_bad_spaces_are_refused_when_the_env_is_built_naming_the_class_and_the_fix(env_id, words):
+    cls = env_id.replace(":", ".") if "OwnConvention" in env_id else env_id
+    with pytest.raises(PluginError) as info:  # the framework's finding, not wrapped as a crash of the env
+        make_vector_env(EnvConfig(id=env_id), 2)
+    msg = str(info.value)
+    assert cls in msg and words in msg, msg
+
+
+def test_adapter_options_on_a_class_of_our_convention_say_why():
+    with pytest.raises(ConfigError, match=r"env.kwargs.success_key: .*options of the gymnasium adapter"):
+        check_env_config(EnvConfig(id=COUNTING_ID, kwargs={"success_key": "done"}))
+
+
+def test_a_plain_class_trains_with_the_mlp(tmp_path):
+    from embodied.runner import train
+
+    cfg = load_config(None, [
+        f"env.id={PLAIN_ID}", "env.num_envs=4", "env.max_episode_steps=12", "env.kwargs={speed: 0.2}",
+        "eval_env.num_envs=2", "runner.eval_episodes=2", "runner.iterations=2", "runner.eval_every=0",
+        "policy.type=mlp", "policy.action_chunk=2", "policy.hidden_sizes=[16]", "rollout.chunk_steps=4",
+        "algorithm.num_minibatches=2", "algorithm.update_epochs=1", "logger.progress_bar=false",
+        "logger.backends=[console]", "runner.plot=false", f"experiment.output_dir={tmp_path}",
+    ])
+    result = train(cfg)
+    assert len(result.history) == 2 and all(math.isfinite(m["train/policy_loss"]) for m in result.history)
+    assert result.final_eval["eval/episodes"] >= 2
 
 
 # -- the toy BatchedEnv against the chunk-step contract ------------------------------------------

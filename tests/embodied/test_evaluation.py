@@ -145,7 +145,7 @@ def test_evaluator_alone_builds_no_training_workers_and_repeats_itself(local_bac
 
 def reach_checkpoint(tmp_path: Path, cfg) -> Path:
     """An untrained MLP policy for Reach, saved the way the runner saves one."""
-    from envs.reach import ReachEnv
+    from embodied.envs.reach import ReachEnv
 
     env = ReachEnv()
     spec = policy_spec(env.observation_space, env.action_space)

@@ -61,7 +61,7 @@ def test_register_twice_needs_overwrite():
 def test_unknown_name_lists_known_ones_and_close_matches():
     reg = fresh()
     for n in ("Reach-v0", "Push-v0", "Lift-v1"):
-        reg.register(n, f"envs.x:{n}")
+        reg.register(n, f"embodied.envs.x:{n}")
     with pytest.raises(UnknownNameError) as info:
         reg.resolve("Reach-v1")
     msg = str(info.value)
@@ -74,7 +74,7 @@ def test_unknown_name_lists_known_ones_and_close_matches():
 
 def test_unknown_name_without_close_match_has_no_suggestion():
     reg = fresh()
-    reg.register("Reach-v0", "envs.reach:ReachEnv")
+    reg.register("Reach-v0", "embodied.envs.reach:ReachEnv")
     msg = str(pytest.raises(UnknownNameError, reg.entry_point, "zzzzzz").value)
     assert "did you mean" not in msg and "Known: Reach-v0" in msg
 
@@ -123,10 +123,10 @@ def test_registered_but_broken_entry_point_fails_on_resolve_only():
 
 def test_entry_point_group_discovery_finds_the_builtins():
     assert "Reach-v0" in ENVS.names()
-    assert ENVS.entry_point("Reach-v0") == "envs.reach:ReachEnv"
+    assert ENVS.entry_point("Reach-v0") == "embodied.envs.reach:ReachEnv"
     assert "mlp" in POLICIES.names()
-    assert POLICIES.entry_point("mlp") == "policies.mlp.configuration:MLPConfig"
-    from policies.mlp.configuration import MLPConfig
+    assert POLICIES.entry_point("mlp") == "embodied.policies.mlp.configuration:MLPConfig"
+    from embodied.policies.mlp.configuration import MLPConfig
 
     assert POLICIES.resolve("mlp") is MLPConfig
     # A registry over the same group discovers the same names on its own.
@@ -145,7 +145,7 @@ def test_importing_the_engine_loads_no_simulator_or_model_library():
     # One subprocess (a clean sys.modules) importing every engine entry module in turn.
     code = textwrap.dedent(f"""
         import sys
-        heavy_names = ("mujoco", "transformers", "envs.reach", "envs.mujoco_base", "policies.mlp.modeling")
+        heavy_names = ("mujoco", "transformers", "embodied.envs.reach", "embodied.envs.mujoco_base", "embodied.policies.mlp.modeling")
         for module in ("embodied", "embodied.config", "embodied.registry", "embodied.policy", "embodied.runner",
                        "embodied.cli"):
             __import__(module)

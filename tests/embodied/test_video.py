@@ -12,7 +12,7 @@ from tests.toy_envs import CountingEnv
 from embodied.config.schema import VideoConfig
 from embodied.types import EpisodeFrames
 from embodied.video import VideoWriter, episode_frames, tile, write_mp4
-from envs.chunked import ChunkedVectorEnv
+from embodied.envs.chunked import ChunkedVectorEnv
 
 
 def decode(path: Path) -> np.ndarray:

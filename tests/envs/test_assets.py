@@ -13,8 +13,8 @@ from pathlib import Path
 import mujoco
 import pytest
 
-from envs.mujoco_base import MJCFError, assets_dir, load_model
-from envs.reach import ReachEnv
+from embodied.envs.mujoco_base import MJCFError, assets_dir, load_model
+from embodied.envs.reach import ReachEnv
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tests.toy_envs import CountingEnv
 
-from envs.chunked import ChunkedVectorEnv
+from embodied.envs.chunked import ChunkedVectorEnv
 
 
 def make(limits: list[tuple[int, int]], auto_reset: bool = True, success_at: int = 10**9) -> ChunkedVectorEnv:

@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from envs.experts import (
+from embodied.envs.experts import (
     PickColorExpert,
     PickPlaceExpert,
     PushExpert,
@@ -18,12 +18,12 @@ from envs.experts import (
     StackExpert,
     expert_for,
 )
-from envs.mujoco_base import TableTopEnv
-from envs.pick_color import PickColorEnv
-from envs.pick_place import PickPlaceEnv
-from envs.push import PushEnv
-from envs.reach import ReachEnv
-from envs.stack import StackEnv
+from embodied.envs.mujoco_base import TableTopEnv
+from embodied.envs.pick_color import PickColorEnv
+from embodied.envs.pick_place import PickPlaceEnv
+from embodied.envs.push import PushEnv
+from embodied.envs.reach import ReachEnv
+from embodied.envs.stack import StackEnv
 
 EXPERTS: dict[str, tuple[type[TableTopEnv], type]] = {
     "Reach-v0": (ReachEnv, ReachExpert),

@@ -15,7 +15,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES
-from envs.reach import ReachEnv
+from embodied.envs.reach import ReachEnv
 
 
 @pytest.fixture

@@ -16,12 +16,12 @@ from gymnasium.utils.env_checker import check_env
 
 from embodied.registry import ENVS
 from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES
-from envs.experts import PickColorExpert, expert_for
-from envs.mujoco_base import TableTopEnv
-from envs.pick_color import COLORS, PickColorEnv
-from envs.pick_place import PickPlaceEnv
-from envs.push import PushEnv
-from envs.stack import StackEnv
+from embodied.envs.experts import PickColorExpert, expert_for
+from embodied.envs.mujoco_base import TableTopEnv
+from embodied.envs.pick_color import COLORS, PickColorEnv
+from embodied.envs.pick_place import PickPlaceEnv
+from embodied.envs.push import PushEnv
+from embodied.envs.stack import StackEnv
 
 TASKS: dict[str, type[TableTopEnv]] = {
     "Push-v0": PushEnv,

@@ -12,8 +12,8 @@ from embodied.algorithms import ppo_loss
 from embodied.config import ConfigError, load_config
 from embodied.policy import Policy, PolicySpec, build_policy
 from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES
-from policies.cnn.configuration import CNNConfig
-from policies.cnn.modeling import CNNPolicy
+from embodied.policies.cnn.configuration import CNNConfig
+from embodied.policies.cnn.modeling import CNNPolicy
 
 B, S, C, A = 5, 7, 4, 3
 IMAGE = (32, 32, 3)
@@ -245,7 +245,7 @@ def test_state_dict_round_trip_gives_the_same_actions():
 def test_default_config_on_push_images(obs_mode):
     """The recipe's size: 64x64 main and wrist images of the real Push env, default layers."""
     from embodied.env_factory import policy_spec
-    from envs.push import PushEnv
+    from embodied.envs.push import PushEnv
 
     env = PushEnv(obs_mode=obs_mode)
     try:

@@ -9,8 +9,8 @@ import torch
 from embodied.config import load_config
 from embodied.policy import Policy, PolicySpec, build_policy
 from embodied.types import STATES
-from policies.mlp.configuration import MLPConfig
-from policies.mlp.modeling import MLPPolicy
+from embodied.policies.mlp.configuration import MLPConfig
+from embodied.policies.mlp.modeling import MLPPolicy
 
 B, S, C, A = 5, 7, 4, 3
 SPEC = PolicySpec(state_dim=S, image_shape=None, action_dim=A, action_low=(-1.0,) * A, action_high=(1.0,) * A)

@@ -8,10 +8,10 @@ import torch
 
 from embodied.config import ConfigError, load_config
 from embodied.policy import PolicySpec
-from policies.vla.action_tokenizer import ActionTokenizer
-from policies.vla.configuration import TINY_NAMES, VLAConfig
-from policies.vla.modeling import VLAPolicy
-from policies.vla.tiny import TINY_BACKBONES, build_tiny_vla, resolve_model_path
+from embodied.policies.vla.action_tokenizer import ActionTokenizer
+from embodied.policies.vla.configuration import TINY_NAMES, VLAConfig
+from embodied.policies.vla.modeling import VLAPolicy
+from embodied.policies.vla.tiny import TINY_BACKBONES, build_tiny_vla, resolve_model_path
 
 HEADS = ["tokens", "autoregressive", "gaussian"]
 INSTRUCTIONS = ["pick up the red cube", "pick up the blue cube", "pick up the green cube", "pick up the yellow cube"]

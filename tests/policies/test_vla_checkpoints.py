@@ -10,8 +10,8 @@ from embodied.checkpoint import load_checkpoint, save_checkpoint
 from embodied.config import ActorConfig, AlgorithmConfig
 from embodied.workers.actor_worker import ActorWorker
 from embodied.workers.rollout_worker import MultiStepRolloutWorker
-from policies.vla.configuration import VLAConfig
-from policies.vla.modeling import VLAPolicy
+from embodied.policies.vla.configuration import VLAConfig
+from embodied.policies.vla.modeling import VLAPolicy
 from tests.policies.test_vla import observations, spec
 
 

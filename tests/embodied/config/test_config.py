@@ -8,7 +8,7 @@ import pytest
 
 from embodied.config import Config, ConfigError, EnvConfig, config_from_dict, load_config, to_dict
 from embodied.config.schema import EvalEnvConfig
-from policies.mlp.configuration import MLPConfig
+from embodied.policies.mlp.configuration import MLPConfig
 
 ROOT = Path(__file__).resolve().parents[3]
 RECIPES = sorted((ROOT / "configs").glob("*.yaml"))

@@ -15,8 +15,8 @@ from embodied.config import EnvConfig  # noqa: E402
 from embodied.env_factory import make_vector_env  # noqa: E402
 from embodied.registry import ENVS  # noqa: E402
 from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS  # noqa: E402
-from envs.adapters.fetch import FetchEnv  # noqa: E402
-from envs.chunked import ChunkedVectorEnv  # noqa: E402
+from embodied.envs.adapters.fetch import FetchEnv  # noqa: E402
+from embodied.envs.chunked import ChunkedVectorEnv  # noqa: E402
 
 
 def vector(env_id: str = "FetchReach-v4", num_envs: int = 2, **fields) -> ChunkedVectorEnv:
@@ -27,7 +27,7 @@ def vector(env_id: str = "FetchReach-v4", num_envs: int = 2, **fields) -> Chunke
 
 def test_tasks_are_registered_by_their_gymnasium_ids():
     for task in ("Reach", "Push", "Slide", "PickAndPlace"):
-        assert ENVS.entry_point(f"Fetch{task}-v4") == f"envs.adapters.fetch:Fetch{task}"
+        assert ENVS.entry_point(f"Fetch{task}-v4") == f"embodied.envs.adapters.fetch:Fetch{task}"
 
 
 def test_goal_observation_is_concatenated():

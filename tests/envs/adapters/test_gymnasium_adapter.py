@@ -15,10 +15,10 @@ from gymnasium.utils.env_checker import check_env
 
 from embodied.config import EnvConfig, load_config
 from embodied.env_factory import make_vector_env
-from embodied.registry import ENVS, UnknownNameError
-from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS
-from envs.adapters.gymnasium_env import GymnasiumEnv
-from envs.chunked import ChunkedVectorEnv
+from embodied.registry import ENVS, PluginError, UnknownNameError
+from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES
+from embodied.envs.adapters.gymnasium_env import GymnasiumEnv
+from embodied.envs.chunked import ChunkedVectorEnv
 
 ROOT = Path(__file__).resolve().parents[3]
 PENDULUM = "InvertedPendulum-v5"  # states [4], action [1] in [-3, 3]; falls (terminates) when pushed
@@ -55,7 +55,7 @@ def test_a_gymnasium_id_resolves_to_the_adapter_bound_to_it():
     assert isinstance(target, functools.partial)
     assert target.func is GymnasiumEnv and target.args == ("HalfCheetah-v5",)
     assert "HalfCheetah-v5" not in ENVS.names()  # a fallback, not a registration
-    assert ENVS.entry_point("Reach-v0") == "envs.reach:ReachEnv"  # our own names come first
+    assert ENVS.entry_point("Reach-v0") == "embodied.envs.reach:ReachEnv"  # our own names come first
 
 
 def test_a_config_naming_a_gymnasium_id_loads_and_builds():
@@ -271,3 +271,127 @@ def test_rgb_observations_of_an_env_that_cannot_render_fail_clearly(goal_toy):
         warnings.simplefilter("ignore")
         with pytest.raises((TypeError, ValueError), match="render_mode"):
             GymnasiumEnv(goal_toy, obs_mode="rgb")
+
+
+# -- plain gymnasium classes named by module:Class go through the same adapter ---------------
+
+PLAIN = "tests.plain_envs:PointReach"
+CAMERAS = "tests.plain_envs:Cameras"
+
+
+def test_a_plain_class_resolves_to_the_adapter_bound_to_it():
+    from tests.plain_envs import PointReach
+    from tests.toy_batched import PointMassBatch
+    from tests.toy_envs import CountingEnv
+
+    target = ENVS.resolve(PLAIN)
+    assert isinstance(target, functools.partial) and target.func is GymnasiumEnv and target.args == (PointReach,)
+    assert ENVS.resolve("tests.toy_envs:CountingEnv") is CountingEnv  # our convention: the fast path, no adapter
+    assert ENVS.resolve("tests.toy_batched:PointMassBatch") is PointMassBatch  # BatchedEnv: unchanged
+    assert ENVS.resolve("Reach-v0").__name__ == "ReachEnv"
+
+
+def test_plain_box_observations_become_float32_states_under_the_framework_time_limit():
+    venv = vector(PLAIN, num_envs=2, max_episode_steps=5)  # the class's own max_steps is 200
+    try:
+        obs = venv.reset(seed=0)
+        assert set(obs) == {STATES, TASK_DESCRIPTIONS}
+        assert obs[STATES].shape == (2, 4) and obs[STATES].dtype == np.float32  # float64 converted
+        assert obs[TASK_DESCRIPTIONS] == ["move the point to the goal"] * 2  # the class's attribute
+        out = venv.chunk_step(zeros(venv, 8))
+        np.testing.assert_array_equal(out.executed, [[True] * 5 + [False] * 3] * 2)
+        assert out.truncated.all() and [e.length for e in out.episodes] == [5, 5]
+    finally:
+        venv.close()
+
+
+def test_plain_class_own_kwargs_and_is_success():
+    venv = vector(PLAIN, num_envs=1, max_episode_steps=50, kwargs={"max_steps": 3, "speed": 1.0})
+    try:
+        out = venv.chunk_step(zeros(venv, 4))
+        assert int(out.executed.sum()) == 3 and out.truncated[0]  # its own max_steps, from env.kwargs
+        env = venv.envs[0]
+        env.reset(seed=0)
+        inner = env.env.unwrapped
+        inner.pos = inner.goal.copy()
+        _, _, terminated, _, info = env.step(np.zeros(2, np.float32))
+        assert terminated and info["success"] is True  # info["is_success"] read
+    finally:
+        venv.close()
+
+
+def test_plain_class_rgb_observations_come_from_render():
+    venv = make_vector_env(EnvConfig(id=PLAIN, obs_mode="rgb", kwargs={"image_size": 16}), 2,
+                           render_mode="rgb_array")
+    try:
+        obs = venv.reset(seed=0)
+        assert set(obs) == {MAIN_IMAGES, TASK_DESCRIPTIONS}
+        assert obs[MAIN_IMAGES].shape == (2, 16, 16, 3) and obs[MAIN_IMAGES].dtype == np.uint8
+        assert (obs[MAIN_IMAGES] == 255).any()  # the red point is drawn
+        assert venv.envs[0].env.unwrapped.render_mode == "rgb_array"  # its constructor takes render_mode
+        assert [f.shape for f in venv.render()] == [(32, 32, 3)] * 2  # videos: the env's own frames
+    finally:
+        venv.close()
+
+
+def test_render_mode_is_passed_only_when_the_constructor_takes_it():
+    env = GymnasiumEnv(ENVS.resolve(CAMERAS).args[0], obs_mode="state+rgb")
+    env.close()  # Cameras takes no render_mode, and needs none: its images are observations
+    with pytest.raises(PluginError, match=r"renders only \[\].*fix: give its constructor a render_mode"):
+        GymnasiumEnv(ENVS.resolve(CAMERAS).args[0], render_mode="rgb_array")  # videos need render()
+
+
+@pytest.mark.parametrize("obs_mode", ["state", "rgb", "state+rgb"])
+def test_plain_class_passes_gymnasium_check_env(obs_mode):
+    checked(ENVS.resolve(PLAIN)(obs_mode=obs_mode, max_episode_steps=20, render_mode="rgb_array", image_size=16))
+
+
+def test_dict_observations_with_cameras_map_onto_our_keys():
+    venv = vector(CAMERAS, num_envs=2, obs_mode="state+rgb", max_episode_steps=10)
+    try:
+        assert set(venv.single_observation_space.spaces) == {STATES, MAIN_IMAGES, WRIST_IMAGES}
+        obs = venv.reset(seed=0)
+        assert obs[STATES].shape == (2, 3) and obs[STATES].dtype == np.float32  # only the non-image entry
+        assert obs[MAIN_IMAGES].shape == (2, 12, 16, 3) and (obs[MAIN_IMAGES] == 100).all()  # first camera
+        assert obs[WRIST_IMAGES].shape == (2, 8, 8, 3) and (obs[WRIST_IMAGES] == 200).all()  # second camera
+        assert obs[TASK_DESCRIPTIONS] == ["wave 2", "wave 2"]  # a callable, read at reset
+        assert venv.single_action_space.dtype == np.float32  # float64 actions: cast back per step
+    finally:
+        venv.close()
+    state_only = vector(CAMERAS, num_envs=1, obs_mode="state")
+    assert set(state_only.reset(seed=0)) == {STATES, TASK_DESCRIPTIONS}
+    state_only.close()
+
+
+def test_success_key_and_task_description_options():
+    venv = vector(CAMERAS, num_envs=1, max_episode_steps=10,
+                  kwargs={"success_key": "reached", "task_description": "wave hello"})
+    try:
+        out = venv.chunk_step(np.ones((1, 10, 3), np.float32))  # joints[0] reaches 1 at step 2; truncated at 10
+        [episode] = out.episodes
+        assert episode.length == 10 and episode.success_once and episode.success_at_end
+        assert venv.reset(seed=0)[TASK_DESCRIPTIONS] == ["wave hello"]  # the config string wins
+    finally:
+        venv.close()
+    env = GymnasiumEnv(ENVS.resolve(CAMERAS).args[0], success_key="goal_reached")
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"without 'goal_reached' \(env.kwargs.success_key\).*\['reached'\]"):
+        env.step(np.zeros(3, np.float32))
+
+
+def test_images_only_observations_need_rgb_mode():
+    class Pixels(gym.Env):  # a pixel env (like CarRacing): its whole observation is one camera
+        def __init__(self):
+            self.observation_space = spaces.Box(0, 255, (6, 6, 3), np.uint8)
+            self.action_space = spaces.Box(-1, 1, (1,), np.float32)
+
+    with pytest.raises(PluginError, match="images only.*Fix: set env.obs_mode=rgb"):
+        GymnasiumEnv(Pixels)
+    env = GymnasiumEnv(Pixels, obs_mode="rgb")
+    assert env.observation_space[MAIN_IMAGES].shape == (6, 6, 3)
+
+
+def test_a_discrete_plain_class_is_refused_naming_the_class_and_the_fix():
+    with pytest.raises(PluginError, match=r"'tests.plain_envs:ChoosesDiscretely' has a Discrete action space"
+                                        r"(.|\n)*Fix: give the env a gymnasium.spaces.Box action space"):
+        make_vector_env(EnvConfig(id="tests.plain_envs:ChoosesDiscretely"), 1)

@@ -15,8 +15,8 @@ from embodied.config import EnvConfig  # noqa: E402
 from embodied.env_factory import make_vector_env  # noqa: E402
 from embodied.registry import ENVS  # noqa: E402
 from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS  # noqa: E402
-from envs.adapters.metaworld import MetaWorldEnv, describe  # noqa: E402
-from envs.chunked import ChunkedVectorEnv  # noqa: E402
+from embodied.envs.adapters.metaworld import MetaWorldEnv, describe  # noqa: E402
+from embodied.envs.chunked import ChunkedVectorEnv  # noqa: E402
 
 HAND, GOAL = slice(0, 3), slice(36, 39)  # in Meta-World's 39-dim observation
 
@@ -36,7 +36,7 @@ def towards_goal(obs: dict) -> np.ndarray:
 
 
 def test_registered_and_described():
-    assert ENVS.entry_point("MetaWorld-v3") == "envs.adapters.metaworld:MetaWorldEnv"
+    assert ENVS.entry_point("MetaWorld-v3") == "embodied.envs.adapters.metaworld:MetaWorldEnv"
     assert describe("pick-place-v3") == "pick place" and describe("button-press-topdown-v3") == "button press topdown"
 
 

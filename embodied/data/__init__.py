@@ -1,0 +1,1 @@
+"""Demonstrations: collect them through the env workers, store them, read them back."""
