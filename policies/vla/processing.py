@@ -83,7 +83,7 @@ class VLAProcessor:
         self.image_token_id = int(model_config.image_token_id)
         self._prefix, self._suffix = self._template()
         self.length = len(self._prefix) + max_instruction_tokens + int(use_states) + len(self._suffix)
-        self._cache: dict[str, list[int]] = {}
+        self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     # -- prompts -----------------------------------------------------------------------------
 
@@ -113,22 +113,22 @@ class VLAProcessor:
         return prefix, suffix
 
     def prompts(self, descriptions: list[str]) -> Prompt:
-        """Left-padded prompts ``[B, L]`` for a batch of instructions."""
-        rows = []
-        for text in descriptions:
-            if text not in self._cache:
-                ids = self._ids(text)
-                if len(ids) > self.max_instruction_tokens:
-                    raise ValueError(f"policy.max_instruction_tokens: the instruction {text!r} is {len(ids)} tokens, "
-                                     f"more than {self.max_instruction_tokens}; raise the limit")
-                self._cache[text] = self._prefix + ids + [self.pad_id] * int(self.use_states) + self._suffix
-            rows.append(self._cache[text])
-        input_ids = torch.full((len(rows), self.length), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(rows), self.length), dtype=torch.long)
-        for i, row in enumerate(rows):
-            input_ids[i, self.length - len(row):] = torch.tensor(row)
-            attention_mask[i, self.length - len(row):] = 1
-        return Prompt(input_ids, attention_mask)
+        """Left-padded prompts ``[B, L]`` for a batch of instructions (each distinct one built once)."""
+        rows = [self._row(text) for text in descriptions]
+        return Prompt(torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows]))
+
+    def _row(self, text: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(input_ids [L], attention_mask [L])`` of one instruction, cached."""
+        if text not in self._cache:
+            ids = self._ids(text)
+            if len(ids) > self.max_instruction_tokens:
+                raise ValueError(f"policy.max_instruction_tokens: the instruction {text!r} is {len(ids)} tokens, "
+                                 f"more than {self.max_instruction_tokens}; raise the limit")
+            row = self._prefix + ids + [self.pad_id] * int(self.use_states) + self._suffix
+            pad = self.length - len(row)
+            self._cache[text] = (torch.tensor([self.pad_id] * pad + row, dtype=torch.long),
+                                 torch.tensor([0] * pad + [1] * len(row), dtype=torch.long))
+        return self._cache[text]
 
     @property
     def state_position(self) -> int:
