@@ -7,6 +7,7 @@
     embodied list envs
     embodied check-env Reach-v0 --steps 200
     embodied make-tiny-vla runs/tiny-smolvlm --backbone smolvlm-tiny
+    embodied collect configs/pick_place_mlp_sft.yaml --episodes 200 --out data/pick_place
     embodied sft configs/pick_place_mlp_sft.yaml sft.dataset=data/pick_place
 """
 
@@ -34,6 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     p_sft = sub.add_parser("sft", help="behaviour cloning from demonstrations (sft.dataset), then eval")
     p_sft.add_argument("config", help="path to a YAML recipe with an sft section")
     p_sft.add_argument("overrides", nargs="*", help="section.field=value overrides")
+    p_collect = sub.add_parser("collect", help="record scripted-expert episodes as a dataset (for sft)")
+    p_collect.add_argument("config", help="path to a YAML recipe (its env and policy.action_chunk are used)")
+    p_collect.add_argument("overrides", nargs="*", help="section.field=value overrides")
+    p_collect.add_argument("--episodes", type=int, required=True, help="episodes to keep")
+    p_collect.add_argument("--out", required=True, help="dataset folder to write (must not exist)")
+    p_collect.add_argument("--all", action="store_true", help="keep failed episodes too (default: successes only)")
     p_plot = sub.add_parser("plot", help="draw learning_curves.png from a run dir's metrics.jsonl")
     p_plot.add_argument("run_dir")
     p_list = sub.add_parser("list", help="list registered envs or policies")
@@ -50,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         return _train(args.config, args.overrides)
     if args.command == "eval":
         return _eval(args)
+    if args.command == "collect":
+        return _collect(args)
     if args.command == "sft":
         return _sft(args.config, args.overrides)
     if args.command == "plot":
@@ -96,6 +105,21 @@ def _train(path: str, overrides: list[str]) -> int:
     print(f"run dir: {result.run_dir}\ncheckpoint: {result.checkpoint}")
     if result.plot is not None:
         print(f"learning curves: {result.plot}")
+    return 0
+
+
+def _collect(args: argparse.Namespace) -> int:
+    from embodied.config import ConfigError, load_config
+    from embodied.data.collect import collect
+
+    try:
+        report = collect(load_config(args.config, args.overrides), args.episodes, Path(args.out), args.all)
+    except ConfigError as exc:
+        return _error(exc)
+    except Exception as exc:
+        return _env_error(exc)
+    print(f"wrote {report.episodes} episodes ({report.rows} chunk steps) to {report.path}; the expert succeeded in "
+          f"{report.successes} of {report.attempted} episodes run")
     return 0
 
 

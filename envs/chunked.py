@@ -116,6 +116,7 @@ class ChunkedVectorEnv:
         self._episodes = [_Episode() for _ in self.envs]
         self._finished = np.zeros(self.num_envs, dtype=bool)
         self._recorder = _Recorder(name)
+        self._experts: list | None = None  # scripted experts, made on the first expert_chunk_step
 
     @property
     def num_envs(self) -> int:
@@ -140,11 +141,33 @@ class ChunkedVectorEnv:
         if not self._obs:
             raise RuntimeError(f"{self.name}: call reset() before chunk_step()")
         actions = self._check_actions(actions)
-        num_envs, chunk = actions.shape[:2]
+        return self._run_chunk(actions.shape[1], lambda i, c: actions[i, c])[0]
+
+    def expert_chunk_step(self, chunk: int) -> tuple[ChunkStepResult, np.ndarray]:
+        """One chunk of ``chunk`` sub-steps per env from each env's scripted expert (``envs.experts``).
+
+        The expert is closed-loop: it acts on the state after every sub-step. Returns the result
+        (the same contract as ``chunk_step``) and the actions executed, float32 [B, C, A] (0 where
+        a sub-step did not run): what a demonstration records.
+        """
+        if not self._obs:
+            raise RuntimeError(f"{self.name}: call reset() before expert_chunk_step()")
+        if self._experts is None:
+            from embodied.envs.experts import expert_for
+
+            self._experts = [expert_for(env) for env in self.envs]
+            for expert, env in zip(self._experts, self.envs):
+                expert.reset(env.unwrapped)
+        return self._run_chunk(chunk, lambda i, c: self._experts[i].act(self.envs[i].unwrapped, self._obs[i]))
+
+    def _run_chunk(self, chunk: int, action_for: Callable[[int, int], np.ndarray]) -> tuple[ChunkStepResult, np.ndarray]:
+        """The chunk-step contract, with sub-action ``c`` of env ``i`` from ``action_for(i, c)``."""
+        num_envs = self.num_envs
         rewards = np.zeros((num_envs, chunk), dtype=np.float32)
         terminations = np.zeros((num_envs, chunk), dtype=bool)
         truncations = np.zeros((num_envs, chunk), dtype=bool)
         executed = np.zeros((num_envs, chunk), dtype=bool)
+        taken = np.zeros((num_envs, chunk, self.action_dim), dtype=np.float32)
         dones = np.zeros(num_envs, dtype=bool)
         final: dict[int, dict] = {}
         episodes: list[EpisodeStats] = []
@@ -152,8 +175,9 @@ class ChunkedVectorEnv:
             if self._finished[i]:
                 continue  # auto_reset off: a done env executes nothing until reset()
             for c in range(chunk):
+                action = taken[i, c] = action_for(i, c)
                 try:
-                    obs, reward, terminated, truncated, info = env.step(actions[i, c])
+                    obs, reward, terminated, truncated, info = env.step(action)
                 except Exception as exc:
                     raise EnvError(self.name, i, f"step() at sub-step {c} of the chunk", user_traceback(exc)) from exc
                 executed[i, c], rewards[i, c] = True, reward
@@ -178,7 +202,8 @@ class ChunkedVectorEnv:
         if final:
             # Rows of envs not done repeat their next obs so that the batch stays rectangular.
             final_obs = self._batch([final.get(i, o) for i, o in enumerate(self._obs)])
-        return ChunkStepResult(next_obs, rewards, terminations, truncations, executed, dones, final_obs, episodes)
+        result = ChunkStepResult(next_obs, rewards, terminations, truncations, executed, dones, final_obs, episodes)
+        return result, taken
 
     def render(self) -> list[np.ndarray]:
         """One RGB frame per env (needs envs made with ``render_mode='rgb_array'``)."""
@@ -214,6 +239,8 @@ class ChunkedVectorEnv:
     def _reset_one(self, i: int, seed: int | None) -> dict:
         env = self.envs[i]
         obs, info = self._guard(i, f"reset(seed={seed})", env.reset, seed=seed)
+        if self._experts is not None:
+            self._experts[i].reset(env.unwrapped)
         self._episodes[i] = _Episode(task=str(getattr(env.unwrapped, "task_description", "")))
         self._recorder.start(i, env, self._episodes[i].task, bool(info.get("success", False)))
         return obs

@@ -251,3 +251,9 @@ def expert_for(env: Any) -> ScriptedExpert:
             return expert_cls()
     known = ", ".join(cls.__name__ for cls, _ in _EXPERTS)
     raise ValueError(f"no scripted expert for {type(base).__name__}; experts exist for {known}")
+
+
+def has_expert(target: Any) -> bool:
+    """Whether an env class (or an env) has a scripted expert here."""
+    cls = target if isinstance(target, type) else type(getattr(target, "unwrapped", target))
+    return any(issubclass(cls, env_cls) for env_cls, _ in _EXPERTS) if isinstance(cls, type) else False

@@ -100,6 +100,34 @@ class EnvWorker:
             self._queue_videos(Path(video_dir), first)
         return executed
 
+    def collect_round(self, chunk: int, chunk_steps: int, reset_seed: int) -> list[dict]:
+        """One round of scripted-expert episodes on this worker's envs (auto-reset must be off).
+
+        Env ``i`` is reset to ``reset_seed + i`` (global index) and driven by its expert for up to
+        ``chunk_steps`` chunks of ``chunk`` sub-steps. Returns one record per finished episode:
+        ``seed``, ``task``, ``success``, ``obs`` (what the policy would have acted on at each chunk
+        step: a list of per-step obs dicts), ``actions`` [T, C, A], ``executed`` [T, C], ``rewards`` [T, C].
+        """
+        stage = self.stages[0]
+        self._reset(reset_seed)
+        n = stage.venv.num_envs
+        steps: list[list[tuple]] = [[] for _ in range(n)]
+        obs, finished, episodes = stage.obs, np.zeros(n, bool), {}
+        for _ in range(chunk_steps):
+            result, actions = stage.venv.expert_chunk_step(chunk)
+            for i in np.flatnonzero(~finished):
+                steps[i].append(({k: v[i] for k, v in obs.items()}, actions[i], result.executed[i], result.rewards[i]))
+            for e in result.episodes:
+                episodes[e.env_index] = e
+            finished |= result.dones
+            obs = result.obs
+            if finished.all():
+                break
+        return [{"seed": reset_seed + stage.start + i, "task": episodes[i].task, "success": episodes[i].success_once,
+                 "obs": [s[0] for s in steps[i]], "actions": np.stack([s[1] for s in steps[i]]),
+                 "executed": np.stack([s[2] for s in steps[i]]), "rewards": np.stack([s[3] for s in steps[i]])}
+                for i in sorted(episodes)]
+
     def take_videos(self, wait: bool = False) -> VideoReport:
         """Videos written (and failures) since the last call; ``wait`` first finishes the queued ones."""
         if wait:

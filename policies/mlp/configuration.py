@@ -15,6 +15,7 @@ class MLPConfig(PolicyConfig):
     activation: Literal["tanh", "relu"] = "tanh"  # hidden activation
     init_log_std: float = -0.5  # initial log standard deviation of every action dimension
     normalize_states: bool = False  # standardize states with running statistics of the rollouts
+    freeze_state_statistics: bool = False  # keep the normalization statistics as loaded (e.g. fitted by SFT to the demonstrations)
 
     def required_observations(self) -> set[str]:
         return {"states"}

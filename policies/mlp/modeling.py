@@ -47,6 +47,7 @@ class MLPPolicy(Policy):
         self.critic = _mlp([spec.state_dim, *config.hidden_sizes, 1], act, 1.0)
         self.log_std = nn.Parameter(torch.full((out,), float(config.init_log_std)))
         self.normalize_states = config.normalize_states
+        self.freeze_state_statistics = config.freeze_state_statistics
         self.register_buffer("state_mean", torch.zeros(spec.state_dim))
         self.register_buffer("state_var", torch.ones(spec.state_dim))
         self.register_buffer("state_count", torch.tensor(1e-4))
@@ -59,7 +60,7 @@ class MLPPolicy(Policy):
     @torch.no_grad()
     def observe(self, forward_inputs: dict[str, torch.Tensor]) -> None:
         """Merge the batch's state mean and variance into the running ones (parallel algorithm)."""
-        if not self.normalize_states:
+        if not self.normalize_states or self.freeze_state_statistics:
             return
         batch = forward_inputs[STATES].reshape(-1, self.state_mean.shape[0]).double()
         n, mean, var = batch.shape[0], batch.mean(0), batch.var(0, unbiased=False)

@@ -1,0 +1,160 @@
+"""Supervised fine-tuning (behaviour cloning) from demonstrations, top to bottom.
+
+    embodied collect configs/pick_place_mlp_sft.yaml --episodes 200 --out data/pick_place
+    embodied sft configs/pick_place_mlp_sft.yaml                      # sft.dataset: data/pick_place
+    embodied train configs/pick_place_mlp_ppo.yaml policy.init_from=runs/pick_place_mlp_sft-...
+
+The loss is the negative log-likelihood of the demonstrated action chunks under the policy,
+``-policy.evaluate(forward_inputs(obs), actions)`` averaged over executed sub-steps: cross-entropy
+on the action tokens for the VLA (same bins and statistics as RL), the Gaussian log-likelihood
+for the MLP and CNN. Success is measured with the same ``Evaluator`` as RL, metrics go to the
+same sinks and ``learning_curves.png``, and the checkpoint is the same folder format, so
+``policy.init_from`` and ``embodied eval`` read it as they read an RL checkpoint.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Subset
+
+from embodied.checkpoint import save_policy_checkpoint
+from embodied.config import Config, ConfigError, to_dict
+from embodied.data import DemoDataset, check_compatible, collate
+from embodied.evaluation import eval_metrics
+from embodied.logger import MetricLogger
+from embodied.placement import make_backend
+from embodied.policy import Policy, build_policy
+from embodied.runner import draw_learning_curves, make_run_dir, save_config, seed_everything
+from embodied.workers.group import Evaluator
+
+
+@dataclass
+class SFTResult:
+    run_dir: Path
+    checkpoint: Path
+    final_eval: dict[str, float]
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def sft(cfg: Config) -> SFTResult:
+    """Behaviour cloning of ``cfg.policy`` on ``cfg.sft.dataset``; evaluates on ``cfg``'s eval envs."""
+    data = open_dataset(cfg)
+    seed_everything(cfg.experiment.seed)
+    run_dir = make_run_dir(cfg)
+    save_config(cfg, run_dir)
+    train_set, val_set = split_by_episode(data, cfg.sft.val_fraction, cfg.experiment.seed)
+    loader = DataLoader(train_set, batch_size=cfg.sft.batch_size, shuffle=True, collate_fn=collate, drop_last=False,
+                        generator=torch.Generator().manual_seed(cfg.experiment.seed))
+    total = cfg.sft.epochs * len(loader)
+    backend = make_backend(cfg.cluster)
+    logger: MetricLogger | None = None
+    history: list[dict[str, float]] = []
+    try:
+        evaluator = Evaluator.start(cfg, backend)
+        spec = backend.wait(evaluator.envs.group.call("spec"))[0]
+        policy = build_policy(cfg.policy, spec)
+        check_compatible(data.meta, cfg.policy.action_chunk, spec.action_dim, cfg.policy.required_observations())
+        fit_input_statistics(policy, train_set, cfg.sft.batch_size)
+        params = [p for p in policy.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=cfg.sft.lr, weight_decay=cfg.sft.weight_decay)
+        logger = MetricLogger(cfg.logger, run_dir, run_dir.name, to_dict(cfg), total, 0, None)
+        step, window, t0 = 0, [], time.perf_counter()
+        for _epoch in range(cfg.sft.epochs):
+            for obs, actions, executed in loader:
+                step += 1
+                loss = bc_loss(policy, obs, actions, executed)
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, cfg.sft.max_grad_norm)
+                optimizer.step()
+                window.append(float(loss.detach()))
+                if step % cfg.sft.log_every == 0 or step == total:
+                    metrics = {"train/policy_loss": float(np.mean(window)), "sft/epoch": step / len(loader),
+                               "sft/samples_per_s": len(window) * cfg.sft.batch_size / (time.perf_counter() - t0)}
+                    window, t0 = [], time.perf_counter()
+                    if len(val_set):
+                        metrics["sft/val_loss"] = validation_loss(policy, val_set, cfg.sft.batch_size)
+                    if step == total or (cfg.sft.eval_every and step % cfg.sft.eval_every == 0):
+                        metrics |= evaluate(evaluator, policy, step, cfg.runner.eval_episodes)
+                    logger.log(metrics, step=step)
+                    history.append(metrics)
+        checkpoint = save_policy_checkpoint(run_dir / "checkpoints" / f"iter_{step:06d}", policy, optimizer, step,
+                                            spec, {"iteration": step, "env_steps": 0, "config": to_dict(cfg),
+                                                   "wandb_id": logger.wandb_id, "sft_dataset": cfg.sft.dataset})
+        evaluator.close()
+    finally:
+        if logger is not None:
+            logger.close()
+        backend.shutdown()
+    if cfg.runner.plot:
+        draw_learning_curves(run_dir)
+    final = {k: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
+    return SFTResult(run_dir, checkpoint, final, history)
+
+
+def open_dataset(cfg: Config) -> DemoDataset:
+    """The demonstrations ``sft.dataset`` names, checked before any worker starts."""
+    if not cfg.sft.dataset:
+        raise ConfigError("sft.dataset: no dataset named; set it to a folder written by `embodied collect`")
+    try:
+        data = DemoDataset(cfg.sft.dataset)
+        check_compatible(data.meta, cfg.policy.action_chunk, None, cfg.policy.required_observations())
+    except (FileNotFoundError, ValueError) as exc:
+        raise ConfigError(f"sft.dataset: {exc}") from None
+    return data
+
+
+def split_by_episode(data: DemoDataset, val_fraction: float, seed: int) -> tuple[Subset, Subset]:
+    """Rows of a random ``val_fraction`` of the episodes held out (whole episodes: no leakage)."""
+    episodes = sorted(set(int(e) for e in data.episode_indices))
+    random.Random(seed).shuffle(episodes)
+    held = set(episodes[: int(round(val_fraction * len(episodes)))]) if len(episodes) > 1 else set()
+    rows = np.asarray(data.episode_indices)
+    val = np.flatnonzero(np.isin(rows, list(held)))
+    train = np.flatnonzero(~np.isin(rows, list(held)))
+    return Subset(data, train.tolist()), Subset(data, val.tolist())
+
+
+@torch.no_grad()
+def fit_input_statistics(policy: Policy, train_set: Subset, batch_size: int) -> None:
+    """Let the policy fit its input statistics (the MLP's state normalization) to the demonstrations
+    before it learns with them; RL then goes on updating them from its own rollouts."""
+    for obs, _, _ in DataLoader(train_set, batch_size=batch_size, collate_fn=collate):
+        policy.observe(policy.forward_inputs(obs))
+
+
+def bc_loss(policy: Policy, obs: dict, actions: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
+    """Negative log-likelihood of the demonstrated chunks, averaged over executed sub-steps.
+
+    Log-probs come at the policy's granularity: per chunk [B] (weighted by its executed
+    sub-steps), per action [B, C] or per token [B, C, A] (masked by ``executed``).
+    """
+    logprobs, _, _ = policy.evaluate(policy.forward_inputs(obs), actions)
+    executed = executed.to(logprobs.device)
+    if logprobs.dim() == 1:
+        weight = executed.float().sum(-1) / executed.shape[-1]
+        return -(logprobs * weight).sum() / weight.sum().clamp_min(1e-8)
+    mask = executed if logprobs.dim() == 2 else executed.unsqueeze(-1).expand_as(logprobs)
+    mask = mask.float()
+    return -(logprobs * mask).sum() / mask.sum().clamp_min(1e-8)
+
+
+@torch.no_grad()
+def validation_loss(policy: Policy, val_set: Subset, batch_size: int) -> float:
+    total, count = 0.0, 0
+    for obs, actions, executed in DataLoader(val_set, batch_size=batch_size, collate_fn=collate):
+        total += float(bc_loss(policy, obs, actions, executed)) * len(actions)
+        count += len(actions)
+    return total / max(count, 1)
+
+
+def evaluate(evaluator: Evaluator, policy: Policy, step: int, episodes: int) -> dict[str, float]:
+    """Greedy success of the current weights on the fixed eval seeds (the RL runner's ``eval/*`` metrics)."""
+    evaluator.backend.wait(evaluator.rollout_group.call("sync_weights", (step, policy.trainable_state())))
+    return eval_metrics([e for e in evaluator.run(episodes) if e.env_index < episodes])

@@ -1,0 +1,79 @@
+"""``embodied sft``: behaviour cloning falls in loss, beats the untrained policy, and starts RL."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+import embodied.runner as runner
+from embodied.cli import main
+from embodied.config import ConfigError, load_config
+from embodied.data.collect import collect
+from embodied.sft import sft
+
+REACH = ["env.id=Reach-v0", "env.num_envs=8", "eval_env.num_envs=8", "env.max_episode_steps=30",
+         "policy.type=mlp", "policy.action_chunk=2", "policy.hidden_sizes=[64, 64]", "policy.normalize_states=true"]
+QUIET = ["logger.backends=[]", "logger.progress_bar=false", "runner.plot=false", "runner.eval_episodes=16"]
+
+
+@pytest.fixture(scope="module")
+def reach_demos(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("demos") / "reach"
+    collect(load_config(None, REACH), episodes=24, out=out)
+    return out
+
+
+def run_sft(tmp_path: Path, dataset: Path, *overrides: str):
+    return sft(load_config(None, [*REACH, *QUIET, f"sft.dataset={dataset}", "sft.batch_size=32", "sft.log_every=5",
+                                  f"experiment.output_dir={tmp_path}", *overrides]))
+
+
+@pytest.mark.slow
+def test_sft_lowers_the_loss_and_beats_the_untrained_policy_then_starts_ppo(tmp_path, reach_demos):
+    trained = run_sft(tmp_path / "a", reach_demos, "sft.epochs=40", "sft.lr=0.003")
+    losses = [m["train/policy_loss"] for m in trained.history]
+    assert losses[-1] < losses[0] - 1.0 and all(math.isfinite(x) for x in losses)
+    assert "sft/val_loss" in trained.history[-1]
+    untrained = run_sft(tmp_path / "b", reach_demos, "sft.epochs=1", "sft.lr=1e-12")
+    assert trained.final_eval["eval/success_rate"] >= untrained.final_eval["eval/success_rate"] + 0.3
+    assert (trained.run_dir / "metrics.jsonl").is_file()
+    # RL starts from it through one field, checked before any worker starts.
+    rl = runner.train(load_config(None, [*REACH, *QUIET, "runner.iterations=1", "runner.eval_every=0",
+                                         f"policy.init_from={trained.checkpoint}", "algorithm.critic_warmup_iterations=1",
+                                         "policy.freeze_state_statistics=true", f"experiment.output_dir={tmp_path / 'rl'}"]))
+    assert rl.history[0]["train/critic_warmup"] == 1.0
+    # The warm-up moved only the value head, so the greedy policy is the SFT one, episode for episode.
+    assert rl.final_eval["eval/success_rate"] == trained.final_eval["eval/success_rate"]
+
+
+def test_sft_refuses_a_dataset_that_does_not_fit_before_any_worker(tmp_path, reach_demos):
+    with pytest.raises(ConfigError, match="policy.action_chunk is 3"):
+        run_sft(tmp_path, reach_demos, "policy.action_chunk=3")
+    with pytest.raises(ConfigError, match="sft.dataset: no dataset named"):
+        sft(load_config(None, [*REACH, *QUIET]))
+    with pytest.raises(ConfigError, match="sft.dataset: .*does not exist"):
+        run_sft(tmp_path, tmp_path / "missing")
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_cli_runs_sft_and_prints_how_to_start_rl(tmp_path, reach_demos, capsys):
+    args = ["sft", "configs/reach_mlp_ppo.yaml", *REACH, *QUIET, f"sft.dataset={reach_demos}", "sft.epochs=1",
+            f"experiment.output_dir={tmp_path}"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "final eval: success_rate=" in out and "policy.init_from=" in out
+
+
+@pytest.mark.slow
+def test_the_tiny_vla_learns_from_image_demonstrations(tmp_path):
+    cfg = ["env.id=PickColor-v0", "env.obs_mode=rgb", "env.num_envs=2", "eval_env.num_envs=2",
+           "env.max_episode_steps=80", "policy.type=vla", "policy.action_chunk=4"]
+    collect(load_config(None, cfg), episodes=2, out=tmp_path / "pc")
+    result = sft(load_config(None, [*cfg, *QUIET, "runner.eval_episodes=2", f"sft.dataset={tmp_path / 'pc'}",
+                                    "sft.epochs=3", "sft.batch_size=16", "sft.log_every=1", "sft.val_fraction=0",
+                                    f"experiment.output_dir={tmp_path / 'runs'}"]))
+    losses = [m["train/policy_loss"] for m in result.history]
+    assert losses[-1] < losses[0]  # cross-entropy on the action tokens falls
+    assert (result.checkpoint / "policy" / "action_tokenizer.json").is_file()
