@@ -59,7 +59,8 @@ def sft(cfg: Config) -> SFTResult:
         evaluator = Evaluator.start(cfg, backend)
         spec = backend.wait(evaluator.envs.group.call("spec"))[0]
         policy = build_policy(cfg.policy, spec)
-        check_compatible(data.meta, cfg.policy.action_chunk, spec.action_dim, cfg.policy.required_observations())
+        check_compatible(data.meta, cfg.policy.action_chunk, spec.action_dim, cfg.policy.required_observations(),
+                         spec.image_shape)
         fit_input_statistics(policy, train_set, cfg.sft.batch_size)
         params = [p for p in policy.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=cfg.sft.lr, weight_decay=cfg.sft.weight_decay)

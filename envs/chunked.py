@@ -12,6 +12,10 @@ This file is the single owner of the chunk-step contract (see ``embodied.types.C
   chunks execute nothing, until ``reset()``.
 - ``episodes`` lists return, length, ``success_once``, ``success_at_end`` and the task of envs done in the chunk.
 
+``expert_chunk_step(C)`` is the same step with each env's scripted expert choosing every sub-action
+on the state the previous one left (closed loop); it also returns the actions executed (for
+demonstrations). Both run the one per-env loop, ``_run_chunk``.
+
 ``record(envs)`` keeps a rendered frame of every executed sub-step of those envs' episodes (the
 terminal frame is rendered before any reset); ``take_recordings()`` hands over finished episodes.
 
@@ -141,7 +145,7 @@ class ChunkedVectorEnv:
         if not self._obs:
             raise RuntimeError(f"{self.name}: call reset() before chunk_step()")
         actions = self._check_actions(actions)
-        return self._run_chunk(actions.shape[1], lambda i, c: actions[i, c])[0]
+        return self._run_chunk(actions.shape[1], lambda i, c: actions[i, c])
 
     def expert_chunk_step(self, chunk: int) -> tuple[ChunkStepResult, np.ndarray]:
         """One chunk of ``chunk`` sub-steps per env from each env's scripted expert (``envs.experts``).
@@ -152,22 +156,39 @@ class ChunkedVectorEnv:
         """
         if not self._obs:
             raise RuntimeError(f"{self.name}: call reset() before expert_chunk_step()")
+        if chunk < 1:
+            raise ValueError(f"{self.name}: action chunk length must be >= 1, got {chunk}")
+        experts = self.experts
+        taken = np.zeros((self.num_envs, chunk, self.action_dim), dtype=np.float32)
+
+        def expert_action(i: int, c: int) -> np.ndarray:  # asked once per executed sub-step
+            taken[i, c] = experts[i].act(self.envs[i].unwrapped, self._obs[i])
+            return taken[i, c]  # float32: what is recorded is exactly what ran
+
+        return self._run_chunk(chunk, expert_action), taken
+
+    @property
+    def experts(self) -> list:
+        """One scripted expert per env (``embodied.envs.experts``), made and reset on first use."""
         if self._experts is None:
             from embodied.envs.experts import expert_for
 
             self._experts = [expert_for(env) for env in self.envs]
             for expert, env in zip(self._experts, self.envs):
                 expert.reset(env.unwrapped)
-        return self._run_chunk(chunk, lambda i, c: self._experts[i].act(self.envs[i].unwrapped, self._obs[i]))
+        return self._experts
 
-    def _run_chunk(self, chunk: int, action_for: Callable[[int, int], np.ndarray]) -> tuple[ChunkStepResult, np.ndarray]:
-        """The chunk-step contract, with sub-action ``c`` of env ``i`` from ``action_for(i, c)``."""
+    def _run_chunk(self, chunk: int, action_for: Callable[[int, int], np.ndarray]) -> ChunkStepResult:
+        """The chunk-step contract, sub-action ``c`` of env ``i`` being ``action_for(i, c)``.
+
+        ``action_for`` is asked once per executed sub-step, just before it runs, so it can act on
+        the state the previous one left (``self._obs[i]``).
+        """
         num_envs = self.num_envs
         rewards = np.zeros((num_envs, chunk), dtype=np.float32)
         terminations = np.zeros((num_envs, chunk), dtype=bool)
         truncations = np.zeros((num_envs, chunk), dtype=bool)
         executed = np.zeros((num_envs, chunk), dtype=bool)
-        taken = np.zeros((num_envs, chunk, self.action_dim), dtype=np.float32)
         dones = np.zeros(num_envs, dtype=bool)
         final: dict[int, dict] = {}
         episodes: list[EpisodeStats] = []
@@ -175,7 +196,7 @@ class ChunkedVectorEnv:
             if self._finished[i]:
                 continue  # auto_reset off: a done env executes nothing until reset()
             for c in range(chunk):
-                action = taken[i, c] = action_for(i, c)
+                action = action_for(i, c)
                 try:
                     obs, reward, terminated, truncated, info = env.step(action)
                 except Exception as exc:
@@ -202,8 +223,7 @@ class ChunkedVectorEnv:
         if final:
             # Rows of envs not done repeat their next obs so that the batch stays rectangular.
             final_obs = self._batch([final.get(i, o) for i, o in enumerate(self._obs)])
-        result = ChunkStepResult(next_obs, rewards, terminations, truncations, executed, dones, final_obs, episodes)
-        return result, taken
+        return ChunkStepResult(next_obs, rewards, terminations, truncations, executed, dones, final_obs, episodes)
 
     def render(self) -> list[np.ndarray]:
         """One RGB frame per env (needs envs made with ``render_mode='rgb_array'``)."""

@@ -2,35 +2,47 @@
 
     report = collect(load_config("configs/pick_place_mlp_sft.yaml"), episodes=200, out=Path("data/pp"))
 
-Episode ``k`` starts from seed ``experiment.seed + k`` (training seeds; eval's are far apart).
-The training env config is used with auto-reset off: every env worker resets its envs, drives
-them with their experts (``embodied.envs.experts``, closed-loop per sub-step, chunks of
-``policy.action_chunk``) until each episode ends, and hands back the episodes. Only successful
-episodes are kept unless ``keep_failed``; the dataset folder appears only when complete.
+The training env config (``cfg.env``: any task with a scripted expert, any obs mode) runs in the
+same ``EnvWorker``s as RL, on the backend ``cluster`` names, with auto-reset off. Each round every
+env worker resets its envs (env ``i`` of the round's batch to seed ``experiment.seed + k + i``, ``k``
+the episodes run so far, so run episode ``k`` always starts from seed ``experiment.seed + k``),
+lets their experts (``embodied.envs.experts``, closed loop per sub-step) play chunks of
+``policy.action_chunk`` sub-steps until every episode ends, and hands back the episodes. Only
+successful ones are kept unless ``keep_failed``. Nothing is written until the end, and then into a
+temp folder renamed when complete, so an interrupted collect leaves no dataset behind.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from embodied.config import Config, ConfigError
-from embodied.data.format import FORMAT_VERSION, IMAGE_KEYS, write_dataset
+from embodied import __version__
+from embodied.config import Config, ConfigError, EnvConfig
+from embodied.data.format import IMAGE_KEYS, DemoEpisode, Meta, write_dataset
 from embodied.placement import make_backend
 from embodied.registry import ENVS
-from embodied.types import STATES
+
+MAX_ATTEMPTS_PER_EPISODE = 20  # an expert that keeps failing stops the collection at 20x the episodes asked
+
+
+class CollectError(RuntimeError):
+    """The expert produced no episode worth keeping; nothing was written."""
 
 
 @dataclass
 class CollectReport:
+    """What ``collect`` wrote."""
+
     path: Path
     episodes: int  # episodes written
-    attempted: int  # episodes run
+    attempted: int  # episodes the expert ran
     successes: int  # successful episodes among those run
     rows: int  # chunk steps written
+    seconds: float  # wall-clock of the collection (workers up to dataset written)
+    meta: Meta | None = None
 
 
 def expert_tasks() -> list[str]:
@@ -49,7 +61,7 @@ def expert_tasks() -> list[str]:
 
 
 def check_expert(cfg: Config) -> None:
-    """Fail before any worker starts when the env has no scripted expert, listing those that do."""
+    """Fail before any worker starts when ``env.id`` has no scripted expert, listing the tasks that do."""
     from embodied.envs.experts import has_expert
 
     if not has_expert(ENVS.resolve(cfg.env.id)):
@@ -57,52 +69,70 @@ def check_expert(cfg: Config) -> None:
                           f"tasks with one: {', '.join(expert_tasks())}")
 
 
-def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False) -> CollectReport:
-    """Record ``episodes`` kept expert episodes of ``cfg.env`` into the dataset folder ``out``."""
+def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False,
+            created_by: str = "embodied.data.collect.collect()") -> CollectReport:
+    """Record ``episodes`` expert episodes of ``cfg.env`` (successful ones unless ``keep_failed``) into ``out``.
+
+    ``created_by`` (the command) goes into ``meta.json``. Raises ``ConfigError`` (before any worker
+    starts) for a task without an expert or an existing ``out``, ``CollectError`` if nothing is kept.
+    """
+    import time
+
     from tqdm import tqdm
 
     from embodied.workers.group import start_env_group
 
+    t0 = time.perf_counter()
+    out = Path(out)
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {episodes}")
-    if Path(out).exists():
+    if out.exists():
         raise ConfigError(f"--out {str(out)!r} exists; choose a new folder (a dataset is never overwritten)")
     check_expert(cfg)
-    env_cfg = dataclasses.replace(cfg.env, auto_reset=False)
+    env_cfg = collection_env(cfg, episodes)
     chunk = cfg.policy.action_chunk
     chunk_steps = math.ceil(env_cfg.max_episode_steps / chunk)
     backend = make_backend(cfg.cluster)
-    kept: list[dict] = []
+    kept: list[DemoEpisode] = []
     attempted = successes = 0
     try:
         group = start_env_group(cfg, backend, env_cfg, "collect", cfg.experiment.seed).group
         spec = backend.wait(group.call("spec"))[0]
-        bar = tqdm(total=episodes, desc="collect", unit="episode", disable=not sys.stderr.isatty())
-        # A round runs env.num_envs episodes; at most 20x the asked number are tried (an expert that fails).
-        while len(kept) < episodes and attempted < 20 * episodes:
-            parts = backend.wait(group.call("collect_round", chunk, chunk_steps, cfg.experiment.seed + attempted))
-            found = sorted((ep for part in parts for ep in part), key=lambda ep: ep["seed"])
-            attempted += env_cfg.num_envs
-            successes += sum(ep["success"] for ep in found)
-            new = [ep for ep in found if keep_failed or ep["success"]][: episodes - len(kept)]
-            kept += new
-            bar.update(len(new))
-        bar.close()
+        expert = backend.wait(group.call("expert_name"))[0]
+        with tqdm(total=episodes, desc=f"collect {env_cfg.id}", unit="episode", dynamic_ncols=True) as bar:
+            while len(kept) < episodes and attempted < MAX_ATTEMPTS_PER_EPISODE * episodes:
+                parts = backend.wait(group.call("collect_round", chunk, chunk_steps, cfg.experiment.seed + attempted))
+                found = [ep for part in parts for ep in part]  # env order = seed order
+                attempted += env_cfg.num_envs
+                successes += sum(ep.success for ep in found)
+                new = [ep for ep in found if keep_failed or ep.success][: episodes - len(kept)]
+                kept += new
+                bar.update(len(new))
+                bar.set_postfix(expert_success=f"{successes}/{attempted}")
         backend.wait(group.call("close"))
     finally:
         backend.shutdown()
     if not kept:
-        raise RuntimeError(f"no episode of {attempted} succeeded; nothing written (use --all to keep failures)")
-    sample = kept[0]["obs"][0]
-    meta = {
-        "format_version": FORMAT_VERSION, "env_id": env_cfg.id, "obs_mode": env_cfg.obs_mode,
-        "max_episode_steps": env_cfg.max_episode_steps, "env_kwargs": env_cfg.kwargs, "action_chunk": chunk,
-        "action_dim": spec.action_dim, "action_low": list(spec.action_low), "action_high": list(spec.action_high),
-        "state_dim": int(sample[STATES].shape[0]) if STATES in sample else 0,
-        "image_shapes": {k: list(sample[k].shape) for k in IMAGE_KEYS if k in sample},
-        "episodes": len(kept), "successes_kept": sum(ep["success"] for ep in kept), "episodes_attempted": attempted,
-        "expert_success_rate": successes / attempted, "expert": "embodied.envs.experts", "seed": cfg.experiment.seed,
-        "created_by": "embodied collect " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["collect"] else "collect()",
-    }
-    path = write_dataset(Path(out), kept, meta)
-    return CollectReport(path, len(kept), attempted, successes, sum(len(ep["obs"]) for ep in kept))
+        raise CollectError(f"the expert succeeded in none of {attempted} episodes of {env_cfg.id}; nothing written "
+                           "(--all keeps failed episodes)")
+    first = kept[0].obs
+    meta = Meta(
+        env_id=env_cfg.id, obs_mode=env_cfg.obs_mode, max_episode_steps=env_cfg.max_episode_steps,
+        action_chunk=chunk, action_dim=spec.action_dim, action_low=[float(x) for x in spec.action_low],
+        action_high=[float(x) for x in spec.action_high], state_dim=spec.state_dim,
+        image_shapes={k: list(first[k].shape[1:]) for k in IMAGE_KEYS if k in first},
+        episodes=len(kept), successes=sum(ep.success for ep in kept), episodes_attempted=attempted,
+        successes_attempted=successes, rows=sum(ep.length for ep in kept), expert=expert, seed=cfg.experiment.seed,
+        tasks=sorted({ep.task for ep in kept}), env_kwargs=dict(env_cfg.kwargs),
+        created_by=f"{created_by} (embodied {__version__})",
+    )
+    write_dataset(out, kept, meta)
+    return CollectReport(out, meta.episodes, attempted, successes, meta.rows, time.perf_counter() - t0, meta)
+
+
+def collection_env(cfg: Config, episodes: int) -> EnvConfig:
+    """``cfg.env`` with auto-reset off and no more envs than episodes asked (but one per worker rank)."""
+    c = cfg.cluster
+    num_envs = max(min(cfg.env.num_envs, episodes), c.num_env_workers, c.num_rollout_workers)
+    return dataclasses.replace(cfg.env, auto_reset=False, num_envs=num_envs)
+

@@ -1,78 +1,132 @@
-"""A torch ``Dataset`` over a demonstrations folder, and a ``collate`` into what a policy takes."""
+"""A torch ``Dataset`` over a demonstrations folder, and a ``collate`` into what a policy takes.
+
+    data = DemoDataset("data/pick_place")            # rows = chunk steps; data.meta = meta.json
+    check_compatible(data.meta, cfg.policy.action_chunk, spec.action_dim, cfg.policy.required_observations())
+    loader = DataLoader(data, batch_size=64, shuffle=True, collate_fn=collate)
+    for obs, actions, executed in loader:            # obs exactly as Policy.act takes it
+        logprobs, _, _ = policy.evaluate(policy.forward_inputs(obs), actions)
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from embodied.data.format import IMAGE_KEYS, read_meta
-from embodied.types import STATES, TASK_DESCRIPTIONS, Obs
+from embodied.data.format import IMAGE_KEYS, OBS_KEYS, Meta, read_meta
+from embodied.types import MAIN_IMAGES, TASK_DESCRIPTIONS, Obs
 
-OBS_KEYS = (STATES, *IMAGE_KEYS)
+
+class DemoSample(NamedTuple):
+    """One chunk step: what the policy saw and the chunk the expert executed."""
+
+    obs: Obs  # unbatched: states float32 [S], main_images / wrist_images uint8 [H, W, 3], task_descriptions str
+    actions: torch.Tensor  # float32 [C, A], 0 where not executed
+    executed: torch.Tensor  # bool [C]
+
+
+class DemoBatch(NamedTuple):
+    """B chunk steps; ``obs`` is batched exactly as ``Policy.act`` and ``Policy.forward_inputs`` take it."""
+
+    obs: Obs  # states float32 [B, S], images uint8 [B, H, W, 3] (numpy), task_descriptions list of B str
+    actions: torch.Tensor  # float32 [B, C, A]
+    executed: torch.Tensor  # bool [B, C]
 
 
 class DemoDataset(torch.utils.data.Dataset):
-    """The chunk steps of a dataset written by ``embodied collect``, held in memory as numpy arrays.
+    """The chunk steps of a dataset written by ``embodied collect``.
 
-    ``data[i]`` is a dict: the obs keys present (``states`` float32 [S], images uint8 [H, W, 3]),
-    ``task_descriptions`` (str), ``actions`` float32 [C, A], ``executed`` bool [C]. ``meta`` is
-    the dataset's ``meta.json``; ``episode_indices`` [N] says which episode each row is from.
+    The columns are read once from the (memory-mapped) Arrow files into numpy arrays of their own
+    dtypes (images stay uint8), so indexing is cheap. ``meta`` is ``meta.json`` (``Meta``);
+    ``episode_indices`` [N] says which episode each row belongs to (split by episode, not by row).
     """
 
     def __init__(self, path: str | Path) -> None:
         from datasets import disable_progress_bars, load_from_disk
 
         disable_progress_bars()
-
         self.path = Path(path)
-        self.meta = read_meta(self.path)
-        table = load_from_disk(str(self.path)).with_format("numpy")
-        if len(table) == 0:
-            raise ValueError(f"dataset {str(self.path)!r} holds no episodes (collect more, or with --all)")
-        columns = [c for c in (*OBS_KEYS, "actions", "executed", "episode_index") if c in table.column_names]
-        data = table[:]
-        dtypes = {STATES: np.float32, "actions": np.float32, "executed": bool, "episode_index": np.int64,
-                  **{k: np.uint8 for k in IMAGE_KEYS}}  # numpy formatting widens Array3D uint8; cast back (exact)
-        self.columns = {c: np.asarray(data[c]).astype(dtypes[c], copy=False) for c in columns}
-        self.tasks = [str(t) for t in data["task"]]
-        self.obs_keys = [k for k in OBS_KEYS if k in self.columns]
+        self.meta: Meta = read_meta(self.path)
+        empty = ValueError(f"dataset {str(self.path)!r} holds no episodes (collect some, or keep failures with --all)")
+        if self.meta.episodes == 0 or self.meta.rows == 0:
+            raise empty  # (datasets itself cannot reload a saved dataset of no rows)
+        try:
+            rows = load_from_disk(str(self.path))
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"dataset {str(self.path)!r} has a meta.json but no readable rows: {exc}") from None
+        if len(rows) == 0:
+            raise empty
+        table = rows.with_format("arrow")[:]
+        self.obs_keys: list[str] = [k for k in OBS_KEYS if k in table.column_names]
+        self.columns: dict[str, np.ndarray] = {
+            k: _numpy(table, k) for k in (*self.obs_keys, "actions", "executed", "episode_index")}
+        self.tasks: list[str] = table.column("task").to_pylist()
 
     @property
     def episode_indices(self) -> np.ndarray:
+        """int64 [N]: the episode of every row."""
         return self.columns["episode_index"]
 
     def __len__(self) -> int:
         return len(self.tasks)
 
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        item = {k: self.columns[k][i] for k in (*self.obs_keys, "actions", "executed")}
-        item[TASK_DESCRIPTIONS] = self.tasks[i]
-        return item
+    def __getitem__(self, i: int) -> DemoSample:
+        obs: Obs = {k: self.columns[k][i] for k in self.obs_keys}
+        obs[TASK_DESCRIPTIONS] = self.tasks[i]
+        return DemoSample(obs, torch.from_numpy(self.columns["actions"][i]),
+                          torch.from_numpy(self.columns["executed"][i]))
 
 
-def collate(items: list[dict[str, Any]]) -> tuple[Obs, torch.Tensor, torch.Tensor]:
-    """``(obs, actions [B, C, A], executed [B, C])``; ``obs`` is batched as ``Policy.act`` takes it."""
-    obs: Obs = {k: np.stack([it[k] for it in items]) for k in OBS_KEYS if k in items[0]}
-    obs[TASK_DESCRIPTIONS] = [it[TASK_DESCRIPTIONS] for it in items]
-    actions = torch.from_numpy(np.stack([it["actions"] for it in items]).astype(np.float32))
-    executed = torch.from_numpy(np.stack([it["executed"] for it in items]).astype(bool))
-    return obs, actions, executed
+def collate(samples: list[DemoSample]) -> DemoBatch:
+    """Stack samples into ``(obs, actions [B, C, A], executed [B, C])`` (``collate_fn`` of a ``DataLoader``)."""
+    first = samples[0].obs
+    obs: Obs = {k: np.stack([s.obs[k] for s in samples]) for k in first if k != TASK_DESCRIPTIONS}
+    obs[TASK_DESCRIPTIONS] = [s.obs[TASK_DESCRIPTIONS] for s in samples]
+    return DemoBatch(obs, torch.stack([s.actions for s in samples]), torch.stack([s.executed for s in samples]))
 
 
-def check_compatible(meta: dict[str, Any], action_chunk: int, action_dim: int | None,
-                     needs: set[str] | None) -> None:
-    """Refuse a dataset whose chunk length, action dimension or observations do not fit the policy."""
+def check_compatible(meta: Meta, action_chunk: int, action_dim: int | None, obs_keys: set[str] | None,
+                     image_shape: tuple[int, ...] | None = None) -> None:
+    """Refuse a dataset that does not fit the policy, naming every mismatch (``ValueError``).
+
+    ``obs_keys``: the observations the policy needs, as obs keys (``states``, ``main_images``,
+    ``wrist_images``) or as ``PolicyConfig.required_observations()`` names them (``images`` =
+    ``main_images``). ``action_dim`` and ``image_shape`` (H, W, 3) are checked when given.
+    """
     problems = []
-    if meta["action_chunk"] != action_chunk:
-        problems.append(f"its chunks have {meta['action_chunk']} sub-actions, policy.action_chunk is {action_chunk}")
-    if action_dim is not None and meta["action_dim"] != action_dim:
-        problems.append(f"its actions have {meta['action_dim']} dimensions, the env's {action_dim}")
-    has = ({"states"} if meta["state_dim"] else set()) | ({"images"} if meta["image_shapes"].get("main_images") else set())
-    if needs and not needs <= has:
-        problems.append(f"it holds {' and '.join(sorted(has)) or 'no observations'} (obs mode {meta['obs_mode']!r}), "
-                        f"the policy needs {' and '.join(sorted(needs))}")
+    if meta.action_chunk != action_chunk:
+        problems.append(f"its chunks have {meta.action_chunk} sub-actions, policy.action_chunk is {action_chunk}")
+    if action_dim is not None and meta.action_dim != action_dim:
+        problems.append(f"its actions have {meta.action_dim} dimensions, the policy's (the env's) {action_dim}")
+    needed = {MAIN_IMAGES if k == "images" else k for k in (obs_keys or ())}
+    missing = sorted(needed - set(meta.obs_keys))
+    if missing:
+        problems.append(f"it holds {', '.join(meta.obs_keys) or 'no observations'} (obs mode {meta.obs_mode!r}), "
+                        f"the policy needs {', '.join(sorted(needed))} (missing: {', '.join(missing)})")
+    shape = meta.image_shapes.get(MAIN_IMAGES)
+    if image_shape is not None and shape is not None and tuple(shape) != tuple(image_shape):
+        problems.append(f"its main_images are {tuple(shape)}, the env's {tuple(image_shape)}")
     if problems:
-        raise ValueError(f"dataset does not fit: {'; '.join(problems)}")
+        raise ValueError(f"dataset ({meta.env_id}, {meta.episodes} episodes) does not fit the policy: "
+                         + "; ".join(problems))
+
+
+def _numpy(table: Any, name: str) -> np.ndarray:
+    """A fixed-shape column as one numpy array [N, ...] of its stored dtype (uint8 images stay uint8)."""
+    import pyarrow as pa
+
+    parts = []
+    for chunk in table.column(name).chunks:
+        if isinstance(chunk, pa.ExtensionArray):  # Array2D / Array3D: datasets' own, dtype-exact conversion
+            parts.append(chunk.to_numpy(zero_copy_only=False))
+            continue
+        values, shape = chunk, []
+        while pa.types.is_fixed_size_list(values.type):  # Sequence(length=n): flatten to the values
+            shape.append(values.type.list_size)
+            values = values.flatten()
+        parts.append(values.to_numpy(zero_copy_only=False).reshape(len(chunk), *shape))
+    out = np.concatenate(parts) if len(parts) != 1 else parts[0]
+    out = out.astype(np.uint8, copy=False) if name in IMAGE_KEYS else out
+    return out if out.flags.writeable else out.copy()  # torch.from_numpy wants writable memory

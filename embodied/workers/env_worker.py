@@ -13,6 +13,7 @@ import torch
 from embodied.channels import Shard
 from embodied.config import EnvConfig
 from embodied.config.schema import VideoConfig
+from embodied.data.format import OBS_KEYS, DemoEpisode
 from embodied.env_factory import make_vector_env, policy_spec
 from embodied.policy import PolicySpec
 from embodied.types import EnvError, Obs, PeerFailure, PeerFailureError, obs_slice
@@ -100,33 +101,35 @@ class EnvWorker:
             self._queue_videos(Path(video_dir), first)
         return executed
 
-    def collect_round(self, chunk: int, chunk_steps: int, reset_seed: int) -> list[dict]:
-        """One round of scripted-expert episodes on this worker's envs (auto-reset must be off).
+    def collect_round(self, chunk: int, chunk_steps: int, reset_seed: int) -> list[DemoEpisode]:
+        """One episode per env, driven by its scripted expert (the env config must have auto-reset off).
 
-        Env ``i`` is reset to ``reset_seed + i`` (global index) and driven by its expert for up to
-        ``chunk_steps`` chunks of ``chunk`` sub-steps. Returns one record per finished episode:
-        ``seed``, ``task``, ``success``, ``obs`` (what the policy would have acted on at each chunk
-        step: a list of per-step obs dicts), ``actions`` [T, C, A], ``executed`` [T, C], ``rewards`` [T, C].
+        Env ``i`` of the batch (global index) is reset to seed ``reset_seed + i``, then runs up to
+        ``chunk_steps`` expert chunks of ``chunk`` sub-steps (``expert_chunk_step``). Returns the
+        episodes that ended, in env order.
         """
-        stage = self.stages[0]
+        stage = self.stages[0]  # collect builds its env workers with one pipeline stage
         self._reset(reset_seed)
-        n = stage.venv.num_envs
-        steps: list[list[tuple]] = [[] for _ in range(n)]
-        obs, finished, episodes = stage.obs, np.zeros(n, bool), {}
-        for _ in range(chunk_steps):
+        obs, history, ended = stage.obs, [], {}  # ended: env -> (chunk steps, its EpisodeStats)
+        for t in range(chunk_steps):
             result, actions = stage.venv.expert_chunk_step(chunk)
-            for i in np.flatnonzero(~finished):
-                steps[i].append(({k: v[i] for k, v in obs.items()}, actions[i], result.executed[i], result.rewards[i]))
-            for e in result.episodes:
-                episodes[e.env_index] = e
-            finished |= result.dones
+            history.append((obs, actions, result.executed, result.rewards))
+            ended |= {e.env_index: (t + 1, e) for e in result.episodes}
             obs = result.obs
-            if finished.all():
+            if len(ended) == stage.venv.num_envs:
                 break
-        return [{"seed": reset_seed + stage.start + i, "task": episodes[i].task, "success": episodes[i].success_once,
-                 "obs": [s[0] for s in steps[i]], "actions": np.stack([s[1] for s in steps[i]]),
-                 "executed": np.stack([s[2] for s in steps[i]]), "rewards": np.stack([s[3] for s in steps[i]])}
-                for i in sorted(episodes)]
+
+        def rows(i: int, steps: int, part: int) -> np.ndarray:
+            return np.stack([h[part][i] for h in history[:steps]])
+
+        return [DemoEpisode(seed=reset_seed + stage.start + i, task=stats.task, success=stats.success_once,
+                            obs={k: np.stack([h[0][k][i] for h in history[:steps]]) for k in OBS_KEYS if k in obs},
+                            actions=rows(i, steps, 1), executed=rows(i, steps, 2), rewards=rows(i, steps, 3))
+                for i, (steps, stats) in sorted(ended.items())]
+
+    def expert_name(self) -> str:
+        """The class name of the scripted expert of this worker's envs."""
+        return type(self.venv.experts[0]).__name__
 
     def take_videos(self, wait: bool = False) -> VideoReport:
         """Videos written (and failures) since the last call; ``wait`` first finishes the queued ones."""

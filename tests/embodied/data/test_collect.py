@@ -3,107 +3,166 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from embodied.cli import main
 from embodied.config import ConfigError, load_config
-from embodied.data import DemoDataset, check_compatible, collate, read_meta
+from embodied.data import DemoDataset, collate, read_meta
 from embodied.data.collect import collect
 
 SMALL = ["env.num_envs=2", "eval_env.num_envs=2", "policy.action_chunk=4"]
 
 
-def test_state_demonstrations_read_back_with_shapes_seeds_and_whole_episodes(tmp_path):
+def load_raw(path):
+    """The dataset as any machine reads it: Hugging Face ``datasets`` alone."""
     import datasets
 
-    cfg = load_config(None, ["env.id=Reach-v0", *SMALL, "env.max_episode_steps=40", "experiment.seed=5"])
+    return datasets.load_from_disk(str(path)).with_format("numpy")
+
+
+def test_state_episodes_read_back_whole_seeded_and_replayable(tmp_path):
+    from embodied.envs.reach import ReachEnv
+
+    # Two env workers over three envs (2 + 1): seeds follow the global env index.
+    cfg = load_config(None, ["env.id=Reach-v0", "env.num_envs=4", "policy.action_chunk=4", "cluster.num_env_workers=2",
+                             "env.max_episode_steps=40", "experiment.seed=5"])
     report = collect(cfg, episodes=3, out=tmp_path / "reach")
-    assert report.episodes == 3 and report.successes == report.attempted == 4  # two rounds of two envs
-    raw = datasets.load_from_disk(str(tmp_path / "reach"))  # readable without embodied
-    assert raw.features["actions"].shape == (4, 3 + 1) and raw.features["executed"].length == 4
-    episodes = np.asarray(raw["episode_index"])
-    assert sorted(set(episodes.tolist())) == [0, 1, 2]
-    assert sorted(set(raw["seed"])) == [5, 6, 7]
+    assert (report.episodes, report.attempted, report.successes) == (3, 3, 3)
+    raw = load_raw(tmp_path / "reach")  # readable without embodied
+    assert raw.features["actions"].shape == (4, 4) and raw.features["actions"].dtype == "float32"
+    assert raw.features["states"].feature.dtype == "float32" and raw.features["executed"].length == 4
+    rows = raw[:]
+    assert rows["states"].dtype == np.float32 and rows["states"].shape == (report.rows, 10)
+    assert sorted(set(rows["episode_index"].tolist())) == [0, 1, 2]
+    assert list(dict.fromkeys(rows["seed"].tolist())) == [5, 6, 7]  # episode k from seed experiment.seed + k
+    assert set(rows["task"].tolist()) == {"reach the red target"} and rows["success"].all()
     for k in range(3):
-        rows = np.flatnonzero(episodes == k)
-        assert [raw[int(i)]["step"] for i in rows] == list(range(len(rows)))
-        assert [raw[int(i)]["done"] for i in rows] == [False] * (len(rows) - 1) + [True]
-        assert all(raw[int(i)]["success"] for i in rows)
-    data = DemoDataset(tmp_path / "reach")
-    item = data[0]
-    assert item["states"].dtype == np.float32 and item["states"].shape == (read_meta(tmp_path / "reach")["state_dim"],)
-    assert item["actions"].shape == (4, 4) and item["executed"].dtype == bool
-    assert item["task_descriptions"] == "reach the red target"
-    obs, actions, executed = collate([data[0], data[1]])
-    assert obs["states"].shape[0] == 2 and obs["task_descriptions"] == ["reach the red target"] * 2
-    assert actions.shape == (2, 4, 4) and executed.shape == (2, 4)
-    # Sub-steps after an episode's end carry zero actions.
-    last = np.flatnonzero(np.asarray(raw["done"]))[0]
-    row = raw[int(last)]
-    assert all(not any(a) for a, e in zip(row["actions"], row["executed"]) if not e)
+        ep = np.flatnonzero(rows["episode_index"] == k)
+        assert rows["step"][ep].tolist() == list(range(len(ep)))
+        assert rows["done"][ep].tolist() == [False] * (len(ep) - 1) + [True]  # complete episodes
+        assert rows["executed"][ep[:-1]].all()  # only the last chunk can stop early
+        not_run = ~rows["executed"][ep]
+        assert not rows["actions"][ep][not_run].any() and not rows["rewards"][ep][not_run].any()
+        # The seed replays the episode: same first state, and the executed actions succeed again.
+        env = ReachEnv(obs_mode="state", max_episode_steps=40)
+        obs, _ = env.reset(seed=int(rows["seed"][ep[0]]))
+        np.testing.assert_array_equal(obs["states"], rows["states"][ep[0]])
+        for t in ep:
+            for action in rows["actions"][t][rows["executed"][t]]:
+                obs, _, terminated, truncated, info = env.step(action)
+        assert info["success"] and terminated
+    meta = read_meta(tmp_path / "reach")
+    assert (meta.env_id, meta.obs_mode, meta.action_chunk, meta.action_dim) == ("Reach-v0", "state", 4, 4)
+    assert meta.state_dim == 10
+    assert (meta.episodes, meta.successes, meta.rows, meta.expert, meta.seed) == (3, 3, report.rows, "ReachExpert", 5)
+    assert meta.image_shapes == {} and meta.tasks == ["reach the red target"]
 
 
-def test_image_demonstrations_keep_exact_uint8_images_and_instructions(tmp_path):
+def test_image_episodes_keep_exact_uint8_images_and_the_instructions(tmp_path):
+    from embodied.envs.pick_color import PickColorEnv
+
     cfg = load_config(None, ["env.id=PickColor-v0", "env.obs_mode=rgb", "policy.type=vla", *SMALL,
-                             "env.max_episode_steps=80"])
-    collect(cfg, episodes=2, out=tmp_path / "pc")
+                             "env.max_episode_steps=60", "experiment.seed=3"])
+    collect(cfg, episodes=3, out=tmp_path / "pc")
     meta = read_meta(tmp_path / "pc")
-    assert meta["image_shapes"] == {"main_images": [64, 64, 3], "wrist_images": [64, 64, 3]} and meta["state_dim"] == 0
+    assert meta.image_shapes == {"main_images": [64, 64, 3], "wrist_images": [64, 64, 3]} and meta.state_dim == 0
+    assert meta.obs_keys == ["main_images", "wrist_images"] and meta.expert == "PickColorExpert"
+    raw = load_raw(tmp_path / "pc")
+    assert raw.features["main_images"].dtype == "uint8" and "states" not in raw.features
     data = DemoDataset(tmp_path / "pc")
-    assert data.obs_keys == ["main_images", "wrist_images"]
-    item = data[0]
-    assert item["main_images"].dtype == np.uint8 and item["main_images"].shape == (64, 64, 3)
-    assert item["main_images"].std() > 0  # a rendered scene, not a blank
-    assert item["task_descriptions"].startswith("pick up the ") and item["task_descriptions"].endswith(" cube")
+    first = np.flatnonzero(data.columns["episode_index"] == 0)[0]
+    sample = data[int(first)]
+    assert sample.obs["main_images"].dtype == np.uint8 and sample.obs["main_images"].std() > 0  # a rendered scene
+    # The episode's seed gives back its first images bit for bit, and its instruction.
+    env = PickColorEnv(obs_mode="rgb", max_episode_steps=60)
+    obs, _ = env.reset(seed=3)
+    np.testing.assert_array_equal(obs["main_images"], sample.obs["main_images"])
+    np.testing.assert_array_equal(obs["wrist_images"], sample.obs["wrist_images"])
+    assert sample.obs["task_descriptions"] == env.task_description
+    assert all(t.startswith("pick up the ") and t.endswith(" cube") for t in data.tasks)
+    assert set(data.tasks) == set(meta.tasks)
+    env.close()
 
 
-def test_an_env_without_an_expert_lists_those_with_one(tmp_path):
+def test_only_successful_episodes_by_default_and_all_of_them_with_keep_failed(tmp_path):
+    # Three sub-steps are too few for some Reach targets: the expert fails part of the episodes.
+    cfg = load_config(None, ["env.id=Reach-v0", "env.num_envs=8", "env.max_episode_steps=3", "policy.action_chunk=2"])
+    kept = collect(cfg, episodes=6, out=tmp_path / "ok")
+    rows = load_raw(tmp_path / "ok")[:]
+    assert kept.episodes == 6 and kept.attempted > kept.successes and rows["success"].all()
+    assert rows["done"].sum() == 6 and 0 < read_meta(tmp_path / "ok").expert_success_rate < 1
+    every = collect(cfg, episodes=8, out=tmp_path / "all", keep_failed=True)
+    rows = load_raw(tmp_path / "all")[:]
+    assert every.episodes == every.attempted == 8 and rows["done"].sum() == 8
+    assert not rows["success"].all() and read_meta(tmp_path / "all").successes == every.successes
+    assert list(dict.fromkeys(rows["seed"].tolist())) == list(range(8))  # failures keep their seeds too
+
+
+@pytest.mark.parametrize("task", ["Reach-v0", "Push-v0", "PickPlace-v0", "Stack-v0", "PickColor-v0"])
+def test_the_expert_succeeds_in_nearly_every_collected_episode(tmp_path, task):
+    report = collect(load_config(None, [f"env.id={task}", "env.num_envs=8", "env.max_episode_steps=100",
+                                        "policy.action_chunk=4"]), episodes=32, out=tmp_path / "d", keep_failed=True)
+    assert report.successes / report.attempted >= 0.9
+
+
+def test_a_task_without_an_expert_fails_before_any_worker_listing_those_with_one(tmp_path, monkeypatch, capsys):
+    import embodied.data.collect as collect_module
+
+    monkeypatch.setattr(collect_module, "make_backend", lambda *a: pytest.fail("a worker started"))
     cfg = load_config(None, ["env.id=tests.toy_envs:CountingEnv", "env.num_envs=2"])
     with pytest.raises(ConfigError, match="has no scripted expert") as info:
         collect(cfg, episodes=1, out=tmp_path / "x")
-    assert "Reach-v0" in str(info.value) and "PickColor-v0" in str(info.value)
-    assert not (tmp_path / "x").exists()
+    for task in ("Reach-v0", "Push-v0", "PickPlace-v0", "Stack-v0", "PickColor-v0"):
+        assert task in str(info.value)
+    assert main(["collect", "configs/reach_mlp_ppo.yaml", "env.id=tests.toy_envs:CountingEnv", "--episodes", "1",
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "tasks with one: " in capsys.readouterr().err and not any(tmp_path.iterdir())
 
 
-def test_an_interrupted_collect_leaves_no_dataset(tmp_path, monkeypatch):
+def test_an_interrupted_write_leaves_no_dataset(tmp_path, monkeypatch):
     import datasets
 
-    def interrupted(self, *args, **kwargs):
-        (Path(args[0]) / "half-written.arrow").write_bytes(b"x")
+    def interrupted(self, path, *args, **kwargs):
+        original(self, path, *args, **kwargs)  # the rows are all there, meta.json is not yet
         raise KeyboardInterrupt
 
+    original = datasets.Dataset.save_to_disk
     monkeypatch.setattr(datasets.Dataset, "save_to_disk", interrupted)
-    cfg = load_config(None, ["env.id=Reach-v0", *SMALL])
     with pytest.raises(KeyboardInterrupt):
-        collect(cfg, episodes=1, out=tmp_path / "reach")
+        collect(load_config(None, ["env.id=Reach-v0", *SMALL]), episodes=2, out=tmp_path / "reach")
     assert list(tmp_path.iterdir()) == []  # neither the dataset nor its temp folder
 
 
-def test_the_cli_collects_and_refuses_to_overwrite(tmp_path, capsys):
-    args = ["collect", "configs/reach_mlp_ppo.yaml", *SMALL, "--episodes", "2", "--out", str(tmp_path / "d")]
+def test_an_env_that_fails_mid_collect_leaves_no_dataset_and_the_cli_names_it(tmp_path, monkeypatch, capsys):
+    from embodied.envs.reach import ReachEnv
+
+    original, calls = ReachEnv.step, {"n": 0}
+
+    def step(self, action):
+        calls["n"] += 1
+        if calls["n"] > 30:  # a few episodes in
+            raise RuntimeError("simulator exploded")
+        return original(self, action)
+
+    monkeypatch.setattr(ReachEnv, "step", step)
+    out = tmp_path / "reach"
+    assert main(["collect", "configs/reach_mlp_ppo.yaml", *SMALL, "--episodes", "40", "--out", str(out)]) == 1
+    assert "simulator exploded" in capsys.readouterr().err
+    assert calls["n"] > 30 and list(tmp_path.iterdir()) == []
+
+
+def test_the_cli_collects_end_to_end_and_refuses_to_overwrite(tmp_path, capsys):
+    out = tmp_path / "d"
+    args = ["collect", "configs/pick_place_mlp_sft.yaml", *SMALL, "env.max_episode_steps=60", "--episodes", "2",
+            "--out", str(out)]
     assert main(args) == 0
-    assert "wrote 2 episodes" in capsys.readouterr().out
-    assert json.loads((tmp_path / "d" / "meta.json").read_text())["episodes"] == 2
+    printed = capsys.readouterr().out
+    assert "wrote 2 episodes" in printed and "episodes/s" in printed and "the expert succeeded in" in printed
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["episodes"] == 2 and meta["env_id"] == "PickPlace-v0" and meta["format_version"] == 1
+    assert meta["created_by"].startswith("embodied collect configs/pick_place_mlp_sft.yaml")
+    obs, actions, executed = collate([DemoDataset(out)[0]])
+    assert actions.shape == (1, 4, 4) and executed.shape == (1, 4) and obs["states"].shape[0] == 1
     assert main(args) == 2 and "exists" in capsys.readouterr().err
-
-
-def test_a_dataset_that_does_not_fit_the_policy_is_named():
-    meta = {"action_chunk": 4, "action_dim": 4, "state_dim": 10, "image_shapes": {}, "obs_mode": "state"}
-    with pytest.raises(ValueError, match="its chunks have 4 sub-actions, policy.action_chunk is 2"):
-        check_compatible(meta, 2, None, None)
-    with pytest.raises(ValueError, match="its actions have 4 dimensions, the env's 7"):
-        check_compatible(meta, 4, 7, None)
-    with pytest.raises(ValueError, match="it holds states .*the policy needs images"):
-        check_compatible(meta, 4, 4, {"images"})
-    check_compatible(meta, 4, 4, {"states"})
-
-
-def test_a_folder_that_is_not_a_dataset_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        DemoDataset(tmp_path / "nope")
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match="no meta.json"):
-        DemoDataset(tmp_path / "empty")
