@@ -26,7 +26,8 @@ from embodied.atomic import atomic_path
 from embodied.config import LoggerConfig
 
 CONSOLE_KEYS = {"env/success_rate": "succ", "env/return": "ret", "eval/success_rate": "eval_succ",
-                "env_steps_per_s": "sps", "train/approx_kl": "kl"}
+                "env_steps_per_s": "sps", "train/approx_kl": "kl",
+                "sft/train_loss": "loss", "sft/val_loss": "val_loss"}  # the last two: embodied sft
 WANDB_ID_FILE = "wandb_id.txt"
 
 

@@ -32,7 +32,7 @@ PANELS = (
           (-0.02, 1.02)),
     Panel("return", ("env/return", "eval/return")),
     Panel("episode length", ("env/episode_len", "eval/episode_len")),
-    Panel("policy loss", ("train/policy_loss",)),
+    Panel("policy loss", ("train/policy_loss", "sft/train_loss", "sft/val_loss")),
     Panel("value loss", ("train/value_loss",)),
     Panel("env steps / s", ("env_steps_per_s",)),
 )

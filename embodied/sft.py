@@ -76,7 +76,7 @@ def sft(cfg: Config) -> SFTResult:
                 optimizer.step()
                 window.append(float(loss.detach()))
                 if step % cfg.sft.log_every == 0 or step == total:
-                    metrics = {"train/policy_loss": float(np.mean(window)), "sft/epoch": step / len(loader),
+                    metrics = {"sft/train_loss": float(np.mean(window)), "sft/epoch": step / len(loader),
                                "sft/samples_per_s": len(window) * cfg.sft.batch_size / (time.perf_counter() - t0)}
                     window, t0 = [], time.perf_counter()
                     if len(val_set):

@@ -33,7 +33,7 @@ def run_sft(tmp_path: Path, dataset: Path, *overrides: str):
 @pytest.mark.slow
 def test_sft_lowers_the_loss_and_beats_the_untrained_policy_then_starts_ppo(tmp_path, reach_demos):
     trained = run_sft(tmp_path / "a", reach_demos, "sft.epochs=40", "sft.lr=0.003")
-    losses = [m["train/policy_loss"] for m in trained.history]
+    losses = [m["sft/train_loss"] for m in trained.history]
     assert losses[-1] < losses[0] - 1.0 and all(math.isfinite(x) for x in losses)
     assert "sft/val_loss" in trained.history[-1]
     untrained = run_sft(tmp_path / "b", reach_demos, "sft.epochs=1", "sft.lr=1e-12")
@@ -74,6 +74,6 @@ def test_the_tiny_vla_learns_from_image_demonstrations(tmp_path):
     result = sft(load_config(None, [*cfg, *QUIET, "runner.eval_episodes=2", f"sft.dataset={tmp_path / 'pc'}",
                                     "sft.epochs=3", "sft.batch_size=16", "sft.log_every=1", "sft.val_fraction=0",
                                     f"experiment.output_dir={tmp_path / 'runs'}"]))
-    losses = [m["train/policy_loss"] for m in result.history]
+    losses = [m["sft/train_loss"] for m in result.history]
     assert losses[-1] < losses[0]  # cross-entropy on the action tokens falls
     assert (result.checkpoint / "policy" / "action_tokenizer.json").is_file()
