@@ -90,7 +90,8 @@ def _draw(ax, rows: list[dict[str, float]], panel: Panel) -> None:
         if not xs:
             continue
         is_eval = key.startswith("eval/")
-        ax.plot(xs, ys, marker="o" if is_eval else None, markersize=4, label=key.split("/")[0] if "/" in key else key)
+        label = key.replace("/", " ").replace("_loss", "") if key.startswith("sft/") else key.split("/")[0]
+        ax.plot(xs, ys, marker="o" if is_eval else None, markersize=4, label=label)
         if is_eval and panel.band is not None:
             lo, hi = (series(rows, k)[1] for k in panel.band)
             if len(lo) == len(xs) == len(hi):
@@ -98,7 +99,7 @@ def _draw(ax, rows: list[dict[str, float]], panel: Panel) -> None:
     if panel.ylim is not None:
         ax.set_ylim(*panel.ylim)
     ax.set_title(panel.title)
-    ax.set_xlabel("env steps")
+    ax.set_xlabel("env steps" if any("env_steps" in row for row in rows) else "step")  # SFT: gradient steps
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize=8)
