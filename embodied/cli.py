@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -45,12 +46,18 @@ def main(argv: list[str] | None = None) -> int:
     p_plot.add_argument("run_dir")
     p_list = sub.add_parser("list", help="list registered envs or policies")
     p_list.add_argument("what", choices=["envs", "policies"])
-    p_check = sub.add_parser("check-env", help="validate a simulator against the contracts", add_help=False)
-    p_check.add_argument("args", nargs=argparse.REMAINDER, help="see `embodied check-env --help`")
+    sub.add_parser("check-env", help="validate a simulator against the contracts (see `embodied check-env --help`)",
+                   add_help=False)  # listed here; embodied.check_env parses its own arguments, --help included
     p_tiny = sub.add_parser("make-tiny-vla", help="build a tiny VLA backbone offline (save_pretrained folder)")
     p_tiny.add_argument("out_dir", help="folder to write (AutoModelForImageTextToText.from_pretrained reads it)")
     p_tiny.add_argument("--backbone", default="smolvlm-tiny", help="smolvlm-tiny (default) or qwen2_5_vl-tiny")
     p_tiny.add_argument("--seed", type=int, default=0, help="seed of the random initial weights")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["check-env"]:
+        from embodied.check_env import main as check_env_main
+
+        os.environ.setdefault("MUJOCO_GL", "egl")
+        return check_env_main(argv[1:])
     args = parser.parse_args(argv)
     os.environ.setdefault("MUJOCO_GL", "egl")
     if args.command == "train":
@@ -65,10 +72,6 @@ def main(argv: list[str] | None = None) -> int:
         return _plot(args.run_dir)
     if args.command == "make-tiny-vla":
         return _make_tiny_vla(args.out_dir, args.backbone, args.seed)
-    if args.command == "check-env":
-        from embodied.check_env import main as check_env_main
-
-        return check_env_main(args.args)
     return _list(args.what)
 
 
@@ -110,16 +113,21 @@ def _train(path: str, overrides: list[str]) -> int:
 
 def _collect(args: argparse.Namespace) -> int:
     from embodied.config import ConfigError, load_config
-    from embodied.data.collect import collect
+    from embodied.data.collect import CollectError, collect
 
     try:
-        report = collect(load_config(args.config, args.overrides), args.episodes, Path(args.out), args.all)
-    except ConfigError as exc:
+        command = ["embodied", "collect", args.config, *args.overrides, "--episodes", str(args.episodes),
+                   "--out", args.out]
+        report = collect(load_config(args.config, args.overrides), args.episodes, Path(args.out), args.all,
+                         shlex.join(command + ["--all"] * args.all))
+    except (ConfigError, CollectError) as exc:
         return _error(exc)
     except Exception as exc:
         return _env_error(exc)
-    print(f"wrote {report.episodes} episodes ({report.rows} chunk steps) to {report.path}; the expert succeeded in "
-          f"{report.successes} of {report.attempted} episodes run")
+    short = f" (asked for {args.episodes}: the expert failed too often)" if report.episodes < args.episodes else ""
+    print(f"wrote {report.episodes} episodes{short}, {report.rows} chunk steps, to {report.path} "
+          f"in {report.seconds:.1f} s ({report.attempted / report.seconds:.1f} episodes/s)")
+    print(f"the expert succeeded in {report.successes} of {report.attempted} episodes run")
     return 0
 
 

@@ -29,7 +29,7 @@ def describe_env(name: str) -> EnvDescription:
     entry = str(ENVS.entry_point(name))
     try:
         target = ENVS.resolve(name)
-    except ImportError as exc:
+    except Exception as exc:  # noqa: BLE001 - a missing extra or a broken plug-in: listed, not fatal
         return EnvDescription(name, entry, [], "", f"unavailable: {exc}")
     modes, action = [], ""
     errors: list[str] = []

@@ -223,7 +223,8 @@ def _build_checked(target: Callable, kwargs: dict, env_id: str) -> gym.Env:
     try:
         check_convention_spaces(env, f"env {env_id!r} ({describe(target)})")
     except Exception:
-        env.close()
+        if callable(getattr(env, "close", None)):  # a class that is not a gymnasium env may have none
+            env.close()
         raise
     return env
 

@@ -28,6 +28,7 @@ from embodied.atomic import atomic_path
 from embodied.checkpoint import load_checkpoint
 from embodied.config import Config
 from embodied.placement import make_backend
+from embodied.preflight import preflight
 from embodied.types import EpisodeStats
 from embodied.workers.group import Evaluator, Workers
 
@@ -188,6 +189,8 @@ class EvalReport:
 def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int, out_dir: Path,
                         video: bool = False) -> EvalReport:
     """Greedy eval of a checkpoint's policy on ``cfg``'s eval envs; writes ``out_dir/eval.json``."""
+    if cfg.env.preflight:  # check-env's fast checks on one eval env, before any worker starts
+        preflight(cfg.resolved_eval_env(), "eval_env", video)
     state = load_checkpoint(checkpoint)
     torch.manual_seed(cfg.experiment.seed)
     backend = make_backend(cfg.cluster)

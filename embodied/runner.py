@@ -35,6 +35,7 @@ from embodied.evaluation import PeriodicEval, episode_metrics
 from embodied.logger import MetricLogger, read_wandb_id
 from embodied.placement import make_backend
 from embodied.plot import plot_run
+from embodied.preflight import preflight_run
 from embodied.workers.group import Workers
 
 
@@ -53,6 +54,8 @@ def train(cfg: Config) -> TrainResult:
     """Train ``cfg`` to completion; every worker is stopped on the way out, also on error."""
     check_env_config(cfg.env, "env")
     check_env_config(cfg.resolved_eval_env(), "eval_env")
+    if cfg.env.preflight:  # check-env's fast checks on one env, before any worker starts or run dir is made
+        preflight_run(cfg, video=cfg.runner.eval_video != "none")
     if cfg.policy.init_from:
         try:
             check_init_from(cfg.policy.init_from, cfg.policy.type, cfg.policy.action_chunk)

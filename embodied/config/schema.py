@@ -36,6 +36,7 @@ class EnvConfig:
     max_episode_steps: int = 50  # env steps (sub-steps, not chunks) before truncation
     auto_reset: bool = True  # reset done envs at the chunk boundary (off: done envs stay done)
     kwargs: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for the env constructor
+    preflight: bool = True  # run check-env's fast checks on one env in the driver before any worker starts
 
 
 @dataclass

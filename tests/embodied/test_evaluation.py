@@ -186,7 +186,8 @@ def test_checkpoint_eval_is_reproducible_and_its_videos_decode(tmp_path):
 
 
 def test_a_failing_eval_does_not_stop_training(tmp_path):
-    cfg = toy_config(tmp_path, "eval_env.id=test-failing-step", "runner.iterations=3")
+    # env.preflight=false: the preflight would stop this run (on purpose: the eval env breaks); the runtime path is tested
+    cfg = toy_config(tmp_path, "eval_env.id=test-failing-step", "runner.iterations=3", "env.preflight=false")
     with pytest.warns(UserWarning, match="eval at iteration 1 failed.*simulator exploded"):
         result = train(cfg)
     assert len(result.history) == 3
@@ -198,7 +199,7 @@ def test_a_failing_eval_does_not_stop_training(tmp_path):
 @pytest.mark.timeout(120)
 def test_an_eval_env_failing_at_reset_does_not_hang_training(tmp_path):
     with pytest.warns(UserWarning, match="eval at iteration 1 failed.*reset failed"):
-        result = train(toy_config(tmp_path, "eval_env.id=test-failing-reset"))
+        result = train(toy_config(tmp_path, "eval_env.id=test-failing-reset", "env.preflight=false"))  # see above
     assert result.history[0]["eval/failed"] == 1.0 and len(result.history) == 2
 
 
@@ -213,7 +214,7 @@ def test_a_policy_failing_in_eval_releases_the_env_workers(local_backend):
 
 
 def test_a_renderer_that_raises_does_not_stop_training(tmp_path):
-    cfg = toy_config(tmp_path, "eval_env.id=test-broken-render", "runner.eval_video=all")
+    cfg = toy_config(tmp_path, "eval_env.id=test-broken-render", "runner.eval_video=all", "env.preflight=false")
     with pytest.warns(UserWarning, match="rendering failed.*no GL context"):
         result = train(cfg)
     assert len(result.history) == 2

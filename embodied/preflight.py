@@ -1,0 +1,70 @@
+"""Preflight: check-env's fast checks on one env, in the driver, before any worker starts.
+
+``embodied train`` and ``embodied eval`` build one env (a batched env with ``num_envs=2``) of each
+env section they use and run ``embodied.check_env``'s fast subset: reset/step types and the
+5-tuple, observation keys/dtypes/shapes/finite, spaces, action bounds, an episode ending within
+``max_episode_steps``, seed determinism, ``info['success']``, ``render()`` when videos are on, and
+for a ``BatchedEnv`` the chunk-step rules, ``final_obs`` and ``auto_reset=False``. A failure is a
+``ConfigError`` naming the user's class, its file and the fix (the CLI exits 2, and no run
+directory is made); what only degrades results (no success key, a reset that ignores its seed) is
+a warning. ``env.preflight: false`` skips it.
+
+    preflight(cfg.env, "env", video=False)
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+from embodied.check_env import CheckResult, check_env, describe_target
+from embodied.config import Config, ConfigError, EnvConfig
+from embodied.registry import ENVS
+
+
+def preflight(cfg: EnvConfig, section: str, video: bool) -> None:
+    """Raise ``ConfigError`` if ``cfg``'s env fails a fast check; warn once for each degrading finding."""
+    results = check_env(cfg, fast=True, render="require" if video else "skip")
+    who = _who(cfg, section)
+    failed = [r for r in results if r.severity == "error"]
+    if failed:
+        raise ConfigError(_message(who, cfg, failed))
+    for r in results:
+        if r.severity == "warning":
+            warnings.warn(f"{who}: {r.name}: {r.detail}; fix: {r.fix}", stacklevel=2)
+
+
+def preflight_run(cfg: Config, video: bool) -> None:
+    """``embodied train``'s preflight: the training env, and the eval env where it is another env (or renders)."""
+    eval_env = cfg.resolved_eval_env()
+    same = _same_env(cfg.env, eval_env)
+    preflight(cfg.env, "env", video and same)
+    if not same:
+        preflight(eval_env, "eval_env", video)
+
+
+def _same_env(a: EnvConfig, b: EnvConfig) -> bool:
+    """Whether two sections build the same env (num_envs and auto_reset aside: the checks cover both)."""
+    fields = ("id", "obs_mode", "max_episode_steps", "kwargs")
+    return all(getattr(a, f) == getattr(b, f) for f in fields)
+
+
+def _who(cfg: EnvConfig, section: str) -> str:
+    try:
+        return f"{section}.id {cfg.id!r} ({describe_target(ENVS.resolve(cfg.id))})"
+    except Exception:  # noqa: BLE001 - the failing row says why it does not resolve
+        return f"{section}.id {cfg.id!r}"
+
+
+def _message(who: str, cfg: EnvConfig, failed: list[CheckResult]) -> str:
+    lines = [f"{who} fails the preflight (check-env's fast checks, run before any worker starts):"]
+    lines += ["  " + line for r in failed for line in r.traceback.splitlines()]  # above the rows that refer to it
+    for r in failed:
+        lines += [f"  {r.name}: {r.detail}", f"    fix: {r.fix}"]
+    options = [f"--obs-mode {cfg.obs_mode}", f"--max-episode-steps {cfg.max_episode_steps}"]
+    if cfg.kwargs:
+        options.append(f"--kwargs '{json.dumps(cfg.kwargs, default=str)}'")
+    lines.append(f"All checks: embodied check-env {cfg.id} {' '.join(options)}; to skip this preflight: "
+                 f"env.preflight=false")
+    return "\n".join(lines)
+
