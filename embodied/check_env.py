@@ -432,10 +432,14 @@ class _SingleChecks(_Checks):
             raise self._no_frames(str(exc)) from None
         env = venv.envs[0]
         _reset(env, self.seed)
-        frames, rng = [env.render()], np.random.default_rng(self.seed)
-        for _ in range(3):
-            env.step(_random_action(env.action_space, rng))
-            frames.append(env.render())
+        rng = np.random.default_rng(self.seed)
+        try:
+            frames = [env.render()]
+            for _ in range(3):
+                env.step(_random_action(env.action_space, rng))
+                frames.append(env.render())
+        except NotImplementedError:  # gymnasium.Env's own render(): the class has none
+            raise self._no_frames("the env does not implement render()") from None
         if any(f is None for f in frames):
             raise self._no_frames("render() returned None with render_mode='rgb_array'")
         return _check_frames(frames)

@@ -96,19 +96,22 @@ def _train(path: str, overrides: list[str]) -> int:
     from embodied.runner import train
 
     try:
-        cfg = load_config(path, overrides)
-        result = train(cfg)
+        result = train(load_config(path, overrides))
     except ConfigError as exc:
         return _error(exc)
     except Exception as exc:
         return _env_error(exc)
-    ev = result.final_eval
-    print(f"final eval: success_rate={ev.get('eval/success_rate', float('nan')):.3f} "
-          f"return={ev.get('eval/return', float('nan')):.3f} over {int(ev.get('eval/episodes', 0))} episodes")
-    print(f"run dir: {result.run_dir}\ncheckpoint: {result.checkpoint}")
+    _print_result(result.final_eval, result.run_dir, result.checkpoint)
     if result.plot is not None:
         print(f"learning curves: {result.plot}")
     return 0
+
+
+def _print_result(final_eval: dict[str, float], run_dir: Path, checkpoint: Path | None) -> None:
+    ev = final_eval
+    print(f"final eval: success_rate={ev.get('eval/success_rate', float('nan')):.3f} "
+          f"return={ev.get('eval/return', float('nan')):.3f} over {int(ev.get('eval/episodes', 0))} episodes")
+    print(f"run dir: {run_dir}\ncheckpoint: {checkpoint}")
 
 
 def _collect(args: argparse.Namespace) -> int:
@@ -141,10 +144,7 @@ def _sft(path: str, overrides: list[str]) -> int:
         return _error(exc)
     except Exception as exc:
         return _env_error(exc)
-    ev = result.final_eval
-    print(f"final eval: success_rate={ev.get('eval/success_rate', float('nan')):.3f} "
-          f"over {int(ev.get('eval/episodes', 0))} episodes")
-    print(f"run dir: {result.run_dir}\ncheckpoint: {result.checkpoint}")
+    _print_result(result.final_eval, result.run_dir, result.checkpoint)
     print(f"start RL from it: embodied train CONFIG policy.init_from={result.checkpoint}")
     return 0
 
