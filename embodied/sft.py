@@ -75,13 +75,14 @@ def sft(cfg: Config) -> SFTResult:
                 torch.nn.utils.clip_grad_norm_(params, cfg.sft.max_grad_norm)
                 optimizer.step()
                 window.append(float(loss.detach()))
-                if step % cfg.sft.log_every == 0 or step == total:
+                evaluating = step == total or bool(cfg.sft.eval_every and step % cfg.sft.eval_every == 0)
+                if evaluating or step % cfg.sft.log_every == 0:
                     metrics = {"sft/train_loss": float(np.mean(window)), "sft/epoch": step / len(loader),
                                "sft/samples_per_s": len(window) * cfg.sft.batch_size / (time.perf_counter() - t0)}
                     window, t0 = [], time.perf_counter()
                     if len(val_set):
                         metrics["sft/val_loss"] = validation_loss(policy, val_set, cfg.sft.batch_size)
-                    if step == total or (cfg.sft.eval_every and step % cfg.sft.eval_every == 0):
+                    if evaluating:
                         metrics |= evaluate(evaluator, policy, step, cfg.runner.eval_episodes)
                     logger.log(metrics, step=step)
                     history.append(metrics)

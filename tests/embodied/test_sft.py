@@ -32,8 +32,10 @@ def run_sft(tmp_path: Path, dataset: Path, *overrides: str):
 
 @pytest.mark.slow
 def test_sft_lowers_the_loss_and_beats_the_untrained_policy_then_starts_ppo(tmp_path, reach_demos):
-    trained = run_sft(tmp_path / "a", reach_demos, "sft.epochs=40", "sft.lr=0.003")
+    trained = run_sft(tmp_path / "a", reach_demos, "sft.epochs=40", "sft.lr=0.003", "sft.eval_every=7")
     losses = [m["sft/train_loss"] for m in trained.history]
+    evals = [m for m in trained.history if "eval/success_rate" in m]
+    assert len(evals) >= 2  # every sft.eval_every steps, whatever sft.log_every is, and at the end
     assert losses[-1] < losses[0] - 1.0 and all(math.isfinite(x) for x in losses)
     assert "sft/val_loss" in trained.history[-1]
     untrained = run_sft(tmp_path / "b", reach_demos, "sft.epochs=1", "sft.lr=1e-12")
