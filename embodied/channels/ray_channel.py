@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from typing import TYPE_CHECKING, Any
 
 from embodied.channels.base import ChannelTimeout, check_timeout
@@ -134,8 +135,21 @@ class RayChannel:
 
         return ray.get(self._actor.qsize.remote(key))
 
-    def close(self) -> None:
-        """Kill the backing actor; queued items are dropped and later calls fail."""
+    def close(self, wait_s: float = 10.0) -> None:
+        """Kill the backing actor; queued items are dropped and later calls fail.
+
+        ``ray.kill`` returns before the actor is gone, so a call right after it could still be
+        answered; this waits (up to ``wait_s``) until the actor answers with its death.
+        """
         import ray
 
         ray.kill(self._actor)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                ray.get(self._actor.qsize.remote(""), timeout=1.0)
+            except ray.exceptions.RayActorError:
+                return
+            except ray.exceptions.GetTimeoutError:
+                continue
+            time.sleep(0.01)
