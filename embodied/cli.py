@@ -104,7 +104,10 @@ def _train(path: str, overrides: list[str]) -> int:
     _print_result(result.final_eval, result.run_dir, result.checkpoint)
     if result.plot is not None:
         print(f"learning curves: {result.plot}")
-    return 0
+    if result.interrupted:
+        print(f"stopped by {result.interrupted}; final checkpoint {result.checkpoint}; continue with: "
+              f"embodied train {path} runner.resume_from={result.run_dir}", file=sys.stderr)
+    return result.exit_code
 
 
 def _print_result(final_eval: dict[str, float], run_dir: Path, checkpoint: Path | None) -> None:

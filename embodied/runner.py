@@ -35,6 +35,7 @@ from embodied.evaluation import PeriodicEval, episode_metrics
 from embodied.logger import MetricLogger, read_wandb_id
 from embodied.placement import make_backend
 from embodied.plot import plot_run
+from embodied.stop import StopRequest
 from embodied.preflight import preflight_run
 from embodied.workers.group import Workers
 
@@ -48,6 +49,8 @@ class TrainResult:
     checkpoint: Path | None  # the last checkpoint
     history: list[dict[str, float]] = field(default_factory=list)  # the metrics of every iteration run
     plot: Path | None = None  # learning_curves.png, if drawn
+    interrupted: str | None = None  # the signal (SIGINT, SIGTERM) that stopped the run early, if any
+    exit_code: int = 0  # 128 + that signal's number (the shell's convention), else 0
 
 
 def train(cfg: Config) -> TrainResult:
@@ -70,7 +73,9 @@ def train(cfg: Config) -> TrainResult:
     backend = make_backend(cfg.cluster)
     logger: MetricLogger | None = None
     history: list[dict[str, float]] = []
+    stop = StopRequest()
     try:
+        stop.__enter__()  # SIGINT/SIGTERM: finish the iteration, checkpoint, stop (see embodied.stop)
         workers = Workers.start(cfg, backend)
         if resume:
             workers.load_actor_state(resume.actor)
@@ -86,19 +91,22 @@ def train(cfg: Config) -> TrainResult:
                 metrics |= evaluate(it)
             logger.log(metrics, step=it, videos=evaluate.videos())
             history.append(metrics)
-            if due(it, cfg.runner.checkpoint_every, last):
+            if due(it, cfg.runner.checkpoint_every, last) or stop.signal:
                 checkpoint = workers.save_checkpoint(run_dir / "checkpoints" / f"iter_{it:06d}", {
                     "iteration": it, "env_steps": env_steps, "config": to_dict(cfg), "wandb_id": logger.wandb_id,
                 })
+            if stop.signal:
+                break
         logger.log_videos(evaluate.videos(wait=True), step=max(last, start))  # the last eval's, once encoded
         workers.close()
     finally:
+        stop.__exit__()
         if logger is not None:
             logger.close()
         backend.shutdown()
     final_eval = {k: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
     plot = draw_learning_curves(run_dir) if cfg.runner.plot else None
-    return TrainResult(run_dir, final_eval, checkpoint, history, plot)
+    return TrainResult(run_dir, final_eval, checkpoint, history, plot, stop.signal, stop.exit_code)
 
 
 def train_iteration(workers: Workers, cfg: Config, it: int) -> tuple[dict[str, float], int]:
