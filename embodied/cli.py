@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     p_collect.add_argument("--episodes", type=int, required=True, help="episodes to keep")
     p_collect.add_argument("--out", required=True, help="dataset folder to write (must not exist)")
     p_collect.add_argument("--all", action="store_true", help="keep failed episodes too (default: successes only)")
+    p_collect.add_argument("--noise", type=float, default=0.0,
+                           help="execute the expert's actions with Gaussian noise of this fraction of half the "
+                                "action range, recording the expert's own (DART; default 0)")
     p_plot = sub.add_parser("plot", help="draw learning_curves.png from a run dir's metrics.jsonl")
     p_plot.add_argument("run_dir")
     p_list = sub.add_parser("list", help="list registered envs or policies")
@@ -124,8 +127,9 @@ def _collect(args: argparse.Namespace) -> int:
     try:
         command = ["embodied", "collect", args.config, *args.overrides, "--episodes", str(args.episodes),
                    "--out", args.out]
+        command += ["--all"] * args.all + ["--noise", str(args.noise)] * bool(args.noise)
         report = collect(load_config(args.config, args.overrides), args.episodes, Path(args.out), args.all,
-                         shlex.join(command + ["--all"] * args.all))
+                         shlex.join(command), args.noise)
     except (ConfigError, CollectError) as exc:
         return _error(exc)
     except Exception as exc:

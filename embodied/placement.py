@@ -125,9 +125,11 @@ class RayBackend:
         self._channels: list[Any] = []
 
     def create(self, cls: type, args_per_rank: list[tuple]) -> RayGroup:
+        from embodied.channels.ray_channel import mailbox_actor
+
         # num_cpus=0: the workers of one run share the machine; reserving a CPU each would leave
-        # the actors of a small machine unscheduled.
-        remote = self.ray.remote(num_cpus=0)(cls)
+        # the actors of a small machine unscheduled. A mailbox: channels deliver into the worker.
+        remote = mailbox_actor(cls, num_cpus=0)
         actors = [remote.remote(*args) for args in args_per_rank]
         self._actors += actors
         return RayGroup(actors)

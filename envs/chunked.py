@@ -147,23 +147,36 @@ class ChunkedVectorEnv:
         actions = self._check_actions(actions)
         return self._run_chunk(actions.shape[1], lambda i, c: actions[i, c])
 
-    def expert_chunk_step(self, chunk: int) -> tuple[ChunkStepResult, np.ndarray]:
+    def expert_chunk_step(self, chunk: int, noise: float = 0.0,
+                          rng: np.random.Generator | None = None) -> tuple[ChunkStepResult, np.ndarray]:
         """One chunk of ``chunk`` sub-steps per env from each env's scripted expert (``envs.experts``).
 
         The expert is closed-loop: it acts on the state after every sub-step. Returns the result
-        (the same contract as ``chunk_step``) and the actions executed, float32 [B, C, A] (0 where
-        a sub-step did not run): what a demonstration records.
+        (the same contract as ``chunk_step``) and the expert's actions, float32 [B, C, A] (0 where
+        a sub-step did not run): what a demonstration records. With ``noise > 0`` (DART, Laskey et
+        al. 2017) the env executes the expert's action plus Gaussian noise of ``noise`` x half the
+        action range (drawn from ``rng``, clipped to the bounds), while the recorded action stays
+        the expert's: the demonstrations then show how to recover from the small errors a cloned
+        policy makes.
         """
         if not self._obs:
             raise RuntimeError(f"{self.name}: call reset() before expert_chunk_step()")
         if chunk < 1:
             raise ValueError(f"{self.name}: action chunk length must be >= 1, got {chunk}")
+        if noise < 0:
+            raise ValueError(f"{self.name}: expert action noise must be >= 0, got {noise}")
         experts = self.experts
         taken = np.zeros((self.num_envs, chunk, self.action_dim), dtype=np.float32)
+        space = self.single_action_space
+        low, high = space.low.astype(np.float32), space.high.astype(np.float32)
+        scale = np.float32(noise) * (high - low) / 2
+        rng = rng if rng is not None else np.random.default_rng()
 
         def expert_action(i: int, c: int) -> np.ndarray:  # asked once per executed sub-step
             taken[i, c] = experts[i].act(self.envs[i].unwrapped, self._obs[i])
-            return taken[i, c]  # float32: what is recorded is exactly what ran
+            if not noise:
+                return taken[i, c]  # float32: what is recorded is exactly what ran
+            return np.clip(taken[i, c] + scale * rng.standard_normal(self.action_dim).astype(np.float32), low, high)
 
         return self._run_chunk(chunk, expert_action), taken
 

@@ -74,6 +74,17 @@ class OffscreenRenderer:
         self._option = mujoco.MjvOption()
         self._camera = mujoco.MjvCamera()
         self._camera.type = mujoco.mjtCamera.mjCAMERA_FIXED
+        self._release()
+
+    def _release(self) -> None:
+        """Leave the context current on no thread. An EGL context is current on one thread at a
+        time, and the thread that builds or resets an env need not be the one that steps it next
+        (Ray runs a worker's constructor and its methods on threads of its own)."""
+        if type(self._gl).__module__.startswith("mujoco.egl"):
+            from mujoco import egl
+
+            egl.EGL.eglMakeCurrent(egl.EGL_DISPLAY, egl.EGL.EGL_NO_SURFACE, egl.EGL.EGL_NO_SURFACE,
+                                   egl.EGL.EGL_NO_CONTEXT)
 
     def render(self, data: mujoco.MjData, camera_id: int, size: int, cheap: bool) -> np.ndarray:
         """uint8 [size, size, 3] from camera ``camera_id``; ``cheap`` turns shadows and reflections off."""
@@ -91,6 +102,7 @@ class OffscreenRenderer:
         mujoco.mjr_render(rect, self.scene, self._context)
         pixels = np.empty((size, size, 3), dtype=np.uint8)
         mujoco.mjr_readPixels(pixels, None, rect, self._context)
+        self._release()
         return np.ascontiguousarray(pixels[::-1])  # OpenGL rows run bottom-up
 
     def close(self) -> None:

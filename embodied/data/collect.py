@@ -70,8 +70,12 @@ def check_expert(cfg: Config) -> None:
 
 
 def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False,
-            created_by: str = "embodied.data.collect.collect()") -> CollectReport:
+            created_by: str = "embodied.data.collect.collect()", noise: float = 0.0) -> CollectReport:
     """Record ``episodes`` expert episodes of ``cfg.env`` (successful ones unless ``keep_failed``) into ``out``.
+
+    ``noise`` > 0 perturbs the executed actions (DART): the env runs the expert's action plus
+    Gaussian noise of ``noise`` x half the action range, the dataset records the expert's action,
+    so a cloned policy also learns to recover from states just off the expert's path.
 
     ``created_by`` (the command) goes into ``meta.json``. Raises ``ConfigError`` (before any worker
     starts) for a task without an expert or an existing ``out``, ``CollectError`` if nothing is kept.
@@ -86,6 +90,8 @@ def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False,
     out = Path(out)
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {episodes}")
+    if not 0.0 <= noise <= 1.0:
+        raise ConfigError(f"--noise must be in [0, 1] (a fraction of half the action range), got {noise}")
     if out.exists():
         raise ConfigError(f"--out {str(out)!r} exists; choose a new folder (a dataset is never overwritten)")
     check_expert(cfg)
@@ -101,7 +107,8 @@ def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False,
         expert = backend.wait(group.call("expert_name"))[0]
         with tqdm(total=episodes, desc=f"collect {env_cfg.id}", unit="episode", dynamic_ncols=True) as bar:
             while len(kept) < episodes and attempted < MAX_ATTEMPTS_PER_EPISODE * episodes:
-                parts = backend.wait(group.call("collect_round", chunk, chunk_steps, cfg.experiment.seed + attempted))
+                parts = backend.wait(group.call("collect_round", chunk, chunk_steps, cfg.experiment.seed + attempted,
+                                                  noise))
                 found = [ep for part in parts for ep in part]  # env order = seed order
                 attempted += env_cfg.num_envs
                 successes += sum(ep.success for ep in found)
@@ -124,7 +131,7 @@ def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False,
         episodes=len(kept), successes=sum(ep.success for ep in kept), episodes_attempted=attempted,
         successes_attempted=successes, rows=sum(ep.length for ep in kept), expert=expert, seed=cfg.experiment.seed,
         tasks=sorted({ep.task for ep in kept}), env_kwargs=dict(env_cfg.kwargs),
-        created_by=f"{created_by} (embodied {__version__})",
+        created_by=f"{created_by} (embodied {__version__})", action_noise=noise,
     )
     write_dataset(out, kept, meta)
     return CollectReport(out, meta.episodes, attempted, successes, meta.rows, time.perf_counter() - t0, meta)

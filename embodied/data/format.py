@@ -89,6 +89,7 @@ class Meta:
     tasks: list[str]  # the distinct instructions, sorted
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     created_by: str = ""  # the command (or call) that wrote it
+    action_noise: float = 0.0  # executed = expert action + N(0, (noise x half range)^2); actions hold the expert's
     format_version: int = FORMAT_VERSION
 
     @property

@@ -101,18 +101,20 @@ class EnvWorker:
             self._queue_videos(Path(video_dir), first)
         return executed
 
-    def collect_round(self, chunk: int, chunk_steps: int, reset_seed: int) -> list[DemoEpisode]:
+    def collect_round(self, chunk: int, chunk_steps: int, reset_seed: int, noise: float = 0.0) -> list[DemoEpisode]:
         """One episode per env, driven by its scripted expert (the env config must have auto-reset off).
 
         Env ``i`` of the batch (global index) is reset to seed ``reset_seed + i``, then runs up to
-        ``chunk_steps`` expert chunks of ``chunk`` sub-steps (``expert_chunk_step``). Returns the
-        episodes that ended, in env order.
+        ``chunk_steps`` expert chunks of ``chunk`` sub-steps (``expert_chunk_step``, executing with
+        action ``noise`` drawn from a generator seeded by the round and this worker's first env).
+        Returns the episodes that ended, in env order.
         """
         stage = self.stages[0]  # collect builds its env workers with one pipeline stage
         self._reset(reset_seed)
         obs, history, ended = stage.obs, [], {}  # ended: env -> (chunk steps, its EpisodeStats)
+        rng = np.random.default_rng((reset_seed, stage.start))
         for t in range(chunk_steps):
-            result, actions = stage.venv.expert_chunk_step(chunk)
+            result, actions = stage.venv.expert_chunk_step(chunk, noise, rng)
             history.append((obs, actions, result.executed, result.rewards))
             ended |= {e.env_index: (t + 1, e) for e in result.episodes}
             obs = result.obs

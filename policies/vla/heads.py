@@ -1,17 +1,21 @@
 """Action heads of the VLA policy, chosen by ``policy.action_head``, behind one interface.
 
-A head turns the backbone into action chunks. It gets ``run(extra_ids) -> hidden [B, L + k, H]``
-(one forward pass over the prompt plus ``k`` appended token ids), ``decode`` (one cached step,
+A head turns the backbone into action chunks. It gets ``run(extra_ids, extra_embeds) -> hidden
+[B, L + k, H]`` (one forward pass over the prompt plus ``k`` appended token ids, whose input
+embeddings get ``extra_embeds`` [k, H] added when given), ``decode`` (one cached step,
 for the autoregressive head) and ``bin_logits(hidden) -> [.., n_bins]`` (the language-model head
 restricted to the action-bin ids, i.e. logits masked to the action bins). Every head returns the
 hidden state of the last prompt token too, which the value head reads.
 
 - ``tokens`` (OpenVLA-OFT style): ``K = C x A`` placeholder tokens after the prompt, all decoded in
   one forward pass; position ``j`` scores the bin of action entry ``j``. Log-probs ``[B, C, A]``.
+  Each placeholder gets a learned slot embedding (as DETR's object queries): identical inputs
+  under causal attention would otherwise have to count to know which entry they predict.
 - ``autoregressive`` (OpenVLA): one bin token per action entry, sampled one after another with the
   KV cache; replayed by one teacher-forced pass. Log-probs ``[B, C, A]``.
-- ``gaussian`` (OFT regression, StarVLA's OFT head): a linear map of the placeholders' hidden states
-  is the chunk mean in normalized units, with a learned state-independent log-std. Log-probs ``[B, C]``.
+- ``gaussian`` (OFT regression, StarVLA's OFT head): a linear map per placeholder (slot embeddings as
+  above) of its hidden state is that entry's mean in normalized units, with a learned
+  state-independent log-std. Log-probs ``[B, C]``.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Normal
 
-Run = Callable[[torch.Tensor | None], torch.Tensor]
+Run = Callable[..., torch.Tensor]  # run(extra_ids [B, k] | None, extra_embeds [k, H] | None) -> hidden
 
 
 @dataclass
@@ -51,6 +55,20 @@ class ActionHead(nn.Module):
     def placeholders(self, batch: int, device: torch.device) -> torch.Tensor:
         return torch.full((batch, self.size), self.placeholder_id, dtype=torch.long, device=device)
 
+
+class SlotHead(ActionHead):
+    """A head that decodes ``K`` placeholders in one pass, each with its own learned slot embedding."""
+
+    def __init__(self, chunk: int, action_dim: int, placeholder_id: int, hidden_size: int) -> None:
+        super().__init__(chunk, action_dim, placeholder_id)
+        self.slots = nn.Parameter(torch.randn(self.size, hidden_size) * 0.02)
+
+    def _slot_hidden(self, run: Run, batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hidden states of the K placeholders [B, K, H] and of the last prompt token [B, H]."""
+        hidden = run(self.placeholders(batch, device), self.slots)
+        prompt_len = hidden.shape[1] - self.size
+        return hidden[:, prompt_len:], hidden[:, prompt_len - 1]
+
     def act(self, run: Run, decode: Callable, bin_logits: Callable, batch: int, device: torch.device,
             deterministic: bool, temperature: float) -> HeadOutput:
         raise NotImplementedError
@@ -64,14 +82,13 @@ def _categorical(logits: torch.Tensor, temperature: float) -> Categorical:
     return Categorical(logits=logits.float() / temperature)
 
 
-class TokenHead(ActionHead):
+class TokenHead(SlotHead):
     """All action tokens from one forward pass over placeholders (parallel decoding)."""
 
     def _dist(self, run: Run, bin_logits: Callable, batch: int, device: torch.device,
               temperature: float) -> tuple[Categorical, torch.Tensor]:
-        hidden = run(self.placeholders(batch, device))
-        prompt_len = hidden.shape[1] - self.size
-        return _categorical(bin_logits(hidden[:, prompt_len:]), temperature), hidden[:, prompt_len - 1]
+        slots, h = self._slot_hidden(run, batch, device)
+        return _categorical(bin_logits(slots), temperature), h
 
     def act(self, run, decode, bin_logits, batch, device, deterministic, temperature):
         dist, h = self._dist(run, bin_logits, batch, device, temperature)
@@ -114,7 +131,7 @@ class AutoregressiveHead(ActionHead):
                           hidden[:, prompt_len - 1])
 
 
-class GaussianHead(ActionHead):
+class GaussianHead(SlotHead):
     """A regressed chunk mean (normalized units) from the placeholders' hidden states; learned log-std."""
 
     granularity = "action"
@@ -122,17 +139,15 @@ class GaussianHead(ActionHead):
 
     def __init__(self, chunk: int, action_dim: int, placeholder_id: int, hidden_size: int,
                  init_log_std: float) -> None:
-        super().__init__(chunk, action_dim, placeholder_id)
-        self.mean = nn.Linear(hidden_size, 1)
-        nn.init.normal_(self.mean.weight, std=0.01)
-        nn.init.zeros_(self.mean.bias)
+        super().__init__(chunk, action_dim, placeholder_id, hidden_size)
+        self.mean_weight = nn.Parameter(torch.randn(self.size, hidden_size) * 0.01)  # one linear map per slot
+        self.mean_bias = nn.Parameter(torch.zeros(self.size))
         self.log_std = nn.Parameter(torch.full((self.size,), float(init_log_std)))
 
     def _dist(self, run: Run, batch: int, device: torch.device) -> tuple[Normal, torch.Tensor]:
-        hidden = run(self.placeholders(batch, device))
-        prompt_len = hidden.shape[1] - self.size
-        mean = self.mean(hidden[:, prompt_len:].float()).squeeze(-1)  # [B, K]
-        return Normal(mean, self.log_std.exp().expand_as(mean)), hidden[:, prompt_len - 1]
+        slots, h = self._slot_hidden(run, batch, device)
+        mean = (slots.float() * self.mean_weight).sum(-1) + self.mean_bias  # [B, K]
+        return Normal(mean, self.log_std.exp().expand_as(mean)), h
 
     def _shape(self, x: torch.Tensor) -> torch.Tensor:
         return x.view(x.shape[0], self.chunk, self.action_dim)
@@ -153,7 +168,7 @@ def make_head(name: str, chunk: int, action_dim: int, placeholder_id: int, hidde
               init_log_std: float) -> ActionHead:
     """The head ``policy.action_head`` names."""
     if name == "tokens":
-        return TokenHead(chunk, action_dim, placeholder_id)
+        return TokenHead(chunk, action_dim, placeholder_id, hidden_size)
     if name == "autoregressive":
         return AutoregressiveHead(chunk, action_dim, placeholder_id)
     if name == "gaussian":

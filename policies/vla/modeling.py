@@ -199,13 +199,17 @@ class VLAPolicy(Policy):
                 x = torch.cat([x[:, :pos], token, x[:, pos + 1:]], 1)
             return x
 
-        def run(extra: torch.Tensor | None) -> torch.Tensor:
+        def run(extra: torch.Tensor | None, extra_embeds: torch.Tensor | None = None) -> torch.Tensor:
             full_ids, full_mask, full_pos = ids, mask, positions
             if extra is not None and extra.shape[1] > 0:
                 full_ids = torch.cat([ids, extra], 1)
                 full_mask = torch.cat([mask, torch.ones_like(extra)], 1)
                 full_pos = torch.cat([positions, self.processor.next_positions(positions, extra.shape[1])], -1)
-            out = self._inner(inputs_embeds=embed(full_ids, True), attention_mask=full_mask, position_ids=full_pos,
+            x = embed(full_ids, True)
+            if extra_embeds is not None:  # the heads' slot embeddings, added to the appended tokens
+                k = extra_embeds.shape[0]
+                x = torch.cat([x[:, :-k], x[:, -k:] + extra_embeds.to(x.dtype)], 1)
+            out = self._inner(inputs_embeds=x, attention_mask=full_mask, position_ids=full_pos,
                               use_cache=False, **pixels)
             return out.last_hidden_state
 

@@ -61,3 +61,27 @@ def test_experts_restart_with_every_reset_and_need_a_reset_first():
     np.testing.assert_array_equal(np.concatenate(first), np.concatenate(again))
     with pytest.raises(ValueError, match="chunk length must be >= 1"):
         venv.expert_chunk_step(0)
+
+
+def test_noise_perturbs_what_runs_but_records_the_experts_action():
+    """DART: the env executes expert + noise; the record is the expert's action in the state it reached."""
+    venv = make(1)
+    venv.reset(seed=3)
+    _, noisy = venv.expert_chunk_step(5, noise=0.1, rng=np.random.default_rng(0))
+    env = PickPlaceEnv(obs_mode="state", max_episode_steps=60)
+    obs, _ = env.reset(seed=3)
+    expert = expert_for(env)
+    expert.reset(env)
+    rng = np.random.default_rng(0)
+    for c in range(5):
+        action = expert.act(env, obs)
+        np.testing.assert_array_equal(noisy[0, c], action)  # recorded: the expert's own action
+        ran = np.clip(action + 0.1 * rng.standard_normal(4).astype(np.float32), -1, 1)  # half range is 1 here
+        obs, *_ = env.step(ran)
+    np.testing.assert_allclose(venv.envs[0].unwrapped.tcp_pos, env.unwrapped.tcp_pos)  # the same noise ran
+    clean = make(1)
+    clean.reset(seed=3)
+    _, plain = clean.expert_chunk_step(5)
+    assert not np.array_equal(plain, noisy)  # the noisy states made the expert correct itself
+    with pytest.raises(ValueError, match="noise must be >= 0"):
+        venv.expert_chunk_step(4, noise=-0.1)

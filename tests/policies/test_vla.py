@@ -261,3 +261,27 @@ def test_cuda_device_without_cuda_is_refused_at_build(monkeypatch):
     with pytest.raises(ValueError, match="policy.device: 'cuda'"):
         make(device="cuda")
     assert make(device="auto").device_ == torch.device("cpu")
+
+
+@pytest.mark.parametrize("head", ["tokens", "gaussian"])
+def test_each_placeholder_slot_has_its_own_embedding_and_the_gaussian_a_map_per_slot(head):
+    """Identical placeholder tokens are told apart by learned slot embeddings, which train and sync."""
+    policy = make(action_head=head)
+    assert policy.head.slots.shape == (policy.head.size, policy.backbone.config.get_text_config().hidden_size)
+    assert any(k.endswith("head.slots") for k in policy.trainable_state())
+    obs = observations(2)
+    with torch.no_grad():
+        before = policy.act(obs, deterministic=True)
+        policy.head.slots.add_(torch.randn_like(policy.head.slots))
+        after = policy.act(obs, deterministic=True)
+    # The slots reach the placeholders' hidden states (gaussian: the means; tokens: the bin scores).
+    changed = after.actions if head == "gaussian" else after.logprobs
+    assert not torch.allclose(before.actions if head == "gaussian" else before.logprobs, changed)
+    if head == "gaussian":
+        with torch.no_grad():  # zero weights: each slot's mean is its own bias, in normalized units
+            policy.head.mean_weight.zero_()
+            policy.head.mean_bias.copy_(torch.linspace(-0.9, 0.9, policy.head.size))
+        actions = policy.act(obs, deterministic=True).actions
+        expected = torch.linspace(-0.9, 0.9, policy.head.size).view(2, 4)  # bounds [-1, 1]: normalized = raw
+        torch.testing.assert_close(actions[0], expected, atol=1e-5, rtol=0)
+        torch.testing.assert_close(actions[1], expected, atol=1e-5, rtol=0)

@@ -161,3 +161,48 @@ def test_import_does_not_import_ray() -> None:
     code = "import sys, embodied.channels; assert 'ray' not in sys.modules"
     root = Path(__file__).resolve().parents[3]
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+
+
+@pytest.mark.ray
+def test_mailbox_actors_receive_straight_from_producers_in_order(ray_session: None) -> None:
+    """Items parked before the consumer claims its key, then delivered directly; order kept throughout.
+
+    Once the producer knows the consumer, the directory actor is not on the path: items put after it
+    is gone still arrive.
+    """
+    import ray
+
+    from embodied.channels.ray_channel import mailbox_actor
+
+    class Consumer:
+        def __init__(self, chan: RayChannel) -> None:
+            self.chan = chan
+
+        def take(self, key: str, n: int) -> list:
+            return [self.chan.get(key, timeout=30) for _ in range(n)]
+
+    class Producer:
+        def __init__(self, chan: RayChannel) -> None:
+            self.chan = chan
+
+        def send(self, key: str, start: int, n: int, size: int = 1) -> None:
+            for i in range(start, start + n):
+                self.chan.put(key, np.full(size, i, dtype=np.int64))
+
+        def knows_consumer(self, key: str) -> bool:
+            return self.chan._consumer(key) is not None  # (advances the lookup that puts start)
+
+    chan = RayChannel.create("mail")
+    consumer = mailbox_actor(Consumer, num_cpus=0).remote(chan)
+    producer = mailbox_actor(Producer, num_cpus=0).remote(chan)
+    ray.get(producer.send.remote("k", 0, 50))  # nobody has claimed "k": parked in the directory
+    taking = consumer.take.remote("k", 100)  # claims "k": the parked 50 first
+    ray.get(producer.send.remote("k", 50, 50, 100_000))  # 800 kB each: through the object store
+    assert [int(a[0]) for a in ray.get(taking, timeout=60)] == list(range(100))
+    deadline = time.monotonic() + 30
+    while not ray.get(producer.knows_consumer.remote("k")):  # the producer's lookup completes
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    chan.close()
+    ray.get(producer.send.remote("k", 100, 20))
+    assert [int(a[0]) for a in ray.get(consumer.take.remote("k", 20), timeout=60)] == list(range(100, 120))

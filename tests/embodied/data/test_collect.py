@@ -166,3 +166,18 @@ def test_the_cli_collects_end_to_end_and_refuses_to_overwrite(tmp_path, capsys):
     obs, actions, executed = collate([DemoDataset(out)[0]])
     assert actions.shape == (1, 4, 4) and executed.shape == (1, 4) and obs["states"].shape[0] == 1
     assert main(args) == 2 and "exists" in capsys.readouterr().err
+
+
+def test_noisy_collection_records_the_noise_and_differs_from_the_clean_one(tmp_path, capsys):
+    base = ["collect", "configs/pick_place_mlp_sft.yaml", *SMALL, "env.max_episode_steps=60", "--episodes", "2"]
+    assert main([*base, "--out", str(tmp_path / "clean")]) == 0
+    assert main([*base, "--out", str(tmp_path / "dart"), "--noise", "0.1"]) == 0
+    clean, dart = read_meta(tmp_path / "clean"), read_meta(tmp_path / "dart")
+    assert (clean.action_noise, dart.action_noise) == (0.0, 0.1)
+    assert dart.created_by.split(" (")[0].endswith("--noise 0.1")
+    a, b = DemoDataset(tmp_path / "clean")[0], DemoDataset(tmp_path / "dart")[0]
+    np.testing.assert_array_equal(a.obs["states"], b.obs["states"])  # same seed, same start
+    assert not np.array_equal(DemoDataset(tmp_path / "clean")[1].obs["states"], DemoDataset(tmp_path / "dart")[1].obs["states"])
+    capsys.readouterr()
+    assert main([*base, "--out", str(tmp_path / "bad"), "--noise", "1.5"]) == 2
+    assert "--noise must be in [0, 1]" in capsys.readouterr().err and not (tmp_path / "bad").exists()
