@@ -81,7 +81,7 @@ def start_rollout_group(cfg: Config, backend: Backend, spec: PolicySpec, train: 
     c = cfg.cluster
     return backend.create(MultiStepRolloutWorker, [
         (r, cfg.policy, spec, train.rollout_links[r] if train else None, evaluation.rollout_links[r], shared,
-         c.torch_threads)
+         c.torch_threads, cfg.experiment.seed)
         for r in range(c.num_rollout_workers)
     ])
 

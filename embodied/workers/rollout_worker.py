@@ -27,8 +27,12 @@ class MultiStepRolloutWorker:
 
     def __init__(self, rank: int, policy_cfg: PolicyConfig, spec: PolicySpec, train: Link | None,
                  evaluation: Link | None,
-                 shared_policy: Policy | None = None, torch_threads: int = 1) -> None:
+                 shared_policy: Policy | None = None, torch_threads: int = 1, seed: int | None = None) -> None:
         torch.set_num_threads(torch_threads)
+        if seed is not None:
+            # The actions are sampled from this process's torch RNG: seeded per rank, so a run on
+            # Ray (a process per worker) repeats exactly for a fixed experiment.seed.
+            torch.manual_seed(seed + 1_000_003 * (rank + 1))
         self.rank, self.train, self.evaluation = rank, train, evaluation
         self.policy = shared_policy if shared_policy is not None else build_policy(policy_cfg, spec)
         self.version = -1

@@ -62,6 +62,23 @@ def test_short_run_ray(tmp_path, ray_session):
     check_run(cfg, train(cfg))
 
 
+def learning_figures(result) -> list[dict[str, float]]:
+    """Every metric that depends on the run's numbers (not on how fast the machine ran it)."""
+    return [{k: v for k, v in m.items() if k.startswith(("train/", "eval/", "rollout/"))} for m in result.history]
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_same_seed_ray_runs_repeat_exactly(tmp_path, ray_session):
+    """Each worker is its own process on Ray: every RNG that acts must be seeded from experiment.seed."""
+    runs = [train(load_config(RECIPE, [*SHORT, f"experiment.output_dir={tmp_path / str(i)}", "cluster.backend=ray",
+                                       "cluster.num_env_workers=2", "runner.eval_every=0"]))
+            for i in range(2)]
+    first, second = (learning_figures(r) for r in runs)
+    assert first[-1]["train/policy_loss"] != 0.0
+    assert first == second
+
+
 @pytest.mark.slow
 def test_ray_backend_starts_and_stops_its_own_ray(tmp_path):
     """With no address and no Ray running, the run starts a local Ray and stops it at the end."""
