@@ -11,11 +11,12 @@ handles, so the runner drives both backends with the same code::
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 from embodied.channels import Channel, LocalChannel
-from embodied.config import ClusterConfig
+from embodied.config import ClusterConfig, ConfigError
 
 
 class WorkerGroup(Protocol):
@@ -117,9 +118,16 @@ class RayBackend:
 
         self.ray = ray
         self._started = False
+        if cluster.address is not None:
+            check_reachable(cluster.address, cluster.connect_timeout_s)
         if not ray.is_initialized():
             env = {"env_vars": {k: os.environ[k] for k in ("MUJOCO_GL", "WANDB_MODE") if k in os.environ}}
-            ray.init(address=cluster.address, include_dashboard=False, log_to_driver=True, runtime_env=env)
+            try:
+                ray.init(address=cluster.address, include_dashboard=False, log_to_driver=True, runtime_env=env)
+            except ConnectionError as exc:  # "auto" and no cluster here, or a cluster that wants a token
+                raise ConfigError(f"cluster.address: cannot join Ray at {cluster.address!r}: {exc} (a cluster "
+                                  "started with token authentication also needs RAY_AUTH_MODE=token and its token, "
+                                  "RAY_AUTH_TOKEN, in this process's environment)") from None
             self._started = True
         self._actors: list[Any] = []
         self._channels: list[Any] = []
@@ -151,6 +159,32 @@ class RayBackend:
             ch.close()
         if self._started:
             self.ray.shutdown()
+
+
+def check_reachable(address: str, timeout_s: float) -> None:
+    """Fail within ``timeout_s`` when the head at ``address`` ("host:port", or "ray://host:port")
+    does not accept connections; ``ray.init`` itself would retry for minutes. "auto" is left to Ray."""
+    import socket
+
+    hostport = address.removeprefix("ray://")
+    if hostport == "auto":
+        return
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"cluster.address: {address!r} is not 'host:port' (or 'auto')")
+    deadline, last = time.monotonic() + timeout_s, None
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ConfigError(f"cluster.address: cannot reach Ray at {address!r} within cluster.connect_timeout_s="
+                              f"{timeout_s:g} s ({last}); start its head with `ray start --head --port {port}`, "
+                              "or unset cluster.address to start a local Ray for the run")
+        try:
+            socket.create_connection((host, int(port)), timeout=min(left, 2.0)).close()
+            return
+        except OSError as exc:
+            last = exc
+            time.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
 
 
 def make_backend(cluster: ClusterConfig) -> Backend:

@@ -65,12 +65,16 @@ def train(cfg: Config) -> TrainResult:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     resume = load_resume_point(cfg.runner.resume_from) if cfg.runner.resume_from else None
-    run_dir = resume.run_dir if resume else make_run_dir(cfg)
-    save_config(cfg, run_dir)
+    backend = make_backend(cfg.cluster)  # joins cluster.address (or fails) before a run dir exists
+    try:
+        run_dir = resume.run_dir if resume else make_run_dir(cfg)
+        save_config(cfg, run_dir)
+    except BaseException:
+        backend.shutdown()
+        raise
     start, env_steps = (resume.iteration, resume.env_steps) if resume else (0, 0)
     checkpoint = resume.checkpoint if resume else None
     seed_everything(cfg.experiment.seed)
-    backend = make_backend(cfg.cluster)
     logger: MetricLogger | None = None
     history: list[dict[str, float]] = []
     stop = StopRequest()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -278,6 +279,8 @@ def validate(cfg: Config) -> list[str]:
         eval_envs = cfg.eval_env.num_envs
         need(eval_envs is None or ranks <= max(eval_envs, 1),
              f"cluster.{name}: {ranks} ranks for eval_env.num_envs={eval_envs}; every rank needs an eval env")
+    t = cfg.cluster.connect_timeout_s
+    need(math.isfinite(t) and t > 0, f"cluster.connect_timeout_s: must be a positive number of seconds, got {t}")
     need(cfg.cluster.torch_threads >= 1, f"cluster.torch_threads: must be >= 1, got {cfg.cluster.torch_threads}")
     need(cfg.rollout.chunk_steps >= 1, f"rollout.chunk_steps: must be >= 1, got {cfg.rollout.chunk_steps}")
     stages = cfg.rollout.pipeline_stages

@@ -22,7 +22,8 @@ class ExperimentConfig:
 @dataclass
 class ClusterConfig:
     backend: Literal["local", "ray"] = "local"  # local: workers in this process; ray: one Ray actor each
-    address: str | None = None  # Ray cluster to join; None starts a local Ray for the run
+    address: str | None = None  # Ray cluster to join ("host:port" of its head, or "auto"); None starts a local Ray
+    connect_timeout_s: float = 30.0  # seconds to reach cluster.address before the run fails with an error
     num_env_workers: int = 1  # E: env worker ranks, each owning a contiguous slice of the envs
     num_rollout_workers: int = 1  # R: rollout worker ranks, independent of E
     torch_threads: int = 1  # torch intra-op threads in each worker (small MLPs run faster on one)

@@ -6,6 +6,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,48 @@ def test_default_recipe_reaches_target_success(tmp_path):
     cfg = load_config(RECIPE, [f"experiment.output_dir={tmp_path}", "logger.progress_bar=false"])
     result = train(cfg)
     assert result.final_eval["eval/success_rate"] >= 0.9, result.final_eval
+
+
+def test_an_unreachable_cluster_address_fails_within_the_timeout_and_leaves_no_run_dir(tmp_path, capsys):
+    from embodied.cli import main
+
+    started = time.monotonic()
+    code = main(["train", str(RECIPE), "cluster.backend=ray", "cluster.address=127.0.0.1:1",
+                 "cluster.connect_timeout_s=0.5", f"experiment.output_dir={tmp_path / 'runs'}"])
+    assert code == 2 and time.monotonic() - started < 30
+    err = capsys.readouterr().err
+    assert "cluster.address: cannot reach Ray at '127.0.0.1:1' within cluster.connect_timeout_s=0.5 s" in err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_training_joins_an_existing_ray_cluster_and_leaves_it_running(tmp_path):
+    """`ray start --head` on loopback (token authentication on, as Ray now defaults to), a short run
+    against it through cluster.address, then the head is stopped by the test, not by the run."""
+    import secrets
+    import socket
+
+    from embodied.placement import check_reachable
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16), "WANDB_MODE": "disabled"}
+    ray_bin = Path(sys.executable).with_name("ray")
+    head = subprocess.Popen([str(ray_bin), "start", "--head", "--port", str(port), "--num-cpus", "2", "--block",
+                             "--include-dashboard", "false", "--disable-usage-stats"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        check_reachable(f"127.0.0.1:{port}", 60)
+        run = subprocess.run([sys.executable, "-m", "embodied.cli", "train", str(RECIPE), "cluster.backend=ray",
+                              f"cluster.address=127.0.0.1:{port}", "runner.iterations=2", "runner.eval_every=0",
+                              "runner.eval_video=none", "env.num_envs=8", "eval_env.num_envs=4",
+                              "runner.eval_episodes=4", "logger.progress_bar=false",
+                              f"experiment.output_dir={tmp_path}"],
+                             env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert list(tmp_path.glob("*/checkpoints/iter_000002/trainer.pt"))
+        check_reachable(f"127.0.0.1:{port}", 5)  # the run disconnected; the cluster is still up
+    finally:
+        head.terminate()
+        head.wait(timeout=60)
