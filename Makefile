@@ -31,10 +31,10 @@ train: setup
 test: setup
 	WANDB_MODE=disabled $(VENV)/bin/pytest $(PYTEST_ARGS)
 
-# make bench: rollout throughput (ARGS go to it), then VLA act()/raw/PPO-step throughput (VLA_ARGS go to it),
-# e.g. make bench VLA_ARGS="--scale medium --device cuda --dtype bfloat16"
+# make bench: `embodied bench` (ARGS go to it, e.g. --quick), then VLA act()/raw/PPO-step throughput
+# (VLA_ARGS go to it), e.g. make bench VLA_ARGS="--scale medium --device cuda --dtype bfloat16"
 bench: setup
-	$(PY) benchmarks/rollout_throughput.py $(ARGS)
+	$(VENV)/bin/embodied bench $(ARGS)
 	$(PY) benchmarks/vla_throughput.py $(VLA_ARGS)
 
 clean:

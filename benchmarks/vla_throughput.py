@@ -176,7 +176,8 @@ def make_obs(batch: int, side: int, seed: int) -> Obs:
 def raw_inputs(policy: Any, obs: Obs, extra: int) -> dict[str, Any]:
     """The backbone's keyword inputs for ``obs``, built by the policy's processor, on its device.
 
-    ``extra`` placeholder ids (the pad id, as the tokens/gaussian heads append them) follow the prompt.
+    ``extra`` placeholder ids (the pad id, as the tokens/gaussian heads append them) follow the prompt;
+    with them the inputs are embeddings, the heads' learned slot embeddings added to the placeholders.
     """
     dev, proc = policy.device_, policy.processor
     prompt = proc.prompts(list(obs[TASK_DESCRIPTIONS]))
@@ -188,6 +189,12 @@ def raw_inputs(policy: Any, obs: Obs, extra: int) -> dict[str, Any]:
     inputs = {"input_ids": ids, "attention_mask": mask, **proc.pixel_inputs(images, dev, policy.dtype_)}
     if proc.family == "qwen":
         inputs["mm_token_type_ids"] = (ids == proc.image_token_id).int()
+    slots = getattr(policy.head, "slots", None)
+    if extra and slots is not None:
+        with torch.no_grad():
+            embeds = policy.backbone.get_input_embeddings()(inputs.pop("input_ids"))
+            embeds[:, -extra:] += slots.to(embeds.dtype)
+        inputs["inputs_embeds"] = embeds
     return inputs
 
 

@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     p_sft = sub.add_parser("sft", help="behaviour cloning from demonstrations (sft.dataset), then eval")
     p_sft.add_argument("config", help="path to a YAML recipe with an sft section")
     p_sft.add_argument("overrides", nargs="*", help="section.field=value overrides")
+    p_bench = sub.add_parser("bench", help="throughput, pipelining, weight-sync and time-to-target figures")
+    p_bench.add_argument("--quick", action="store_true", help="every section at toy sizes (a smoke run, ~1 min)")
+    p_bench.add_argument("--out", default="bench", help="folder for bench.json, bench.md and bench.png")
     p_collect = sub.add_parser("collect", help="record scripted-expert episodes as a dataset (for sft)")
     p_collect.add_argument("config", help="path to a YAML recipe (its env and policy.action_chunk are used)")
     p_collect.add_argument("overrides", nargs="*", help="section.field=value overrides")
@@ -69,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         return _eval(args)
     if args.command == "collect":
         return _collect(args)
+    if args.command == "bench":
+        return _bench(args.quick, Path(args.out))
     if args.command == "sft":
         return _sft(args.config, args.overrides)
     if args.command == "plot":
@@ -118,6 +123,16 @@ def _print_result(final_eval: dict[str, float], run_dir: Path, checkpoint: Path 
     print(f"final eval: success_rate={ev.get('eval/success_rate', float('nan')):.3f} "
           f"return={ev.get('eval/return', float('nan')):.3f} over {int(ev.get('eval/episodes', 0))} episodes")
     print(f"run dir: {run_dir}\ncheckpoint: {checkpoint}")
+
+
+def _bench(quick: bool, out: Path) -> int:
+    from embodied.bench.run import bench, markdown
+
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    report = bench(quick, out)
+    print(markdown(report))
+    print(f"wrote {out / 'bench.json'}, {out / 'bench.md'} and {out / 'bench.png'}")
+    return 0
 
 
 def _collect(args: argparse.Namespace) -> int:

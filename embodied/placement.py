@@ -123,7 +123,10 @@ class RayBackend:
         if not ray.is_initialized():
             env = {"env_vars": {k: os.environ[k] for k in ("MUJOCO_GL", "WANDB_MODE") if k in os.environ}}
             try:
-                ray.init(address=cluster.address, include_dashboard=False, log_to_driver=True, runtime_env=env)
+                # "local": a new Ray for the run, never a cluster that a file in /tmp/ray still names
+                # (after a killed run, ray.init() would wait on that dead address for minutes).
+                ray.init(address=cluster.address or "local", include_dashboard=False, log_to_driver=True,
+                         runtime_env=env)
             except ConnectionError as exc:  # "auto" and no cluster here, or a cluster that wants a token
                 raise ConfigError(f"cluster.address: cannot join Ray at {cluster.address!r}: {exc} (a cluster "
                                   "started with token authentication also needs RAY_AUTH_MODE=token and its token, "
