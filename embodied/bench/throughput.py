@@ -50,7 +50,7 @@ def framework_overrides(num_envs: int, chunk: int, backend: str, chunk_steps: in
     """The config of a rollout-only run of ``TASK`` with the random policy."""
     return [
         f"env.id={TASK}", f"env.num_envs={num_envs}", f"env.obs_mode={obs_mode}",
-        f"env.max_episode_steps={max_episode_steps}", "env.preflight=false", "eval_env.num_envs=1",
+        f"env.max_episode_steps={max_episode_steps}", "env.preflight=false", f"eval_env.num_envs={env_workers}",
         "policy.type=random", f"policy.action_chunk={chunk}", f"rollout.chunk_steps={chunk_steps}",
         "algorithm.num_minibatches=1", f"cluster.backend={backend}", f"cluster.num_env_workers={env_workers}",
         f"experiment.seed={seed}", "logger.backends=[console]", f"rollout.pipeline_stages={stages}",
