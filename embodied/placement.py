@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from embodied.channels import Channel, LocalChannel
 from embodied.config import ClusterConfig, ConfigError
+from embodied.config.schema import Resources
 
 
 class WorkerGroup(Protocol):
@@ -32,7 +33,9 @@ class WorkerGroup(Protocol):
 
 
 class Backend(Protocol):
-    def create(self, cls: type, args_per_rank: list[tuple]) -> WorkerGroup: ...
+    def create(self, cls: type, args_per_rank: list[tuple], resources: Resources | None = None) -> WorkerGroup: ...
+    def available(self) -> dict[str, float]:
+        """What the workers can reserve: {"CPU": n, "GPU": n}."""
     def channel(self, name: str) -> Channel: ...
     def wait(self, handles: list[Any]) -> list[Any]: ...
     def shutdown(self) -> None: ...
@@ -80,10 +83,15 @@ class LocalBackend:
     def __init__(self) -> None:
         self._groups: list[LocalGroup] = []
 
-    def create(self, cls: type, args_per_rank: list[tuple]) -> LocalGroup:
+    def create(self, cls: type, args_per_rank: list[tuple], resources: Resources | None = None) -> LocalGroup:
         group = LocalGroup(cls, args_per_rank)
         self._groups.append(group)
         return group
+
+    def available(self) -> dict[str, float]:
+        import torch
+
+        return {"CPU": float(os.cpu_count() or 1), "GPU": float(torch.cuda.device_count())}
 
     def channel(self, name: str) -> Channel:
         return LocalChannel(name)
@@ -135,15 +143,20 @@ class RayBackend:
         self._actors: list[Any] = []
         self._channels: list[Any] = []
 
-    def create(self, cls: type, args_per_rank: list[tuple]) -> RayGroup:
+    def create(self, cls: type, args_per_rank: list[tuple], resources: Resources | None = None) -> RayGroup:
         from embodied.channels.ray_channel import mailbox_actor
 
-        # num_cpus=0: the workers of one run share the machine; reserving a CPU each would leave
-        # the actors of a small machine unscheduled. A mailbox: channels deliver into the worker.
-        remote = mailbox_actor(cls, num_cpus=0)
+        # Default num_cpus=0: the workers of one run share the machine; reserving a CPU each would
+        # leave the actors of a small machine unscheduled. A mailbox: channels deliver into the worker.
+        res = resources or Resources()
+        remote = mailbox_actor(cls, num_cpus=res.num_cpus, num_gpus=res.num_gpus)
         actors = [remote.remote(*args) for args in args_per_rank]
         self._actors += actors
         return RayGroup(actors)
+
+    def available(self) -> dict[str, float]:
+        total = self.ray.cluster_resources()
+        return {"CPU": float(total.get("CPU", 0.0)), "GPU": float(total.get("GPU", 0.0))}
 
     def channel(self, name: str) -> Channel:
         from embodied.channels.ray_channel import RayChannel

@@ -318,6 +318,16 @@ def validate(cfg: Config) -> list[str]:
     need(v.max_videos >= 1, f"logger.video.max_videos: must be >= 1, got {v.max_videos}")
     need(len(set(cfg.logger.backends)) == len(cfg.logger.backends),
          f"logger.backends: each backend at most once, got {cfg.logger.backends}")
+    c = cfg.cluster
+    need(not (c.placement == "colocated" and c.backend == "ray"),
+         "cluster.placement: colocated needs cluster.backend=local (on Ray every worker is a process of its own; "
+         "use disaggregated, or leave placement unset)")
+    for group in ("env", "rollout", "actor"):
+        res = getattr(c, f"{group}_resources")
+        for field_name in ("num_cpus", "num_gpus"):
+            value = getattr(res, field_name)
+            need(math.isfinite(value) and value >= 0,
+                 f"cluster.{group}_resources.{field_name}: must be a number >= 0, got {value}")
     need(cfg.cluster.address is None or cfg.cluster.backend == "ray",
          f"cluster.address: only used with cluster.backend=ray, got backend={cfg.cluster.backend!r}")
     return p

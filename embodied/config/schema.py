@@ -20,8 +20,23 @@ class ExperimentConfig:
 
 
 @dataclass
+class Resources:
+    """What one worker of a group reserves on a Ray cluster (the local backend checks GPUs only)."""
+
+    num_cpus: float = 0.0  # 0: the workers of a run share the machine's CPUs
+    num_gpus: float = 0.0  # fractions share a GPU between workers
+
+
+@dataclass
 class ClusterConfig:
     backend: Literal["local", "ray"] = "local"  # local: workers in this process; ray: one Ray actor each
+    # colocated: rollout workers act with the actor's own module (local only: nothing to sync);
+    # disaggregated: each rollout worker has its own copy, synced with the trainable tensors and a version.
+    # None: colocated on local, disaggregated on Ray.
+    placement: Literal["colocated", "disaggregated"] | None = None
+    env_resources: Resources = field(default_factory=Resources)  # per env worker
+    rollout_resources: Resources = field(default_factory=Resources)  # per rollout worker
+    actor_resources: Resources = field(default_factory=Resources)  # the actor
     address: str | None = None  # Ray cluster to join ("host:port" of its head, or "auto"); None starts a local Ray
     connect_timeout_s: float = 30.0  # seconds to reach cluster.address before the run fails with an error
     num_env_workers: int = 1  # E: env worker ranks, each owning a contiguous slice of the envs

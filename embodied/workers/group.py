@@ -15,7 +15,7 @@ from typing import Any
 
 from embodied.algorithms import Algorithm, RolloutReset
 from embodied.channels import route, shards_for_rollout_rank
-from embodied.config import Config, EnvConfig
+from embodied.config import Config, ConfigError, EnvConfig
 from embodied.config.schema import VideoConfig
 from embodied.placement import Backend, LocalBackend, WorkerGroup
 from embodied.policy import Policy, PolicySpec
@@ -64,7 +64,7 @@ def start_env_group(cfg: Config, backend: Backend, env_cfg: EnvConfig, section: 
     env_links = [Link([s for s in shards if s.env_rank // stages == e], to_rollout, to_env, stages=stages)
                  for e in range(c.num_env_workers)]
     group = backend.create(EnvWorker, [(e, env_cfg, env_links[e], seed, c.torch_threads, section, video)
-                                       for e in range(c.num_env_workers)])
+                                       for e in range(c.num_env_workers)], c.env_resources)
     rollout_links = [Link(shards_for_rollout_rank(shards, r), to_rollout, to_env, stages=stages)
                      for r in range(c.num_rollout_workers)]
     return EnvGroup(group, rollout_links)
@@ -83,7 +83,25 @@ def start_rollout_group(cfg: Config, backend: Backend, spec: PolicySpec, train: 
         (r, cfg.policy, spec, train.rollout_links[r] if train else None, evaluation.rollout_links[r], shared,
          c.torch_threads, cfg.experiment.seed)
         for r in range(c.num_rollout_workers)
-    ])
+    ], c.rollout_resources)
+
+
+def check_resources(cfg: Config, backend: Backend, training: bool) -> None:
+    """Fail before any worker is created (and anything waits on it) when the groups' reservations,
+    ``cluster.*_resources`` x their worker counts, exceed what the backend has; names the group."""
+    c = cfg.cluster
+    groups = [("env", c.env_resources, c.num_env_workers * (2 if training else 1)),  # training + eval envs
+              ("rollout", c.rollout_resources, c.num_rollout_workers)] + \
+        ([("actor", c.actor_resources, 1)] if training else [])
+    have = backend.available()
+    for kind, field_name in (("GPU", "num_gpus"), ("CPU", "num_cpus")):
+        asked = [(name, getattr(res, field_name), n) for name, res, n in groups]
+        total = sum(each * n for _, each, n in asked)
+        if total > have[kind] + 1e-9:
+            parts = ", ".join(f"{name}: {n} x {each:g}" for name, each, n in asked if each)
+            raise ConfigError(f"cluster.{next(name for name, each, _ in asked if each)}_resources.{field_name}: the "
+                              f"worker groups reserve {total:g} {kind}s ({parts}) but the {c.backend} backend has "
+                              f"{have[kind]:g}")
 
 
 @dataclass
@@ -102,6 +120,7 @@ class Evaluator:
     @classmethod
     def start(cls, cfg: Config, backend: Backend, video: VideoConfig | None = None) -> Evaluator:
         """Eval envs and rollout workers only: no actor, no training envs (``embodied eval``)."""
+        check_resources(cfg, backend, training=False)
         envs = start_eval_envs(cfg, backend, video)
         spec = backend.wait(envs.group.call("spec"))[0]
         return cls(cfg, backend, envs, start_rollout_group(cfg, backend, spec, None, envs, None))
@@ -165,13 +184,16 @@ class Workers:
     def start(cls, cfg: Config, backend: Backend) -> Workers:
         """Create channels and workers; envs are built (and fail) before the policy is."""
         c = cfg.cluster
+        check_resources(cfg, backend, training=True)
         train = start_env_group(cfg, backend, cfg.env, "env", cfg.experiment.seed,
                                 stages=cfg.rollout.pipeline_stages)
         evaluation = start_eval_envs(cfg, backend, cfg.logger.video if cfg.runner.eval_video != "none" else None)
         spec = backend.wait(train.group.call("spec"))[0]
         actor = backend.create(ActorWorker, [(cfg.policy, spec, cfg.algorithm, cfg.actor, cfg.runner.iterations,
-                                              cfg.experiment.seed, c.torch_threads)])
-        colocated = isinstance(backend, LocalBackend)
+                                              cfg.experiment.seed, c.torch_threads)], c.actor_resources)
+        # Colocated needs the actor in this process: the local backend (the config loader refuses
+        # placement=colocated with backend=ray).
+        colocated = isinstance(backend, LocalBackend) and c.placement != "disaggregated"
         shared = actor.workers[0].policy if colocated else None
         rollout = start_rollout_group(cfg, backend, spec, train, evaluation, shared)
         return cls(cfg, backend, train.group, rollout, actor, Evaluator(cfg, backend, evaluation, rollout), spec,

@@ -38,8 +38,14 @@ class MultiStepRolloutWorker:
         self.version = -1
 
     def sync_weights(self, weights: tuple[int, dict[str, torch.Tensor] | None]) -> int:
-        """Load ``(version, state_dict)``; a None state means the module is shared with the actor."""
+        """Load ``(version, state_dict)``; a None state means the module is shared with the actor.
+
+        Versions only go forward: weights older than the ones held (a late message) are refused.
+        """
         version, state = weights
+        if version < self.version:
+            raise ValueError(f"rollout worker {self.rank}: refusing weights of version {version}, older than the "
+                             f"version {self.version} it holds")
         if state is not None:
             _, unexpected = self.policy.load_state_dict(state, strict=False)  # trainable tensors only
             if unexpected:
