@@ -108,7 +108,16 @@ class JsonlSink:
 
     def __init__(self, path: Path, start_step: int) -> None:
         if start_step > 0 and path.exists():
-            kept = [line for line in path.read_text().splitlines() if json.loads(line).get("step", 0) <= start_step]
+            kept = []
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # torn by a crash mid-write: the row is lost, the file is not
+                    warnings.warn(f"{path}:{number}: dropping a line that is not JSON (cut off by a crash?)",
+                                  stacklevel=2)
+                    continue
+                if row.get("step", 0) <= start_step:
+                    kept.append(line)
             with atomic_path(path) as tmp:
                 tmp.write_text("".join(line + "\n" for line in kept))
         self.file = open(path, "a")

@@ -158,6 +158,16 @@ def test_resumed_metrics_jsonl_drops_lines_after_the_checkpoint(tmp_path):
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3, 4]
 
 
+def test_a_torn_last_line_is_dropped_on_resume_and_metrics_go_on(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "x": s}) + "\n" for s in range(1, 4)) + '{"step": 4, "x"')
+    with pytest.warns(UserWarning, match=r"metrics.jsonl:4: dropping a line that is not JSON"):
+        logger = MetricLogger(LoggerConfig(backends=[]), tmp_path, "run", {}, total=8, start_step=3)
+    logger.log({"x": 40}, step=4)
+    logger.close()
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3, 4]
+
+
 def test_metrics_rows_carry_wall_clock_time(tmp_path):
     import time
 
