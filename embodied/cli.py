@@ -64,7 +64,14 @@ def main(argv: list[str] | None = None) -> int:
 
         os.environ.setdefault("MUJOCO_GL", "egl")
         return check_env_main(argv[1:])
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # Overrides may follow flags (``eval CFG --checkpoint X env.num_envs=4``); argparse stops
+    # collecting a positional list at the first flag, so the rest arrive here.
+    overrides = [a for a in extra if "=" in a and not a.startswith("-")]
+    if extra and (len(overrides) < len(extra) or not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if overrides:
+        args.overrides = [*args.overrides, *overrides]
     os.environ.setdefault("MUJOCO_GL", "egl")
     if args.command == "train":
         return _train(args.config, args.overrides)

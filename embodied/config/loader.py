@@ -84,7 +84,22 @@ _Loader.add_implicit_resolver(
     list("-+0123456789."))
 
 
-def parse_yaml(text: str) -> Any:
+def _mapping_without_duplicates(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    """A YAML mapping; a key given twice is an error (PyYAML would keep the last one silently)."""
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first given on line {seen[key] + 1})", key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
+def parse_yaml(text: Any) -> Any:
     """YAML with 1.2-style floats (``3e-4``), for recipes and override values alike."""
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
@@ -93,7 +108,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
     try:
-        data = parse_yaml(path.read_text())
+        with path.open() as stream:  # a stream, so YAML's error marks name the file
+            data = parse_yaml(stream)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if data is None:
@@ -249,6 +265,18 @@ def _algorithm_problems(cfg: Config) -> list[str]:
     return problems
 
 
+def _non_finite(cfg: Any, path: str = "") -> list[str]:
+    """Every float field that is NaN or infinite (range checks alone let ``inf`` through)."""
+    problems = []
+    for f in dataclasses.fields(cfg):
+        value, where = getattr(cfg, f.name), _join(path, f.name)
+        if dataclasses.is_dataclass(value):
+            problems += _non_finite(value, where)
+        elif isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{where}: must be a finite number, got {value}")
+    return problems
+
+
 def validate(cfg: Config) -> list[str]:
     """Problems that types alone cannot catch, each prefixed by its field path."""
     p: list[str] = []
@@ -299,7 +327,13 @@ def validate(cfg: Config) -> list[str]:
          f"algorithm.num_minibatches: must be in [1, env.num_envs * rollout.chunk_steps = {batch}], "
          f"got {a.num_minibatches}")
     need(a.max_grad_norm > 0, f"algorithm.max_grad_norm: must be > 0, got {a.max_grad_norm}")
+    need(a.target_kl is None or a.target_kl > 0, f"algorithm.target_kl: must be > 0 (or null), got {a.target_kl}")
+    need(a.vf_coef >= 0, f"algorithm.vf_coef: must be >= 0, got {a.vf_coef}")
+    need(a.ent_coef >= 0, f"algorithm.ent_coef: must be >= 0, got {a.ent_coef}")
     need(cfg.actor.lr > 0, f"actor.lr: must be > 0, got {cfg.actor.lr}")
+    need(cfg.actor.adam_eps > 0, f"actor.adam_eps: must be > 0, got {cfg.actor.adam_eps}")
+    seed = cfg.experiment.seed
+    need(0 <= seed < 2**32, f"experiment.seed: must be in [0, 2**32) (numpy's seed range), got {seed}")
     r = cfg.runner
     need(r.iterations >= 1, f"runner.iterations: must be >= 1, got {r.iterations}")
     need(r.eval_every >= 0, f"runner.eval_every: must be >= 0, got {r.eval_every}")
@@ -309,6 +343,8 @@ def validate(cfg: Config) -> list[str]:
     need(t.epochs >= 1, f"sft.epochs: must be >= 1, got {t.epochs}")
     need(t.batch_size >= 1, f"sft.batch_size: must be >= 1, got {t.batch_size}")
     need(t.lr > 0, f"sft.lr: must be > 0, got {t.lr}")
+    need(t.weight_decay >= 0, f"sft.weight_decay: must be >= 0, got {t.weight_decay}")
+    need(t.max_grad_norm > 0, f"sft.max_grad_norm: must be > 0, got {t.max_grad_norm}")
     need(0.0 <= t.val_fraction < 1.0, f"sft.val_fraction: must be in [0, 1), got {t.val_fraction}")
     need(t.eval_every >= 0, f"sft.eval_every: must be >= 0, got {t.eval_every}")
     need(t.log_every >= 1, f"sft.log_every: must be >= 1, got {t.log_every}")
@@ -330,4 +366,5 @@ def validate(cfg: Config) -> list[str]:
                  f"cluster.{group}_resources.{field_name}: must be a number >= 0, got {value}")
     need(cfg.cluster.address is None or cfg.cluster.backend == "ray",
          f"cluster.address: only used with cluster.backend=ray, got backend={cfg.cluster.backend!r}")
-    return p
+    named = {problem.split(":")[0] for problem in p}
+    return p + [problem for problem in _non_finite(cfg) if problem.split(":")[0] not in named]

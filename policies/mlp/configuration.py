@@ -20,4 +20,10 @@ class MLPConfig(PolicyConfig):
     def required_observations(self) -> set[str]:
         return {"states"}
 
+    def validate(self) -> list[str]:
+        """At least one hidden layer, every width positive."""
+        if not self.hidden_sizes or any(v < 1 for v in self.hidden_sizes):
+            return [f"policy.hidden_sizes: need at least one layer, every width >= 1, got {self.hidden_sizes}"]
+        return []
+
     model_class: ClassVar[str] = "embodied.policies.mlp.modeling:MLPPolicy"

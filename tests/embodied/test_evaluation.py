@@ -230,3 +230,19 @@ def test_periodic_eval_videos_land_in_the_run_dir(tmp_path, mode, iterations):
     assert videos == [f"videos/iter_00000{i}/{n}" for i in iterations
                       for n in ("episode_000.mp4", "episode_001.mp4", "grid_000-001.mp4")]
     assert "time/eval" in result.history[0]
+
+
+def test_eval_takes_overrides_after_its_flags(tmp_path, capsys, monkeypatch):
+    from embodied.cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_config(root / "configs" / "reach_mlp_ppo.yaml")
+    checkpoint = reach_checkpoint(tmp_path, cfg)
+    monkeypatch.chdir(root)
+    assert main(["eval", "configs/reach_mlp_ppo.yaml", "--checkpoint", str(checkpoint), "--episodes", "3",
+                 "--out", str(tmp_path / "out"), "eval_env.num_envs=3", "eval_env.max_episode_steps=5"]) == 0
+    report = json.loads((tmp_path / "out" / "eval.json").read_text())
+    assert report["num_episodes"] == 3 and all(e["length"] <= 5 for e in report["episodes"])
+    with pytest.raises(SystemExit):  # an unknown flag is still argparse's error, not an override
+        main(["eval", "configs/reach_mlp_ppo.yaml", "--checkpoint", str(checkpoint), "--nope"])
+    assert "unrecognized arguments: --nope" in capsys.readouterr().err

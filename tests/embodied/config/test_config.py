@@ -335,3 +335,35 @@ def test_grpo_needs_groups_whole_episodes_and_no_auto_reset():
     assert cfg.algorithm.name == "grpo"
     assert "algorithm.clip_coef_high: must be > 0" in error_of(["algorithm.clip_coef_high=0"])
     assert "algorithm.critic_warmup_iterations" in error_of(["algorithm.critic_warmup_iterations=-1"])
+
+
+def test_a_key_given_twice_in_yaml_is_an_error_naming_file_and_lines(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("env:\n  num_envs: 4\n  id: Reach-v0\n  num_envs: 8\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert "duplicate key 'num_envs'" in message and "first given on line 2" in message
+    assert str(path) in message and "line 4" in message
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("actor.lr=.inf", "actor.lr: must be a finite number, got inf"),
+    ("actor.lr=.nan", "actor.lr: must be > 0, got nan"),
+    ("actor.adam_eps=0", "actor.adam_eps: must be > 0"),
+    ("experiment.seed=-1", "experiment.seed: must be in [0, 2**32)"),
+    ("experiment.seed=4294967296", "experiment.seed: must be in [0, 2**32)"),
+    ("algorithm.target_kl=0", "algorithm.target_kl: must be > 0"),
+    ("algorithm.ent_coef=.inf", "algorithm.ent_coef: must be a finite number"),
+    ("algorithm.vf_coef=-1", "algorithm.vf_coef: must be >= 0"),
+    ("policy.hidden_sizes=[]", "policy.hidden_sizes: need at least one layer"),
+    ("policy.hidden_sizes=[64,0]", "policy.hidden_sizes: need at least one layer, every width >= 1"),
+    ("policy.init_log_std=.nan", "policy.init_log_std: must be a finite number"),
+    ("sft.max_grad_norm=0", "sft.max_grad_norm: must be > 0"),
+])
+def test_numeric_ranges_and_non_finite_numbers_are_refused_once(override, expected):
+    with pytest.raises(ConfigError) as err:
+        load_config(ROOT / "configs" / "reach_mlp_ppo.yaml", [override])
+    message = str(err.value)
+    assert expected in message
+    assert message.count(override.split("=")[0] + ":") == 1  # one problem per field, not one per check
