@@ -1,11 +1,15 @@
-"""Write files atomically: into a temp file beside the target, renamed onto it only on success.
+"""Write files atomically: into a temp file beside the target, fsynced, renamed onto it only on success.
 
-A crash or an error mid-write leaves the previous file (or none), never half of one.
+A crash or an error mid-write leaves the previous file (or none), never half of one; a power cut
+after the rename leaves the new one (the data and the rename are on disk before we return).
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +22,9 @@ def atomic_path(path: Path) -> Iterator[Path]:
     tmp = path.with_name(path.name + ".tmp")
     try:
         yield tmp
+        fsync_tree(tmp)
         os.replace(tmp, path)
+        fsync_tree(path.parent, recursive=False)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -30,16 +36,65 @@ def atomic_dir(path: Path) -> Iterator[Path]:
     The temp name carries the process id, so two processes building the same folder never share
     one; the loser of the final rename finds ``path`` complete and keeps it.
     """
-    import shutil
-
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
         yield tmp
+        fsync_tree(tmp)
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)
+        fsync_tree(path.parent, recursive=False)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+TEMP_MARK = ".tmp"  # atomic_path and atomic_dir name their temp files <name>.tmp[<pid>]
+
+
+def fsync_tree(path: Path, recursive: bool = True) -> None:
+    """Flush a file, or a folder's entries (and, ``recursive``, everything under it), to disk."""
+    if path.is_dir() and recursive:
+        for child in path.rglob("*"):
+            fsync_tree(child, recursive=False)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:  # some filesystems cannot fsync a folder; the data files are what matter
+        if exc.errno not in (errno.EINVAL, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def remove_temp_files(folder: Path) -> list[Path]:
+    """Remove what a killed atomic write left in ``folder`` (``*.tmp``, ``*.tmp<pid>``); returns them."""
+    if not folder.is_dir():
+        return []
+    found = sorted(p for p in folder.iterdir() if re.fullmatch(r".+\.tmp\d*", p.name))
+    for p in found:
+        shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+    return found
+
+
+class DiskFullError(OSError):
+    """No space left where the run writes; the message names the path."""
+
+
+def disk_full(exc: BaseException, path: Path) -> bool:
+    """Whether ``exc``, raised writing under ``path``, means the disk is full.
+
+    torch.save reports a full disk as a bare ``RuntimeError: [enforce fail at inline_container.cc]``,
+    so a write failure with (nearly) nothing free counts too.
+    """
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if "No space left" in str(exc):
+        return True
+    try:
+        folder = next(p for p in (path, *path.parents) if p.exists())
+        return shutil.disk_usage(folder).free < 16 * 2**20
+    except (OSError, StopIteration):
+        return False

@@ -110,10 +110,16 @@ def _train(path: str, overrides: list[str]) -> int:
     from embodied.config import ConfigError, load_config
     from embodied.runner import train
 
+    from embodied.atomic import DiskFullError
+    from embodied.checkpoint import CheckpointError
+
     try:
         result = train(load_config(path, overrides))
     except ConfigError as exc:
         return _error(exc)
+    except (DiskFullError, CheckpointError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:
         return _env_error(exc)
     _print_result(result.final_eval, result.run_dir, result.checkpoint)
@@ -186,7 +192,7 @@ def _eval(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
         checkpoint = find_checkpoint(args.checkpoint)
-    except (ConfigError, FileNotFoundError) as exc:
+    except (ConfigError, FileNotFoundError, ValueError) as exc:
         return _error(exc)
     episodes = args.episodes if args.episodes is not None else cfg.runner.eval_episodes
     if episodes < 1:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from embodied.atomic import atomic_path
-from embodied.checkpoint import load_checkpoint
+from embodied.checkpoint import check_env_fits, load_checkpoint
 from embodied.config import Config
 from embodied.placement import make_backend
 from embodied.preflight import preflight
@@ -192,10 +192,13 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int, out_dir: P
     if cfg.env.preflight:  # check-env's fast checks on one eval env, before any worker starts
         preflight(cfg.resolved_eval_env(), "eval_env", video)
     state = load_checkpoint(checkpoint)
+    env_id = cfg.resolved_eval_env().id
+    check_env_fits(state, env_id, None, f"checkpoint {checkpoint}")  # before any worker starts
     torch.manual_seed(cfg.experiment.seed)
     backend = make_backend(cfg.cluster)
     try:
         evaluator = Evaluator.start(cfg, backend, cfg.logger.video if video else None)
+        check_env_fits(state, env_id, backend.wait(evaluator.envs.group.call("spec"))[0], f"checkpoint {checkpoint}")
         try:
             evaluator.load_checkpoint(state["actor"], int(state["actor"].get("version", 0)))
         except (RuntimeError, ValueError) as exc:

@@ -3,8 +3,10 @@
 videos as ``wandb.Video``; the run id kept in ``wandb_id.txt`` so a resumed run continues it) and
 ``tensorboard`` (scalars under ``<run_dir>/tensorboard``).
 
-A sink that fails, at start or later, is reported once and switched off: a logging outage never
-stops training.
+A sink that cannot start is reported and left out. A sink that fails later stays on: every failure
+is reported on the console (what was dropped, and why), ``metrics.jsonl`` keeps the rows it could not
+write and retries them with the next one, and a full disk is remembered in ``disk_full`` for the
+runner, which saves a checkpoint and stops. A logging outage alone never stops training.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from embodied.atomic import atomic_path
+from embodied.atomic import atomic_path, disk_full
 from embodied.config import LoggerConfig
 
 CONSOLE_KEYS = {"env/success_rate": "succ", "env/return": "ret", "eval/success_rate": "eval_succ",
@@ -60,6 +62,8 @@ class MetricLogger:
             "tensorboard": lambda: TensorBoardSink(run_dir / "tensorboard", start_step),
         }
         self.sinks: list[Sink] = []
+        self.disk_full: str | None = None  # "no space left ... <path>" once a sink hit a full disk
+        self.run_dir = run_dir
         for sink_name, make in [("metrics.jsonl", lambda: JsonlSink(run_dir / "metrics.jsonl", start_step)),
                                 *((b, makers[b]) for b in cfg.backends)]:
             try:
@@ -97,8 +101,12 @@ class MetricLogger:
         try:
             fn()
         except Exception as exc:  # noqa: BLE001 - an outage must not stop training
-            warnings.warn(f"{sink.name} {what} failed, switching it off: {exc!r}", stacklevel=3)
-            self.sinks.remove(sink)
+            pending = getattr(sink, "pending", None)
+            kept = f" ({len(pending)} rows kept to retry)" if pending else " (dropped)"
+            # printed, not warnings.warn: Python shows a repeated warning once, and each drop must show
+            print(f"[logging] {sink.name} {what} failed{kept}: {exc!r}", file=sys.stderr, flush=True)
+            if disk_full(exc, self.run_dir):
+                self.disk_full = f"no space left on device: {sink.name} could not write in {self.run_dir}"
 
 
 class JsonlSink:
@@ -107,6 +115,7 @@ class JsonlSink:
     name = "metrics.jsonl"
 
     def __init__(self, path: Path, start_step: int) -> None:
+        self.pending: list[str] = []  # rows not yet written (a write failed); retried with the next row
         if start_step > 0 and path.exists():
             kept = []
             for number, line in enumerate(path.read_text().splitlines(), 1):
@@ -120,18 +129,41 @@ class JsonlSink:
                     kept.append(line)
             with atomic_path(path) as tmp:
                 tmp.write_text("".join(line + "\n" for line in kept))
-        self.file = open(path, "a")
+        # A raw descriptor: a failed write leaves nothing in a buffer to be written twice later.
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         # Wall-clock time (Unix seconds) of each row, so runs can be lined up and timed afterwards.
-        self.file.write(json.dumps({"step": step, "time": round(time.time(), 3), **metrics}) + "\n")
-        self.file.flush()
+        self.pending.append(json.dumps({"step": step, "time": round(time.time(), 3), **metrics}) + "\n")
+        self.flush()
+
+    def flush(self) -> None:
+        """Write the pending rows; on failure they stay pending (a row is written whole or not at all)."""
+        at = os.lseek(self.fd, 0, os.SEEK_END)
+        try:
+            self._write("".join(self.pending).encode())
+        except OSError:
+            try:
+                os.ftruncate(self.fd, at)  # no torn row: the next attempt writes them all again
+            except OSError:
+                pass
+            raise
+        self.pending = []
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
 
     def log_videos(self, videos: dict[str, Path], step: int) -> None:
         pass  # the files are in the run dir already
 
     def close(self) -> None:
-        self.file.close()
+        try:
+            if self.pending:
+                self.flush()
+        finally:
+            os.close(self.fd)
 
 
 class ConsoleSink:

@@ -9,15 +9,17 @@ At the end: the last videos, ``learning_curves.png``.
     result = train(load_config("configs/reach_mlp_ppo.yaml", ["runner.iterations=10"]))
     print(result.final_eval["eval/success_rate"])
 
-``runner.resume_from`` (a checkpoint, or a run dir: its latest) continues that run in its run dir:
-the actor (policy, optimizer, weight version), iteration, env-step count and wandb run go on;
-envs restart from their seeds.
+``runner.resume_from`` (a checkpoint, a run dir: its newest valid checkpoint, or ``auto``: the
+newest run of the experiment) continues that run in its run dir: the actor (policy, optimizer,
+weight version), iteration, env-step count and wandb run go on; envs restart from their seeds.
+A checkpoint of another env, or of other spaces, is refused before training starts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
+import re
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -28,7 +30,9 @@ import numpy as np
 import torch
 import yaml
 
-from embodied.checkpoint import ResumePoint, check_init_from, load_resume_point
+from embodied.atomic import DiskFullError
+from embodied.checkpoint import (CheckpointError, ResumePoint, check_env_fits, check_init_from, find_checkpoint,
+                                 load_resume_point, prune_checkpoints, remove_partial)
 from embodied.config import Config, ConfigError, to_dict
 from embodied.env_factory import check_env_config
 from embodied.evaluation import PeriodicEval, episode_metrics
@@ -64,10 +68,11 @@ def train(cfg: Config) -> TrainResult:
             check_init_from(cfg.policy.init_from, cfg.policy.type, cfg.policy.action_chunk)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    resume = load_resume_point(cfg.runner.resume_from) if cfg.runner.resume_from else None
+    resume = resume_point(cfg)
     backend = make_backend(cfg.cluster)  # joins cluster.address (or fails) before a run dir exists
     try:
         run_dir = resume.run_dir if resume else make_run_dir(cfg)
+        remove_partial(run_dir)  # temp folders of a checkpoint write that a killed run left
         save_config(cfg, run_dir)
     except BaseException:
         backend.shutdown()
@@ -82,6 +87,7 @@ def train(cfg: Config) -> TrainResult:
         stop.__enter__()  # SIGINT/SIGTERM: finish the iteration, checkpoint, stop (see embodied.stop)
         workers = Workers.start(cfg, backend)
         if resume:
+            check_env_fits(resume.state, cfg.env.id, workers.spec, "runner.resume_from")
             workers.load_actor_state(resume.actor)
         logger = MetricLogger(cfg.logger, run_dir, run_dir.name, to_dict(cfg), cfg.runner.iterations, start,
                               wandb_id_of(resume, run_dir))
@@ -95,10 +101,13 @@ def train(cfg: Config) -> TrainResult:
                 metrics |= evaluate(it)
             logger.log(metrics, step=it, videos=evaluate.videos())
             history.append(metrics)
-            if due(it, cfg.runner.checkpoint_every, last) or stop.signal:
+            if due(it, cfg.runner.checkpoint_every, last) or stop.signal or logger.disk_full:
                 checkpoint = workers.save_checkpoint(run_dir / "checkpoints" / f"iter_{it:06d}", {
                     "iteration": it, "env_steps": env_steps, "config": to_dict(cfg), "wandb_id": logger.wandb_id,
                 })
+                prune_checkpoints(run_dir, cfg.runner.keep_checkpoints)
+            if logger.disk_full:  # the checkpoint above got through: stop while the run can still resume
+                raise DiskFullError(f"{logger.disk_full}; stopped after saving checkpoint {checkpoint}")
             if stop.signal:
                 break
         logger.log_videos(evaluate.videos(wait=True), step=max(last, start))  # the last eval's, once encoded
@@ -111,6 +120,40 @@ def train(cfg: Config) -> TrainResult:
     final_eval = {k: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
     plot = draw_learning_curves(run_dir) if cfg.runner.plot else None
     return TrainResult(run_dir, final_eval, checkpoint, history, plot, stop.signal, stop.exit_code)
+
+
+def resume_point(cfg: Config) -> ResumePoint | None:
+    """Where ``runner.resume_from`` says to go on (None: a new run); refuses a checkpoint of another env."""
+    source = cfg.runner.resume_from
+    if source == "auto":
+        source = newest_run(cfg)
+        if source is None:
+            print(f"runner.resume_from=auto: no earlier run of {cfg.experiment.name!r} with a checkpoint in "
+                  f"{cfg.experiment.output_dir}; starting a new run")
+            return None
+        print(f"runner.resume_from=auto: continuing {source}")
+    if source is None:
+        return None
+    try:
+        resume = load_resume_point(source)
+        check_env_fits(resume.state, cfg.env.id, None, "runner.resume_from")
+    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+        raise ConfigError(f"runner.resume_from: {exc}" if not str(exc).startswith("runner.") else str(exc)) from None
+    return resume
+
+
+def newest_run(cfg: Config) -> Path | None:
+    """The newest run dir of ``experiment.name`` (by its newest checkpoint's time) that holds a valid checkpoint."""
+    runs = []
+    name = re.compile(re.escape(cfg.experiment.name) + r"-\d{8}-\d{6}(-\d+)?")  # make_run_dir's names
+    for run_dir in Path(cfg.experiment.output_dir).glob(f"{cfg.experiment.name}-*"):
+        if not name.fullmatch(run_dir.name):
+            continue
+        try:
+            runs.append((find_checkpoint(run_dir).stat().st_mtime, run_dir))
+        except (FileNotFoundError, CheckpointError):
+            continue
+    return max(runs)[1] if runs else None
 
 
 def train_iteration(workers: Workers, cfg: Config, it: int) -> tuple[dict[str, float], int]:

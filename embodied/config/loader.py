@@ -339,6 +339,7 @@ def validate(cfg: Config) -> list[str]:
     need(r.eval_every >= 0, f"runner.eval_every: must be >= 0, got {r.eval_every}")
     need(r.eval_episodes >= 1, f"runner.eval_episodes: must be >= 1, got {r.eval_episodes}")
     need(r.checkpoint_every >= 0, f"runner.checkpoint_every: must be >= 0, got {r.checkpoint_every}")
+    need(r.keep_checkpoints >= 0, f"runner.keep_checkpoints: must be >= 0 (0 keeps all), got {r.keep_checkpoints}")
     t = cfg.sft
     need(t.epochs >= 1, f"sft.epochs: must be >= 1, got {t.epochs}")
     need(t.batch_size >= 1, f"sft.batch_size: must be >= 1, got {t.batch_size}")

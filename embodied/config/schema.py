@@ -107,7 +107,10 @@ class RunnerConfig:
     eval_episodes: int = 32  # episodes per eval (deterministic actions)
     checkpoint_every: int = 50  # iterations between checkpoints (0: only at the end)
     eval_video: Literal["none", "last", "all"] = "none"  # evals that record videos (see logger.video); envs must render
-    resume_from: str | None = None  # checkpoint file, or run dir (its latest checkpoint), to continue in its run dir
+    # A checkpoint folder, or a run dir (its newest valid checkpoint), to continue in its run dir;
+    # "auto": the newest run of experiment.name under experiment.output_dir that has one (else start afresh).
+    resume_from: str | None = None
+    keep_checkpoints: int = 0  # the newest checkpoints kept on disk (0: all)
     plot: bool = True  # write learning_curves.png into the run dir at the end of training
 
 

@@ -100,11 +100,12 @@ def test_resume_continues_the_wandb_run(tmp_path, monkeypatch):
 
 
 def test_checkpoint_lookup(tmp_path):
-    (tmp_path / "checkpoints").mkdir()
+    from embodied.checkpoint import save_checkpoint
+
     for it in (2, 10, 9):
-        (tmp_path / "checkpoints" / f"iter_{it:06d}").mkdir()
-        (tmp_path / "checkpoints" / f"iter_{it:06d}" / "trainer.pt").write_bytes(b"")
+        save_checkpoint(tmp_path / "checkpoints" / f"iter_{it:06d}", {"iteration": it})
     (tmp_path / "checkpoints" / "iter_000011.tmp123").mkdir()  # a write that never finished is not a checkpoint
+    (tmp_path / "checkpoints" / "iter_000011.tmp123" / "trainer.pt").write_bytes(b"")
     assert find_checkpoint(tmp_path).name == "iter_000010"
     assert find_checkpoint(tmp_path / "checkpoints").name == "iter_000010"
     assert run_dir_of(find_checkpoint(tmp_path)) == tmp_path
