@@ -48,6 +48,7 @@ from embodied.config import ConfigError, EnvConfig
 from embodied.env_factory import make_vector_env
 from embodied.envs.adapters.gymnasium_env import GymnasiumEnv, adapted_target
 from embodied.envs.batched import is_batched
+from embodied.envs.chunked import sim_unstable
 from embodied.registry import ENVS, PluginError, UnknownNameError
 from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, ChunkStepResult, EnvError, Obs
 
@@ -293,6 +294,7 @@ class _SingleChecks(_Checks):
         r.run("reset-seed determinism", self.determinism)
         r.run("action bounds", self.action_bounds)
         r.run("episode ends within max_episode_steps", self.time_limit)
+        r.run("simulation stays stable under random actions", self.stability)
         if self.render_check != "skip":
             r.run("render() frames for videos", self.render, stop_on_crash=False)
         if not self.fast:
@@ -424,6 +426,22 @@ class _SingleChecks(_Checks):
             f"no termination or truncation within max_episode_steps={limit} ({limit + 1} steps of random actions)",
             "set truncated=True once max_episode_steps steps have run (the constructor receives max_episode_steps); "
             "without an end, eval finds 0 episodes and success_rate is nan")
+
+    def stability(self) -> str:
+        """``self.steps`` random actions (resetting at episode ends) without the simulator going unstable."""
+        env, rng = self.env, np.random.default_rng(self.seed + 2)
+        _reset(env, self.seed)
+        for t in range(1, self.steps + 1):
+            _, _, terminated, truncated, info = env.step(_random_action(env.action_space, rng))
+            if sim_unstable(env, info):
+                raise CheckFailed(
+                    f"step {t} of random actions: the simulation went unstable (info['sim_unstable'], or MuJoCo's "
+                    f"'Nan, Inf or huge value in QACC/QPOS/QVEL' warning); training would truncate such episodes",
+                    "lower the model's timestep (<option timestep=...>), raise damping/armature, soften stiff "
+                    "contacts or gains, or clip actions to what the actuators can follow")
+            if terminated or truncated:
+                _reset(env, None)
+        return f"{self.steps} random steps"
 
     def render(self) -> str:
         try:

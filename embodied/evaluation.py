@@ -76,8 +76,10 @@ def per_task(episodes: list[EpisodeStats]) -> dict[str, EvalSummary]:
 
 
 def episode_metrics(prefix: str, episodes: list[EpisodeStats]) -> dict[str, float]:
-    """Success rate, mean return and length of finished episodes (NaN when none finished)."""
-    return _summary_metrics(prefix, EvalSummary.of(episodes))
+    """Success rate, mean return and length of finished episodes (NaN when none finished), and how many
+    of them the simulator cut short by going unstable."""
+    return _summary_metrics(prefix, EvalSummary.of(episodes)) | {
+        f"{prefix}/sim_unstable": float(sum(e.sim_unstable for e in episodes))}
 
 
 def _summary_metrics(prefix: str, s: EvalSummary) -> dict[str, float]:

@@ -55,6 +55,7 @@ class EpisodeStats:
     success_once: bool  # ``info["success"]`` was true at some sub-step
     success_at_end: bool  # ... and at the last one
     task: str = ""  # the env's task description at the episode's start (per-task eval breakdown)
+    sim_unstable: bool = False  # the simulator went unstable (e.g. MuJoCo's bad-QACC reset): truncated there
 
 
 @dataclass
@@ -97,8 +98,8 @@ class EnvError(RuntimeError):
 
     def located(self, offset: int, context: str) -> EnvError:
         """The same error with the env index made global (``offset`` added) and ``context`` prepended."""
-        return EnvError(self.env, self.index + offset, self.during, self.env_traceback,
-                        ", ".join(c for c in (context, self.context) if c))
+        return type(self)(self.env, self.index + offset, self.during, self.env_traceback,
+                          ", ".join(c for c in (context, self.context) if c))
 
     def __str__(self) -> str:
         where = f"env index {self.index}" + (f", {self.context}" if self.context else "")

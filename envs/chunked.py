@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from embodied.numerics import NonFiniteError
 from embodied.types import TASK_DESCRIPTIONS, ChunkStepResult, EnvError, EpisodeFrames, EpisodeStats, Obs
 
 
@@ -45,12 +46,14 @@ class _Episode:
     success_once: bool = False
     success_last: bool = False
     task: str = ""
+    sim_unstable: bool = False
 
-    def record(self, reward: float, success: bool) -> None:
+    def record(self, reward: float, success: bool, sim_unstable: bool = False) -> None:
         self.ret += reward
         self.length += 1
         self.success_once |= success
         self.success_last = success
+        self.sim_unstable |= sim_unstable
 
 
 class _Recorder:
@@ -214,11 +217,17 @@ class ChunkedVectorEnv:
                     obs, reward, terminated, truncated, info = env.step(action)
                 except Exception as exc:
                     raise EnvError(self.name, i, f"step() at sub-step {c} of the chunk", user_traceback(exc)) from exc
+                bad = _non_finite(obs, reward)
+                if bad:  # where it first appears: later sub-steps of the chunk may hide it
+                    raise NonFiniteError(self.name, i, f"sub-step {c} of the chunk",
+                                         f"a non-finite {'terminal ' if terminated or truncated else ''}{bad}")
+                unstable = sim_unstable(env, info)
+                truncated = truncated or (unstable and not terminated)  # an unstable episode ends here
                 executed[i, c], rewards[i, c] = True, reward
                 terminations[i, c], truncations[i, c] = terminated, truncated
                 self._obs[i] = obs
                 success = bool(info.get("success", False))
-                self._episodes[i].record(float(reward), success)
+                self._episodes[i].record(float(reward), success, unstable)
                 self._recorder.add(i, env, float(reward), success)
                 if terminated or truncated:
                     dones[i] = True
@@ -287,7 +296,7 @@ class ChunkedVectorEnv:
 
     def _close_episode(self, i: int) -> EpisodeStats:
         ep = self._episodes[i]
-        return EpisodeStats(i, ep.ret, ep.length, ep.success_once, ep.success_last, ep.task)
+        return EpisodeStats(i, ep.ret, ep.length, ep.success_once, ep.success_last, ep.task, ep.sim_unstable)
 
     def _batch(self, per_env: list[dict]) -> Obs:
         out: Obs = {key: np.stack([o[key] for o in per_env]) for key in per_env[0]}
@@ -305,6 +314,29 @@ class ChunkedVectorEnv:
             bad = np.argwhere(~np.isfinite(actions))[0].tolist()
             raise ValueError(f"{self.name}: actions contain NaN or inf (first at [env, step, dim] = {bad})")
         return actions
+
+
+def _non_finite(obs: Any, reward: Any) -> str:
+    """What of one env's step is NaN/inf ("" if nothing): its reward, or a float observation key."""
+    if not np.isfinite(reward):
+        return f"reward ({reward})"
+    for key, value in (obs.items() if isinstance(obs, dict) else (("obs", obs),)):
+        value = np.asarray(value)
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            return f"observation ({key} holds NaN or inf)"
+    return ""
+
+
+def sim_unstable(env: gym.Env, info: dict) -> bool:
+    """``info["sim_unstable"]``, or, for any env simulating with MuJoCo, its own instability warnings."""
+    if info.get("sim_unstable"):
+        return True
+    data = getattr(env.unwrapped, "data", None)
+    if type(data).__name__ != "MjData":
+        return False
+    from embodied.envs.mujoco_base import mujoco_unstable
+
+    return mujoco_unstable(data)
 
 
 def user_traceback(exc: BaseException) -> str:

@@ -334,8 +334,12 @@ class TableTopEnv(gym.Env):
         success = self._is_success()
         reward = self._dense_reward() if self.reward_type == "dense" else float(success)
         terminated = bool(success and self.terminate_on_success)
+        info = {"success": success, **self._task_info()}
+        if mujoco_unstable(self.data):  # MuJoCo reset the state itself: this episode is over, and says why
+            info["sim_unstable"] = True
+            return self._get_obs(), float(reward), False, True, info
         truncated = self._elapsed >= self.max_episode_steps
-        return self._get_obs(), float(reward), terminated, truncated, {"success": success, **self._task_info()}
+        return self._get_obs(), float(reward), terminated, truncated, info
 
     def render(self) -> np.ndarray | None:  # type: ignore[override]
         """The ``main`` camera at ``render_size`` (with shadows) when ``render_mode="rgb_array"``."""
@@ -391,6 +395,19 @@ def check_positive(name: str, value: float) -> None:
 def closeness(distance: float, scale: float) -> float:
     """Shaping term in (0, 1]: 1 at distance 0, about 0.24 at ``scale`` and near 0 beyond 2 ``scale``."""
     return 1.0 - float(np.tanh(distance / scale))
+
+
+UNSTABLE_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
+                     mujoco.mjtWarning.mjWARN_BADQVEL)
+
+
+def mujoco_unstable(data: mujoco.MjData) -> bool:
+    """Whether the simulation went unstable since the last ``mj_resetData``.
+
+    MuJoCo answers "Nan, Inf or huge value in QACC" by resetting the state and counting a warning
+    (``data.warning``), so the warning counters, not the state, are what tell.
+    """
+    return any(data.warning[w].number > 0 for w in UNSTABLE_WARNINGS) or not np.isfinite(data.qacc).all()
 
 
 def staged_reward(progress: float, success: bool) -> float:

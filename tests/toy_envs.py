@@ -66,3 +66,32 @@ class FailingEnv(CountingEnv):
 
     def _broken_physics(self):
         return 1 / 0  # the line a user must see
+
+
+class NanEnv(CountingEnv):
+    """A CountingEnv whose env ``nan_env`` (told by its first reset seed, as in ``FailingEnv``) returns NaN in
+    ``what`` ("reward", "obs" or "final_obs") at step ``nan_at``."""
+
+    def __init__(self, nan_at: int = 3, nan_env: int = 1, what: str = "reward", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.nan_at, self.nan_env, self.what = nan_at, nan_env, what
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.first_seed % 1000 == self.nan_env and self.t == self.nan_at:
+            if self.what == "reward":
+                reward = float("nan")
+            else:
+                obs = {**obs, "states": np.full_like(obs["states"], np.nan)}
+                if self.what == "final_obs":  # NaN only in a terminal obs, on a success step
+                    terminated, info = True, {**info, "success": True}
+        return obs, reward, terminated, truncated, info
+
+
+def unstable_reach(**kwargs):
+    """Reach-v0 with a 0.5 s physics step: MuJoCo goes unstable ("Nan, Inf or huge value in QACC") in a few steps."""
+    from embodied.envs.reach import ReachEnv
+
+    env = ReachEnv(**kwargs)
+    env.model.opt.timestep = 0.5
+    return env

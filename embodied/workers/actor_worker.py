@@ -11,7 +11,8 @@ import torch
 
 from embodied.algorithms import Algorithm
 from embodied.checkpoint import (check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state,
-                                 save_policy_checkpoint)
+                                 non_finite_tensors, save_policy_checkpoint)
+from embodied.numerics import NonFiniteUpdateError, non_finite_terms
 from embodied.config import ActorConfig, AlgorithmConfig
 from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.registry import ALGORITHMS
@@ -59,31 +60,53 @@ class ActorWorker:
             self.optimizer.param_groups[0]["lr"] = frac * self.cfg.lr
         warmup = iteration <= a.critic_warmup_iterations
         stats: dict[str, list[float]] = {}
-        for _ in range(a.update_epochs):
+        skipped = 0
+        for epoch in range(a.update_epochs):
             perm = torch.randperm(size, generator=self.generator)
-            for mb in perm.chunk(a.num_minibatches):
-                for key, value in self._step(_take(batch, mb), warmup).items():
+            for k, mb in enumerate(perm.chunk(a.num_minibatches)):
+                step = self._step(_take(batch, mb), warmup, f"iteration {iteration}, epoch {epoch}, minibatch {k}")
+                if step is None:
+                    skipped += 1
+                    continue
+                for key, value in step.items():
                     stats.setdefault(key, []).append(value)
-            if a.target_kl is not None and np.mean(stats["approx_kl"][-a.num_minibatches:]) > a.target_kl:
+            if a.target_kl is not None and stats and np.mean(stats["approx_kl"][-a.num_minibatches:]) > a.target_kl:
                 break
+        bad = non_finite_tensors(dict(self.policy.named_parameters()))
+        if bad:  # finite gradients can still overflow a weight; never publish or checkpoint it
+            raise NonFiniteUpdateError(f"update at iteration {iteration} left non-finite weights ({', '.join(bad)})")
         self.policy.observe(batch["forward_inputs"])
         self.version += 1
         metrics = {f"train/{k}": float(np.mean(v)) for k, v in stats.items()} | batch_metrics
         metrics["train/lr"] = self.optimizer.param_groups[0]["lr"]
         metrics["train/critic_warmup"] = float(warmup)
+        metrics["train/skipped_minibatches"] = float(skipped)
         if self.algorithm.uses_values:
             metrics["train/explained_variance"] = _explained_variance(batch["values"], batch["returns"])
         return metrics
 
-    def _step(self, mb: dict[str, Any], warmup: bool) -> dict[str, float]:
+    def _step(self, mb: dict[str, Any], warmup: bool, where: str) -> dict[str, float] | None:
+        """One gradient step; None if it was skipped for a non-finite loss or gradient."""
         mb = _to(mb, self.device)
         logprobs, entropy, values = self.policy.evaluate(mb["forward_inputs"], mb["actions"])
         out = self.algorithm.loss(logprobs, entropy, values, mb, _mask(mb["executed"], logprobs), warmup)
+        stats = {k: float(v.detach()) for k, v in out.stats.items()} | {"loss": float(out.loss.detach())}
         self.optimizer.zero_grad()
-        out.loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.algo.max_grad_norm)
+        if not non_finite_terms(stats):
+            out.loss.backward()
+            stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.params, self.algo.max_grad_norm))
+        bad = non_finite_terms(stats)
+        if bad:
+            self.optimizer.zero_grad()  # nothing of this minibatch reaches the weights
+            if self.algo.skip_nonfinite_updates:
+                return None
+            values_text = ", ".join(f"{name}={stats[name]}" for name in bad)
+            raise NonFiniteUpdateError(
+                f"update at {where}: non-finite {values_text}; the minibatch was not applied and these weights are "
+                f"neither published nor checkpointed (algorithm.skip_nonfinite_updates=true skips such minibatches "
+                f"and counts them in train/skipped_minibatches)")
         self.optimizer.step()
-        return {k: float(v.detach()) for k, v in out.stats.items()} | {"grad_norm": float(grad_norm)}
+        return stats
 
     def state(self) -> dict[str, Any]:
         """Everything a checkpoint needs to resume the actor.

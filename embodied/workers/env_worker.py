@@ -15,6 +15,7 @@ from embodied.config import EnvConfig
 from embodied.config.schema import VideoConfig
 from embodied.data.format import OBS_KEYS, DemoEpisode
 from embodied.env_factory import make_vector_env, policy_spec
+from embodied.numerics import check_env_result, check_reset_obs
 from embodied.policy import PolicySpec
 from embodied.types import EnvError, Obs, PeerFailure, PeerFailureError, obs_slice
 from embodied.video import VideoReport, VideoWriter
@@ -50,6 +51,7 @@ class EnvWorker:
                  section: str = "env", video: VideoConfig | None = None) -> None:
         torch.set_num_threads(torch_threads)
         self.rank, self.link, self.seed, self.video = rank, link, seed, video
+        self.env_id = env_cfg.id
         render_mode = "rgb_array" if video else None
         self.stages = [
             _Stage(shards, make_vector_env(env_cfg, sum(s.size for s in shards), section, render_mode=render_mode,
@@ -152,13 +154,14 @@ class EnvWorker:
         for stage in self.stages:
             if group_size == 1:
                 stage.obs = stage.venv.reset(seed=seed + stage.start)
-                continue
-            seeds = [seed + (stage.start + j) // group_size for j in range(stage.venv.num_envs)]
-            try:
-                stage.obs = stage.venv.reset(seeds=seeds)
-            except TypeError as exc:
-                raise TypeError(f"{type(stage.venv).__name__}.reset takes no per-env seeds (reset(seeds=[...])), "
-                                f"which algorithm.group_size > 1 needs: {exc}") from None
+            else:
+                seeds = [seed + (stage.start + j) // group_size for j in range(stage.venv.num_envs)]
+                try:
+                    stage.obs = stage.venv.reset(seeds=seeds)
+                except TypeError as exc:
+                    raise TypeError(f"{type(stage.venv).__name__}.reset takes no per-env seeds (reset(seeds=[...])), "
+                                    f"which algorithm.group_size > 1 needs: {exc}") from None
+            check_reset_obs(stage.obs, self.env_id, stage.start, f"env worker {self.rank}, reset seed {seed}")
 
     def _exchange(self, chunk_steps: int, label: str) -> int:
         """Send the current obs, then answer ``chunk_steps`` action chunks stage by stage.
@@ -177,6 +180,7 @@ class EnvWorker:
                     result = stage.venv.chunk_step(actions)
                 except EnvError as exc:  # say where in the run it happened; the env's traceback stays
                     raise exc.located(stage.start, f"env worker {self.rank}, {label}, chunk step {t}") from None
+                check_env_result(result, self.env_id, stage.start, f"env worker {self.rank}, {label}, chunk step {t}")
                 for shard in stage.shards:
                     self.link.to_rollout.put(Link.key(shard), result.slice(*stage.rows(shard)))
                 stage.obs = result.obs

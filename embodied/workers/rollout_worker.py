@@ -11,6 +11,7 @@ import torch
 
 from embodied.channels import Shard
 from embodied.checkpoint import load_policy_state
+from embodied.numerics import NonFinitePolicyError, non_finite_outputs
 from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.types import (ChunkStepResult, EpisodeStats, Obs, PeerFailure, PeerFailureError, PolicyOutput,
                             Trajectory, obs_concat, obs_slice)
@@ -98,6 +99,7 @@ class MultiStepRolloutWorker:
                     obs[i] = results[i].obs
                 if t < chunk_steps:
                     acted.append(self._act(obs[i], deterministic))
+                    self._check(acted[i], shards, t)
                     _send(link, shards, acted[i])
             if t > 0:
                 steps.append(_in_env_order(stages, outs, results))
@@ -122,6 +124,21 @@ class MultiStepRolloutWorker:
         out = self.policy.act(obs, deterministic=deterministic)
         out.version = self.version
         return out
+
+    def _check(self, out: PolicyOutput, shards: list[Shard], t: int) -> None:
+        """Refuse NaN/inf actions, log-probs or values before any env executes them."""
+        bad = non_finite_outputs({"actions": out.actions, "logprobs": out.logprobs, "values": out.values})
+        if bad:
+            row, env_index = bad[0][1], None
+            for shard in shards:  # the batch row -> its global env index
+                if row < shard.size:
+                    env_index = shard.start + row
+                    break
+                row -= shard.size
+            raise NonFinitePolicyError(
+                f"rollout worker {self.rank}: the policy (weights version {self.version}) produced non-finite "
+                f"{', '.join(n for n, _ in bad)} at chunk step {t}, first for env index {env_index}; its "
+                f"observations were finite (the env worker checks them), so the weights or the model are at fault")
 
     def _final_values(self, result: ChunkStepResult) -> torch.Tensor:
         """V(final_obs) where an episode was truncated (bootstrap), 0 elsewhere."""
