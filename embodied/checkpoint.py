@@ -116,7 +116,7 @@ def read_manifest(path: Path) -> dict[str, Any] | None:
 
 
 def save_policy_checkpoint(path: Path, policy: Any, optimizer: Any, version: int, spec: Any,
-                           extra: dict[str, Any]) -> Path:
+                           extra: dict[str, Any], actor_extra: dict[str, Any] | None = None) -> Path:
     """A checkpoint folder of a trained policy (RL actor or SFT): trainer state ``extra`` plus the policy.
 
     ``actor`` holds the optimizer, the version and, unless the policy exports itself, its state
@@ -126,7 +126,7 @@ def save_policy_checkpoint(path: Path, policy: Any, optimizer: Any, version: int
     bad = non_finite_tensors(policy.state_dict())
     if bad:
         raise CheckpointError(f"not writing checkpoint {path}: the policy's weights are not finite ({', '.join(bad)})")
-    actor: dict[str, Any] = {"optimizer": optimizer.state_dict(), "version": version}
+    actor: dict[str, Any] = {"optimizer": optimizer.state_dict(), "version": version, **(actor_extra or {})}
     if not policy.exports_pretrained:
         actor["policy"] = policy.state_dict()
     return save_checkpoint(path, {**extra, "actor": actor, "policy_spec": dataclasses.asdict(spec)}, policy)

@@ -82,6 +82,7 @@ def train(cfg: Config) -> TrainResult:
     seed_everything(cfg.experiment.seed)
     logger: MetricLogger | None = None
     history: list[dict[str, float]] = []
+    warned: set[str] = set()  # why exact resume is off, said once
     stop = StopRequest()
     try:
         stop.__enter__()  # SIGINT/SIGTERM: finish the iteration, checkpoint, stop (see embodied.stop)
@@ -89,6 +90,7 @@ def train(cfg: Config) -> TrainResult:
         if resume:
             check_env_fits(resume.state, cfg.env.id, workers.spec, "runner.resume_from")
             workers.load_actor_state(resume.actor)
+            restore_exact(workers, resume.state)
         logger = MetricLogger(cfg.logger, run_dir, run_dir.name, to_dict(cfg), cfg.runner.iterations, start,
                               wandb_id_of(resume, run_dir))
         evaluate = PeriodicEval(workers, cfg, run_dir)
@@ -104,6 +106,7 @@ def train(cfg: Config) -> TrainResult:
             if due(it, cfg.runner.checkpoint_every, last) or stop.signal or logger.disk_full:
                 checkpoint = workers.save_checkpoint(run_dir / "checkpoints" / f"iter_{it:06d}", {
                     "iteration": it, "env_steps": env_steps, "config": to_dict(cfg), "wandb_id": logger.wandb_id,
+                    "rng": process_rng_state(), "workers": resume_state(workers, warned),
                 })
                 prune_checkpoints(run_dir, cfg.runner.keep_checkpoints)
             if logger.disk_full:  # the checkpoint above got through: stop while the run can still resume
@@ -120,6 +123,40 @@ def train(cfg: Config) -> TrainResult:
     final_eval = {k: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
     plot = draw_learning_curves(run_dir) if cfg.runner.plot else None
     return TrainResult(run_dir, final_eval, checkpoint, history, plot, stop.signal, stop.exit_code)
+
+
+def resume_state(workers: Workers, warned: set[str]) -> dict:
+    """``workers.resume_state()``; says once if the envs cannot be saved (resume then reseeds them)."""
+    state = workers.resume_state()
+    reasons = [s for rank in state["envs"] for s in rank if isinstance(s, str)]
+    if reasons and not warned:
+        warned.add(reasons[0])
+        warnings.warn(f"checkpoints will not resume exactly: {reasons[0]}; a resumed run restarts its envs from "
+                      f"their seeds", stacklevel=3)
+    return state
+
+
+def restore_exact(workers: Workers, state: dict) -> None:
+    """RNG streams and envs as the checkpoint left them, so a resumed run goes on as if never stopped."""
+    if "rng" in state:
+        set_process_rng_state(state["rng"])
+    problems = workers.restore(state.get("workers") or {})
+    if problems:
+        warnings.warn(f"resume is not exact: {'; '.join(problems)}; the envs restart from their seeds", stacklevel=3)
+
+
+def process_rng_state() -> dict:
+    """This process's python, numpy and torch RNG states, as plain types and tensors (weights_only-loadable)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"python": random.getstate(), "numpy": (kind, keys.tolist(), pos, has_gauss, cached),
+            "torch": torch.get_rng_state()}
+
+
+def set_process_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
 
 
 def resume_point(cfg: Config) -> ResumePoint | None:

@@ -25,6 +25,7 @@ class does no gymnasium-style autoreset, so no suite's reset convention leaks th
 
 from __future__ import annotations
 
+import pickle
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -128,6 +129,21 @@ class ChunkedVectorEnv:
     @property
     def num_envs(self) -> int:
         return len(self.envs)
+
+    def get_state(self) -> bytes:
+        """The envs mid-episode (simulator, RNG, task), their running episode stats and current
+        observations, pickled; ``set_state`` puts them back (exact resume). Raises if an env cannot
+        be pickled (e.g. it holds an open socket or GL context)."""
+        return pickle.dumps((self.envs, self._episodes, self._obs, self._finished))
+
+    def set_state(self, state: bytes) -> None:
+        """Replace the envs by the ones ``get_state`` saved (the current ones are closed)."""
+        envs, episodes, obs, finished = pickle.loads(state)  # noqa: S301 - the run's own checkpoint
+        if len(envs) != self.num_envs:
+            raise ValueError(f"{self.name}: the saved state holds {len(envs)} envs, this batch has {self.num_envs}")
+        self.close()
+        self.envs, self._episodes, self._obs, self._finished = envs, episodes, obs, finished
+        self._experts = None  # remade for the restored envs on the next expert step
 
     @property
     def finished(self) -> np.ndarray:

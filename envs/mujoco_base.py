@@ -341,6 +341,14 @@ class TableTopEnv(gym.Env):
         truncated = self._elapsed >= self.max_episode_steps
         return self._get_obs(), float(reward), terminated, truncated, info
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Everything but the GL context (remade on the next frame): the env pickles mid-episode,
+        model, data, RNG and task included, so a checkpoint can hold it (exact resume)."""
+        state = self.__dict__.copy()
+        state["_renderer"] = None
+        state.pop("_renderer_finalizer", None)
+        return state
+
     def render(self) -> np.ndarray | None:  # type: ignore[override]
         """The ``main`` camera at ``render_size`` (with shadows) when ``render_mode="rgb_array"``."""
         if self.render_mode != "rgb_array":

@@ -115,17 +115,21 @@ class ActorWorker:
         ``save_checkpoint``; its trainable state is here only for comparisons in memory.
         """
         policy = self.policy.trainable_state() if self.policy.exports_pretrained else self.policy.state_dict()
-        return {"policy": policy, "optimizer": self.optimizer.state_dict(), "version": self.version}
+        return {"policy": policy, "optimizer": self.optimizer.state_dict(), "version": self.version,
+                "generator": self.generator.get_state()}
 
     def save_checkpoint(self, path: str, extra: dict[str, Any]) -> str:
         """Write a checkpoint folder (``embodied.checkpoint``) from here, where the policy lives."""
-        save_policy_checkpoint(Path(path), self.policy, self.optimizer, self.version, self.spec, extra)
+        save_policy_checkpoint(Path(path), self.policy, self.optimizer, self.version, self.spec, extra,
+                               {"generator": self.generator.get_state()})
         return path
 
     def load_state(self, state: dict[str, Any]) -> None:
         load_policy_state(self.policy, state)
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
+        if "generator" in state:  # the minibatch order goes on where it stopped
+            self.generator.set_state(state["generator"])
 
 
 def _to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:

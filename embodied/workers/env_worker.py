@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -141,6 +142,28 @@ class EnvWorker:
             self.writer.flush()
         errors, self._video_errors = self._video_errors + self.writer.take_errors(), []
         return VideoReport([str(p) for p in self.writer.take_written()], errors)
+
+    def get_state(self) -> list[bytes | str]:
+        """Per pipeline stage, its envs mid-episode and current observations, pickled (exact resume);
+        a str instead says why a stage cannot be saved (its vector env has no ``get_state``, or an
+        env does not pickle)."""
+        states: list[bytes | str] = []
+        for stage in self.stages:
+            getter = getattr(stage.venv, "get_state", None)
+            if getter is None:
+                states.append(f"{type(stage.venv).__name__} has no get_state()")
+                continue
+            try:
+                states.append(pickle.dumps((getter(), stage.obs)))
+            except Exception as exc:  # noqa: BLE001 - an env that does not pickle only loses exact resume
+                states.append(f"{self.env_id} does not pickle: {exc!r}")
+        return states
+
+    def set_state(self, states: list[bytes]) -> None:
+        """Put back what ``get_state`` saved (same stages and envs per stage)."""
+        for stage, state in zip(self.stages, states, strict=True):
+            venv_state, stage.obs = pickle.loads(state)  # noqa: S301 - the run's own checkpoint
+            stage.venv.set_state(venv_state)
 
     def close(self) -> None:
         self.writer.close()

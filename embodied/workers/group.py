@@ -231,6 +231,35 @@ class Workers:
         self.backend.wait(self.actor_group.call("save_checkpoint", str(path), extra))
         return path
 
+    def resume_state(self) -> dict[str, Any]:
+        """What exact resume needs beyond the actor: each env worker's envs mid-episode (per stage,
+        pickled; a str says why not) and each rollout worker's RNG."""
+        return {"envs": self.backend.wait(self.env_group.call("get_state")),
+                "rollout_rng": self.backend.wait(self.rollout_group.call("rng_state"))}
+
+    def restore(self, state: dict[str, Any]) -> list[str]:
+        """Put back ``resume_state()`` output; returns what could not be restored (and why)."""
+        problems = []
+        envs = state.get("envs") or []
+        reasons = [s for rank in envs for s in rank if isinstance(s, str)]
+        stages = self.cfg.rollout.pipeline_stages
+        if reasons:
+            problems.append(f"the envs were not saved ({reasons[0]})")
+        elif len(envs) != len(self.env_group) or any(len(rank) != stages for rank in envs):
+            problems.append(f"the envs were saved by {len(envs)} env workers, this run has {len(self.env_group)} "
+                            f"(x {stages} pipeline stages)")
+        else:
+            try:
+                self.backend.wait(self.env_group.call_each("set_state", [(rank,) for rank in envs]))
+            except ValueError as exc:  # e.g. another env.num_envs
+                problems.append(str(exc))
+        rng = state.get("rollout_rng") or []
+        if len(rng) == len(self.rollout_group):
+            self.backend.wait(self.rollout_group.call_each("set_rng_state", [(r,) for r in rng]))
+        else:
+            problems.append(f"the RNG of {len(rng)} rollout workers was saved, this run has {len(self.rollout_group)}")
+        return problems
+
     def load_actor_state(self, state: dict[str, Any]) -> None:
         """Restore the actor (policy, optimizer, version) from ``actor_state()`` output."""
         self.backend.wait(self.actor_group.call("load_state", state))

@@ -38,6 +38,13 @@ class MultiStepRolloutWorker:
         self.policy = shared_policy if shared_policy is not None else build_policy(policy_cfg, spec)
         self.version = -1
 
+    def rng_state(self) -> torch.Tensor:
+        """The torch RNG the actions are sampled from (this process's), for exact resume."""
+        return torch.get_rng_state()
+
+    def set_rng_state(self, state: torch.Tensor) -> None:
+        torch.set_rng_state(state)
+
     def sync_weights(self, weights: tuple[int, dict[str, torch.Tensor] | None]) -> int:
         """Load ``(version, state_dict)``; a None state means the module is shared with the actor.
 
