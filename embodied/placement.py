@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from typing import Any, Protocol
 
 from embodied.channels import Channel, LocalChannel
@@ -38,6 +39,8 @@ class Backend(Protocol):
         """What the workers can reserve: {"CPU": n, "GPU": n}."""
     def channel(self, name: str) -> Channel: ...
     def wait(self, handles: list[Any]) -> list[Any]: ...
+    def wait_any(self, handles: list[Any]) -> list[Any]:
+        """Block until at least one of ``handles`` is done (result or error); the done ones."""
     def shutdown(self) -> None: ...
 
 
@@ -98,6 +101,10 @@ class LocalBackend:
 
     def wait(self, handles: list[Future]) -> list[Any]:
         return [h.result() for h in handles]
+
+    def wait_any(self, handles: list[Future]) -> list[Future]:
+        done, _ = futures_wait(handles, return_when=FIRST_COMPLETED)
+        return list(done)
 
     def shutdown(self) -> None:
         for group in self._groups:
@@ -167,6 +174,10 @@ class RayBackend:
 
     def wait(self, handles: list[Any]) -> list[Any]:
         return self.ray.get(handles)
+
+    def wait_any(self, handles: list[Any]) -> list[Any]:
+        ready, _ = self.ray.wait(handles, num_returns=1)  # a dead actor's task is ready, with its error
+        return ready
 
     def shutdown(self) -> None:
         for actor in self._actors:

@@ -95,3 +95,19 @@ def unstable_reach(**kwargs):
     env = ReachEnv(**kwargs)
     env.model.opt.timestep = 0.5
     return env
+
+
+class CrashingEnv(CountingEnv):
+    """A CountingEnv whose env ``crash_env`` (by first reset seed) segfaults at step ``crash_at``, as a
+    broken simulator extension would: the process dies without a Python exception."""
+
+    def __init__(self, crash_at: int = 3, crash_env: int = 1, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.crash_at, self.crash_env = crash_at, crash_env
+
+    def step(self, action):
+        if self.t + 1 == self.crash_at and self.first_seed % 1000 == self.crash_env:
+            import ctypes
+
+            ctypes.string_at(0)  # a read of address 0: a real segfault, on this thread
+        return super().step(action)

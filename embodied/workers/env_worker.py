@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,6 +52,9 @@ class EnvWorker:
     def __init__(self, rank: int, env_cfg: EnvConfig, link: Link, seed: int, torch_threads: int = 1,
                  section: str = "env", video: VideoConfig | None = None) -> None:
         torch.set_num_threads(torch_threads)
+        # A segfault in a simulator prints the Python stack of every thread (Ray runs env methods on
+        # threads of its own; Ray's own handler shows only the main thread's).
+        faulthandler.enable(all_threads=True)
         self.rank, self.link, self.seed, self.video = rank, link, seed, video
         self.env_id = env_cfg.id
         render_mode = "rgb_array" if video else None

@@ -20,7 +20,7 @@ from embodied.config.schema import VideoConfig
 from embodied.placement import Backend, LocalBackend, WorkerGroup
 from embodied.policy import Policy, PolicySpec
 from embodied.registry import ALGORITHMS
-from embodied.types import EpisodeStats, PeerFailureError, Trajectory
+from embodied.types import EpisodeStats, PeerFailure, PeerFailureError, Trajectory
 from embodied.video import VideoReport
 from embodied.workers.actor_worker import ActorWorker
 from embodied.workers.env_worker import EnvWorker
@@ -30,17 +30,44 @@ from embodied.workers.rollout_worker import MultiStepRolloutWorker
 EVAL_SEED_OFFSET = 1_000_000  # eval initial states never coincide with training ones
 
 
-def wait_root_cause(backend: Backend, handles: list[Any], peer_handles: list[Any]) -> list[Any]:
-    """``backend.wait(handles)``; if that fails because a peer failed, raise the peer's own error.
+def wait_root_cause(backend: Backend, handles: list[Any], peer_handles: list[Any],
+                    peers: EnvGroup | None = None) -> list[Any]:
+    """``backend.wait(handles)``, watching ``peer_handles`` too: the first peer that fails (an error,
+    or a Ray actor that died) is seen at once and its own error raised.
 
     A rollout worker whose env worker failed raises ``PeerFailureError``; the env worker's error
-    (with the env's traceback) is the one worth showing, so it is raised instead.
+    (with the env's traceback) is the one worth showing. An env worker that dies (a segfault, a
+    killed process) cannot tell its rollout workers, so the driver does it for it (``peers``' links)
+    instead of leaving them to wait out the channel timeout.
     """
+    remaining = [*handles, *peer_handles]
+    peer_ids = {id(h) for h in peer_handles}
+    while any(h in remaining for h in handles):
+        for done in backend.wait_any(remaining):
+            remaining.remove(done)
+            if id(done) not in peer_ids:
+                continue
+            try:
+                backend.wait([done])
+            except Exception as exc:
+                if peers is not None:
+                    peers.tell_rollout(f"env worker failed: {exc!r}")
+                _settle(backend, handles)  # the rollout workers return (with PeerFailureError) before we go on
+                raise
     try:
         return backend.wait(handles)
     except PeerFailureError:
         backend.wait(peer_handles)  # raises the peer's error
         raise
+
+
+def _settle(backend: Backend, handles: list[Any]) -> None:
+    """Wait for ``handles`` to finish, whatever their outcome."""
+    for h in handles:
+        try:
+            backend.wait([h])
+        except Exception:  # noqa: BLE001, S112 - their errors are consequences of the one being raised
+            continue
 
 
 @dataclass
@@ -49,6 +76,12 @@ class EnvGroup:
 
     group: WorkerGroup
     rollout_links: list[Link]  # one per rollout rank
+
+    def tell_rollout(self, message: str) -> None:
+        """Send every rollout rank a ``PeerFailure`` on each of its keys (for an env worker that died)."""
+        for link in self.rollout_links:
+            for shard in link.shards:
+                link.to_rollout.put(Link.key(shard), PeerFailure(message))
 
 
 def start_env_group(cfg: Config, backend: Backend, env_cfg: EnvConfig, section: str, seed: int,
@@ -145,7 +178,8 @@ class Evaluator:
         stats: list[EpisodeStats] = []
         for round_ in range(math.ceil(episodes / n)):
             env_handles = self.envs.group.call("eval_epoch", chunk_steps, base + round_ * n, round_ * n, video_dir)
-            parts = wait_root_cause(self.backend, self.rollout_group.call("eval_epoch", chunk_steps), env_handles)
+            parts = wait_root_cause(self.backend, self.rollout_group.call("eval_epoch", chunk_steps), env_handles,
+                                    self.envs)
             self.backend.wait(env_handles)
             found = [dataclasses.replace(e, env_index=round_ * n + start + e.env_index)
                      for part, start in zip(parts, starts) for e in part]
@@ -178,6 +212,7 @@ class Workers:
     spec: PolicySpec
     colocated: bool  # rollout workers act with the actor's own module
     algorithm: Algorithm  # the driver's copy: asked only how envs reset before a rollout
+    train_envs: EnvGroup | None = None  # env_group with the rollout ranks' side of its exchange
 
 
     @classmethod
@@ -197,7 +232,7 @@ class Workers:
         shared = actor.workers[0].policy if colocated else None
         rollout = start_rollout_group(cfg, backend, spec, train, evaluation, shared)
         return cls(cfg, backend, train.group, rollout, actor, Evaluator(cfg, backend, evaluation, rollout), spec,
-                   colocated, ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm))
+                   colocated, ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm), train)
 
     def sync_weights(self) -> int:
         """Publish the actor's weights to every rollout worker; returns the version."""
@@ -212,7 +247,7 @@ class Workers:
         seed, group = (reset.seed, reset.group_size) if reset is not None else (None, 1)
         env_handles = self.env_group.call("run_epoch", chunk_steps, seed, iteration, group)
         trajectories = wait_root_cause(self.backend, self.rollout_group.call("rollout_epoch", chunk_steps),
-                                       env_handles)
+                                       env_handles, self.train_envs)
         self.backend.wait(env_handles)
         return trajectories
 

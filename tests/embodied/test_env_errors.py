@@ -73,3 +73,21 @@ def test_the_cli_prints_the_env_traceback_and_exits_1(tmp_path):
     assert proc.returncode == 1, proc.stderr[-3000:]
     check_message(proc.stderr)
     assert "Traceback (most recent call last)" not in proc.stderr  # no framework traceback on top
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(120)
+def test_a_ray_env_worker_that_dies_is_noticed_in_seconds_not_at_the_channel_timeout(tmp_path, ray_session):
+    import time
+
+    cfg = load_config(None, [*FAILING, "env.id=tests.toy_envs:CrashingEnv", "env.kwargs={crash_at: 3, crash_env: 2}",
+                             "eval_env.kwargs={crash_at: 1000}", "cluster.backend=ray", "cluster.num_env_workers=2",
+                             "env.preflight=false", f"experiment.output_dir={tmp_path}"])
+    start = time.monotonic()
+    with pytest.raises(Exception, match="(?i)actor.*(died|unexpectedly|exit)"):
+        runner.train(cfg)
+    assert time.monotonic() - start < 60  # the channel timeout is 600 s
+    logs = Path("/tmp/ray/session_latest/logs")  # Ray's default temp dir; the session the fixture started
+    dumps = [p.read_text(errors="replace") for p in logs.glob("worker-*.err")]
+    dump = next(d for d in dumps if "Fatal Python error: Segmentation fault" in d and "toy_envs.py" in d)
+    assert 'in step' in dump and "chunked.py" in dump  # faulthandler: the env's own line and the caller's
