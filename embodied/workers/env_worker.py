@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import faulthandler
 import pickle
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -54,7 +55,10 @@ class EnvWorker:
         torch.set_num_threads(torch_threads)
         # A segfault in a simulator prints the Python stack of every thread (Ray runs env methods on
         # threads of its own; Ray's own handler shows only the main thread's).
-        faulthandler.enable(all_threads=True)
+        try:
+            faulthandler.enable(file=sys.__stderr__, all_threads=True)
+        except (AttributeError, ValueError, OSError):  # no real stderr (e.g. a captured or closed one)
+            pass
         self.rank, self.link, self.seed, self.video = rank, link, seed, video
         self.env_id = env_cfg.id
         render_mode = "rgb_array" if video else None
