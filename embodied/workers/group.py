@@ -50,6 +50,8 @@ def wait_root_cause(backend: Backend, handles: list[Any], peer_handles: list[Any
             try:
                 backend.wait([done])
             except Exception as exc:
+                if isinstance(exc, PeerFailureError) or isinstance(getattr(exc, "cause", None), PeerFailureError):
+                    break  # the peer stopped because one of ``handles`` failed: that error is the one to raise
                 if peers is not None:
                     peers.tell_rollout(f"env worker failed: {exc!r}")
                 _settle(backend, handles)  # the rollout workers return (with PeerFailureError) before we go on
