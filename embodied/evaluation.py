@@ -108,8 +108,10 @@ def slug(text: str) -> str:
 class PeriodicEval:
     """Eval during training that never stops training.
 
-    An eval that raises is reported and periodic eval is switched off (its workers may be left
-    mid-exchange); video problems are reported and the run goes on without them.
+    An eval env worker that fails is replaced and its round redone while ``runner.max_worker_restarts``
+    allows (see ``Evaluator``); an eval that still raises is reported and periodic eval is switched
+    off (a hung eval env is left behind, never waited on); video problems are reported and the run
+    goes on without them.
     """
 
     def __init__(self, workers: Workers, cfg: Config, run_dir: Path) -> None:
@@ -123,6 +125,7 @@ class PeriodicEval:
         n = self.cfg.runner.eval_episodes
         video_dir = str(self.run_dir / "videos" / f"iter_{iteration:06d}") if self.records(iteration) else None
         t0 = time.perf_counter()
+        self.workers.evaluator.iteration = iteration  # labels a restart of an eval env worker
         try:
             self.workers.sync_weights()
             episodes = [e for e in self.workers.evaluate(n, video_dir) if e.env_index < n]

@@ -11,8 +11,10 @@ handles, so the runner drives both backends with the same code::
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as futures_wait
 from typing import Any, Protocol
 
@@ -32,16 +34,66 @@ class WorkerGroup(Protocol):
     def call_each(self, method: str, args_per_rank: list[tuple]) -> list[Any]:
         """Start ``method`` on every rank with that rank's own arguments."""
 
+    def restart(self, rank: int, args: tuple) -> None:
+        """Replace rank ``rank`` (failed, dead or hung) by a new worker built from ``args``."""
+
 
 class Backend(Protocol):
     def create(self, cls: type, args_per_rank: list[tuple], resources: Resources | None = None) -> WorkerGroup: ...
     def available(self) -> dict[str, float]:
         """What the workers can reserve: {"CPU": n, "GPU": n}."""
     def channel(self, name: str) -> Channel: ...
-    def wait(self, handles: list[Any]) -> list[Any]: ...
+    def wait(self, handles: list[Any], timeout: float | None = None) -> list[Any]:
+        """Every handle's result (raises the first error); ``TimeoutError`` after ``timeout`` seconds."""
     def wait_any(self, handles: list[Any]) -> list[Any]:
         """Block until at least one of ``handles`` is done (result or error); the done ones."""
     def shutdown(self) -> None: ...
+
+
+class _WorkerThread:
+    """One daemon thread running submitted calls in order (a one-thread executor).
+
+    Daemon, unlike ``ThreadPoolExecutor``'s threads: a worker stuck in a hung env step can be
+    abandoned, and the process still exits (the interpreter does not join daemon threads).
+    """
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[tuple[Future, Any, tuple] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self.busy = False  # a call is running (a hung env step keeps it so)
+        self._thread.start()
+
+    def submit(self, fn: Any, *args: Any) -> Future:
+        future: Future = Future()
+        self._calls.put((future, fn, args))
+        return future
+
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the thread to end (after ``shutdown``)."""
+        self._thread.join(timeout)
+
+    def shutdown(self) -> None:
+        """Cancel the calls not yet started and stop (a hung call keeps its thread; it is a daemon)."""
+        while True:
+            try:
+                call = self._calls.get_nowait()
+            except queue.Empty:
+                break
+            if call is not None:
+                call[0].cancel()
+        self._calls.put(None)
+
+    def _serve(self) -> None:
+        while (call := self._calls.get()) is not None:
+            future, fn, args = call
+            if not future.set_running_or_notify_cancel():
+                continue
+            self.busy = True
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                future.set_exception(exc)
+            self.busy = False
 
 
 class LocalGroup:
@@ -52,7 +104,8 @@ class LocalGroup:
     """
 
     def __init__(self, cls: type, args_per_rank: list[tuple]) -> None:
-        self._threads = [ThreadPoolExecutor(1, thread_name_prefix=f"{cls.__name__}{r}") for r in range(len(args_per_rank))]
+        self._cls = cls
+        self._threads = [_WorkerThread(f"{cls.__name__}{r}") for r in range(len(args_per_rank))]
         futures = [t.submit(cls, *a) for t, a in zip(self._threads, args_per_rank)]
         try:
             self.workers = [f.result() for f in futures]
@@ -70,9 +123,26 @@ class LocalGroup:
         return [t.submit(_call_resolved, getattr(w, method), a)
                 for w, t, a in zip(self.workers, self._threads, args_per_rank)]
 
-    def close(self) -> None:
+    def restart(self, rank: int, args: tuple) -> None:
+        """Replace rank ``rank`` by a new worker built from ``args`` on a new thread.
+
+        The old thread cannot be killed (Python has no way to stop a thread stuck in an env
+        step): it is abandoned, keeps what it holds until it returns, and never blocks exit.
+        """
+        self._threads[rank].shutdown()
+        thread = _WorkerThread(f"{self._cls.__name__}{rank}")
+        self.workers[rank] = thread.submit(self._cls, *args).result()
+        self._threads[rank] = thread
+
+    def close(self, join_s: float = 10.0) -> None:
+        """Stop every thread and wait (``join_s`` in all) for the idle ones to end, so that none is still
+        on its way out while the interpreter shuts down; one stuck in a call (a hung env) is left."""
         for t in self._threads:
-            t.shutdown(wait=False, cancel_futures=True)
+            t.shutdown()
+        deadline = time.monotonic() + join_s
+        for t in self._threads:
+            if not t.busy:
+                t.join(max(deadline - time.monotonic(), 0))
 
 
 def _call_resolved(fn: Any, args: tuple) -> Any:
@@ -99,8 +169,9 @@ class LocalBackend:
     def channel(self, name: str) -> Channel:
         return LocalChannel(name)
 
-    def wait(self, handles: list[Future]) -> list[Any]:
-        return [h.result() for h in handles]
+    def wait(self, handles: list[Future], timeout: float | None = None) -> list[Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return [h.result(None if deadline is None else max(deadline - time.monotonic(), 0)) for h in handles]
 
     def wait_any(self, handles: list[Future]) -> list[Future]:
         done, _ = futures_wait(handles, return_when=FIRST_COMPLETED)
@@ -112,8 +183,8 @@ class LocalBackend:
 
 
 class RayGroup:
-    def __init__(self, actors: list[Any]) -> None:
-        self.actors = actors
+    def __init__(self, remote: Any, actors: list[Any], on_new: Any = None) -> None:
+        self.remote, self.actors, self._on_new = remote, actors, on_new
 
     def __len__(self) -> int:
         return len(self.actors)
@@ -123,6 +194,16 @@ class RayGroup:
 
     def call_each(self, method: str, args_per_rank: list[tuple]) -> list[Any]:
         return [getattr(a, method).remote(*args) for a, args in zip(self.actors, args_per_rank)]
+
+    def restart(self, rank: int, args: tuple) -> None:
+        """Kill rank ``rank``'s actor (a hung one too: its process goes) and start a new one."""
+        import ray
+
+        ray.kill(self.actors[rank], no_restart=True)
+        self.actors[rank] = self.remote.remote(*args)
+        if self._on_new is not None:
+            self._on_new(self.actors[rank])
+        ray.get(self.actors[rank].__ray_ready__.remote())  # built (or its constructor's error raised) here
 
 
 class RayBackend:
@@ -159,7 +240,7 @@ class RayBackend:
         remote = mailbox_actor(cls, num_cpus=res.num_cpus, num_gpus=res.num_gpus)
         actors = [remote.remote(*args) for args in args_per_rank]
         self._actors += actors
-        return RayGroup(actors)
+        return RayGroup(remote, actors, self._actors.append)
 
     def available(self) -> dict[str, float]:
         total = self.ray.cluster_resources()
@@ -172,8 +253,11 @@ class RayBackend:
         self._channels.append(ch)
         return ch
 
-    def wait(self, handles: list[Any]) -> list[Any]:
-        return self.ray.get(handles)
+    def wait(self, handles: list[Any], timeout: float | None = None) -> list[Any]:
+        try:
+            return self.ray.get(handles, timeout=timeout)
+        except self.ray.exceptions.GetTimeoutError as exc:
+            raise TimeoutError(str(exc)) from None
 
     def wait_any(self, handles: list[Any]) -> list[Any]:
         ready, _ = self.ray.wait(handles, num_returns=1)  # a dead actor's task is ready, with its error

@@ -20,11 +20,14 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
+import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -55,10 +58,58 @@ class TrainResult:
     plot: Path | None = None  # learning_curves.png, if drawn
     interrupted: str | None = None  # the signal (SIGINT, SIGTERM) that stopped the run early, if any
     exit_code: int = 0  # 128 + that signal's number (the shell's convention), else 0
+    discarded: int = 0  # async: rollouts produced but never trained on (in flight at the end), counted here
+
+
+class Iterations(Protocol):
+    """How a runner turns iteration numbers into trained iterations (``SyncIterations`` here, the
+    overlapping producer/consumer of ``embodied.async_runner`` for ``runner.mode: async``)."""
+
+    def __call__(self, it: int) -> tuple[dict[str, float], int]:
+        """Train iteration ``it``: its metrics and the env sub-steps its rollout ran."""
+
+    def pause(self) -> dict[str, Any]:
+        """Let the workers come to rest (before a checkpoint); what the checkpoint should record."""
+
+    def resume(self) -> None:
+        """Go on after ``pause``."""
+
+    def close(self) -> int:
+        """Stop; how many rollouts were produced but never trained on."""
+
+
+@dataclass
+class SyncIterations:
+    """Sync, rollout, update, in turn: nothing is in flight between iterations."""
+
+    workers: Workers
+    cfg: Config
+
+    def __call__(self, it: int) -> tuple[dict[str, float], int]:
+        return train_iteration(self.workers, self.cfg, it)
+
+    def pause(self) -> dict[str, Any]:
+        return {}
+
+    def resume(self) -> None:
+        pass
+
+    def close(self) -> int:
+        return 0
 
 
 def train(cfg: Config) -> TrainResult:
-    """Train ``cfg`` to completion; every worker is stopped on the way out, also on error."""
+    """Train ``cfg`` to completion (``runner.mode``: sync here, async in ``embodied.async_runner``);
+    every worker is stopped on the way out, also on error."""
+    if cfg.runner.mode == "async":
+        from embodied.async_runner import AsyncIterations
+
+        return run(cfg, AsyncIterations)
+    return run(cfg, SyncIterations)
+
+
+def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -> TrainResult:
+    """The run around the iterations: checks, run dir, workers, resume, eval, logging, checkpoints."""
     check_env_config(cfg.env, "env")
     check_env_config(cfg.resolved_eval_env(), "eval_env")
     if cfg.env.preflight:  # check-env's fast checks on one env, before any worker starts or run dir is made
@@ -84,6 +135,7 @@ def train(cfg: Config) -> TrainResult:
     history: list[dict[str, float]] = []
     warned: set[str] = set()  # why exact resume is off, said once
     stop = StopRequest()
+    discarded = 0
     try:
         stop.__enter__()  # SIGINT/SIGTERM: finish the iteration, checkpoint, stop (see embodied.stop)
         workers = Workers.start(cfg, backend)
@@ -91,28 +143,23 @@ def train(cfg: Config) -> TrainResult:
             check_env_fits(resume.state, cfg.env.id, workers.spec, "runner.resume_from")
             workers.load_actor_state(resume.actor)
             restore_exact(workers, resume.state)
+            workers.restarts.used = int(resume.state.get("worker_restarts", 0))  # the budget is per run
+            if resume.state.get("async_in_flight"):
+                print(f"runner.resume_from: {resume.state['async_in_flight']} rollout(s) were in flight (async) when "
+                      f"{resume.checkpoint} was saved; they are not trained on", file=sys.stderr)
         logger = MetricLogger(cfg.logger, run_dir, run_dir.name, to_dict(cfg), cfg.runner.iterations, start,
                               wandb_id_of(resume, run_dir))
         evaluate = PeriodicEval(workers, cfg, run_dir)
         last = cfg.runner.iterations
-        for it in range(start + 1, last + 1):
-            metrics, steps = train_iteration(workers, cfg, it)
-            env_steps += steps
-            metrics["env_steps"] = env_steps
-            if due(it, cfg.runner.eval_every, last):
-                metrics |= evaluate(it)
-            logger.log(metrics, step=it, videos=evaluate.videos())
-            history.append(metrics)
-            if due(it, cfg.runner.checkpoint_every, last) or stop.signal or logger.disk_full:
-                checkpoint = workers.save_checkpoint(run_dir / "checkpoints" / f"iter_{it:06d}", {
-                    "iteration": it, "env_steps": env_steps, "config": to_dict(cfg), "wandb_id": logger.wandb_id,
-                    "rng": process_rng_state(), "workers": resume_state(workers, warned),
-                })
-                prune_checkpoints(run_dir, cfg.runner.keep_checkpoints)
-            if logger.disk_full:  # the checkpoint above got through: stop while the run can still resume
-                raise DiskFullError(f"{logger.disk_full}; stopped after saving checkpoint {checkpoint}")
-            if stop.signal:
-                break
+        iterations = make_iterations(workers, cfg)
+        try:
+            for it in range(start + 1, last + 1):
+                env_steps, checkpoint = iteration(it, iterations, workers, cfg, logger, evaluate, stop, warned,
+                                                  run_dir, env_steps, checkpoint, history)
+                if stop.signal:
+                    break
+        finally:
+            discarded = iterations.close()
         logger.log_videos(evaluate.videos(wait=True), step=max(last, start))  # the last eval's, once encoded
         workers.close()
     finally:
@@ -122,7 +169,34 @@ def train(cfg: Config) -> TrainResult:
         backend.shutdown()
     final_eval = {k: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
     plot = draw_learning_curves(run_dir) if cfg.runner.plot else None
-    return TrainResult(run_dir, final_eval, checkpoint, history, plot, stop.signal, stop.exit_code)
+    return TrainResult(run_dir, final_eval, checkpoint, history, plot, stop.signal, stop.exit_code, discarded)
+
+
+def iteration(it: int, iterations: Iterations, workers: Workers, cfg: Config, logger: MetricLogger,
+              evaluate: PeriodicEval, stop: StopRequest, warned: set[str], run_dir: Path, env_steps: int,
+              checkpoint: Path | None, history: list[dict[str, float]]) -> tuple[int, Path | None]:
+    """Train, eval, log and maybe checkpoint iteration ``it``; the env-step count and latest checkpoint after it."""
+    last = cfg.runner.iterations
+    metrics, steps = iterations(it)
+    env_steps += steps
+    metrics["env_steps"] = env_steps
+    metrics["workers/restarts"] = float(workers.restarts.used)
+    if due(it, cfg.runner.eval_every, last):
+        metrics |= evaluate(it)
+    logger.log(metrics, step=it, videos=evaluate.videos())
+    history.append(metrics)
+    if due(it, cfg.runner.checkpoint_every, last) or stop.signal or logger.disk_full:
+        in_flight = iterations.pause()  # async: producers at rest, so the envs saved match the counters
+        checkpoint = workers.save_checkpoint(run_dir / "checkpoints" / f"iter_{it:06d}", {
+            "iteration": it, "env_steps": env_steps, "config": to_dict(cfg), "wandb_id": logger.wandb_id,
+            "rng": process_rng_state(), "workers": resume_state(workers, warned),
+            "worker_restarts": workers.restarts.used, **in_flight,
+        })
+        iterations.resume()
+        prune_checkpoints(run_dir, cfg.runner.keep_checkpoints)
+    if logger.disk_full:  # the checkpoint above got through: stop while the run can still resume
+        raise DiskFullError(f"{logger.disk_full}; stopped after saving checkpoint {checkpoint}")
+    return env_steps, checkpoint
 
 
 def resume_state(workers: Workers, warned: set[str]) -> dict:

@@ -75,9 +75,14 @@ class EpisodeFrames:
 
 @dataclass
 class PeerFailure:
-    """Sent in place of a result when a worker fails mid-exchange, so its peer raises instead of waiting."""
+    """Sent in place of a result when a worker fails mid-exchange, so its peer raises instead of waiting.
+
+    ``error`` is raised by the peer as it is, when the failure must be reported by the peer: an env
+    worker whose env hangs cannot return its own error, so its watchdog sends it this way.
+    """
 
     message: str
+    error: Exception | None = None
 
 
 class PeerFailureError(RuntimeError):
@@ -104,6 +109,26 @@ class EnvError(RuntimeError):
     def __str__(self) -> str:
         where = f"env index {self.index}" + (f", {self.context}" if self.context else "")
         return f"env {self.env!r} raised during {self.during} ({where}):\n{self.env_traceback.rstrip()}"
+
+
+class EnvStepTimeoutError(EnvError):
+    """An env step (or reset) that ran past ``env.step_timeout_s``; ``env_traceback`` is where the env's
+    thread was at that moment (its file and line last), ``worker_rank`` the env worker it hangs in."""
+
+    def __init__(self, env: str, index: int, during: str, env_traceback: str, context: str = "",
+                 worker_rank: int = -1) -> None:
+        super().__init__(env, index, during, env_traceback, context)
+        self.args = (*self.args, worker_rank)
+        self.worker_rank = worker_rank
+
+    def located(self, offset: int, context: str) -> EnvStepTimeoutError:
+        return type(self)(self.env, self.index + offset, self.during, self.env_traceback,
+                          ", ".join(c for c in (context, self.context) if c), self.worker_rank)
+
+    def __str__(self) -> str:
+        where = f"env index {self.index}" + (f", {self.context}" if self.context else "")
+        return (f"env {self.env!r} did not return from {self.during} ({where}); the env's thread was at:\n"
+                f"{self.env_traceback.rstrip()}")
 
 
 def find_env_error(exc: BaseException | None) -> EnvError | None:

@@ -26,6 +26,7 @@ class does no gymnasium-style autoreset, so no suite's reset convention leaks th
 from __future__ import annotations
 
 import pickle
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -125,6 +126,9 @@ class ChunkedVectorEnv:
         self._finished = np.zeros(self.num_envs, dtype=bool)
         self._recorder = _Recorder(name)
         self._experts: list | None = None  # scripted experts, made on the first expert_chunk_step
+        # (time.monotonic(), env index, sub-step or -1 for a reset) of the env call in progress or last
+        # made: an env worker's watchdog reads it to name the env that hangs (env.step_timeout_s).
+        self.progress: tuple[float, int, int] | None = None
 
     @property
     def num_envs(self) -> int:
@@ -229,6 +233,7 @@ class ChunkedVectorEnv:
                 continue  # auto_reset off: a done env executes nothing until reset()
             for c in range(chunk):
                 action = action_for(i, c)
+                self.progress = (time.monotonic(), i, c)
                 try:
                     obs, reward, terminated, truncated, info = env.step(action)
                 except Exception as exc:
@@ -296,6 +301,7 @@ class ChunkedVectorEnv:
 
     def _reset_one(self, i: int, seed: int | None) -> dict:
         env = self.envs[i]
+        self.progress = (time.monotonic(), i, -1)
         obs, info = self._guard(i, f"reset(seed={seed})", env.reset, seed=seed)
         if self._experts is not None:
             self._experts[i].reset(env.unwrapped)

@@ -111,3 +111,44 @@ class CrashingEnv(CountingEnv):
 
             ctypes.string_at(0)  # a read of address 0: a real segfault, on this thread
         return super().step(action)
+
+
+class FaultyEnv(CountingEnv):
+    """A CountingEnv that fails once per run, at its ``fault_at``-th step since construction: the first env
+    to get there creates the file ``marker`` (atomically, so one env in one process wins) and then
+    ``fault``s: "raise" (ZeroDivisionError), "hang" (blocks forever in step) or "kill" (SIGKILLs its
+    own process: a Ray env worker killed mid-epoch). With ``marker`` already present it never fails,
+    which makes the same run without the fault."""
+
+    def __init__(self, fault: str = "raise", fault_at: int = 3, marker: str = "", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.fault, self.fault_at, self.marker = fault, fault_at, marker
+        self.steps = 0  # since construction (a restored env goes on counting from its snapshot)
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.fault_at and self.marker and self._claim():
+            if self.fault == "raise":
+                return self._broken_physics()
+            if self.fault == "hang":
+                import threading
+
+                threading.Event().wait()  # the line a hung step is stuck on
+            if self.fault == "kill":
+                import os
+                import signal
+
+                os.kill(os.getpid(), signal.SIGKILL)
+        return super().step(action)
+
+    def _claim(self) -> bool:
+        import os
+
+        try:
+            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
+
+    def _broken_physics(self):
+        return 1 / 0

@@ -73,12 +73,21 @@ def ppo_loss(
     ent_coef: float,
     clip_vloss: bool = True,
     mask: torch.Tensor | None = None,
+    behaviour_logprobs: torch.Tensor | None = None,
 ) -> PPOLossOutput:
     """Clipped-surrogate PPO loss with an (optionally clipped) value loss and entropy bonus.
 
+    Decoupled PPO (Hilton et al. 2022, as AReaL trains asynchronously): when the data was
+    collected by an older policy than the one the update starts from, ``old_logprobs`` are the
+    *proximal* policy's (the actor's weights at the start of the update) and the ratio is clipped
+    around it, while ``behaviour_logprobs`` (the policy that acted) weight each term by
+    pi_prox / pi_behav (no gradient). With ``behaviour_logprobs`` equal to ``old_logprobs`` the
+    weight is exactly 1 and the loss is PPO's, bit for bit.
+
     Args:
         new_logprobs: [B], [B, C] or [B, C, A], log-probs under the current policy.
-        old_logprobs: same shape, log-probs under the rollout policy.
+        old_logprobs: same shape, log-probs under the rollout policy (the proximal policy when
+            ``behaviour_logprobs`` is given).
         advantages: [B], broadcast over the trailing dims of the log-probs.
         new_values: [B], current value predictions.
         old_values: [B], value predictions at rollout time.
@@ -92,6 +101,8 @@ def ppo_loss(
             execute (e.g. after a done inside a chunk). Every average is a masked mean; for the
             coarser [B] value loss (and a coarser entropy) an entry counts if any of its
             sub-steps is unmasked, so only fully masked rows (padding) drop out.
+        behaviour_logprobs: same shape, log-probs under the policy that collected the data
+            (decoupled PPO); None: the rollout policy is the proximal one.
 
     Returns:
         PPOLossOutput of scalar tensors.
@@ -103,7 +114,10 @@ def ppo_loss(
     # Pessimistic bound: take the worse of the unclipped and clipped surrogate.
     pg_loss1 = -adv * ratio
     pg_loss2 = -adv * torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
-    policy_loss = _masked_mean(torch.max(pg_loss1, pg_loss2), mask)
+    pg_loss = torch.max(pg_loss1, pg_loss2)
+    if behaviour_logprobs is not None:  # importance weight of the stale behaviour policy, held constant
+        pg_loss = pg_loss * (old_logprobs - behaviour_logprobs).detach().exp()
+    policy_loss = _masked_mean(pg_loss, mask)
 
     if clip_vloss:
         v_loss_unclipped = (new_values - returns) ** 2
@@ -157,7 +171,7 @@ class PPO:
         adv = normalize_advantages(mb["advantages"]) if c.normalize_advantages else mb["advantages"]
         out = ppo_loss(logprobs, mb["logprobs"], adv, values, mb["values"], mb["returns"], entropy,
                        clip_coef=c.clip_coef, vf_coef=c.vf_coef, ent_coef=c.ent_coef, clip_vloss=c.clip_vloss,
-                       mask=mask)
+                       mask=mask, behaviour_logprobs=mb.get("behaviour_logprobs"))
         # Critic warm-up: the value head learns the (SFT) policy's returns before the policy moves.
         loss = c.vf_coef * out.value_loss if warmup else out.loss
         stats = {"policy_loss": out.policy_loss, "value_loss": out.value_loss, "entropy": out.entropy,

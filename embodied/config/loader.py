@@ -242,6 +242,15 @@ def _algorithm_problems(cfg: Config) -> list[str]:
         ALGORITHMS.entry_point(a.name)
     except UnknownNameError as exc:
         return [f"algorithm.name: {exc}"]
+    if a.max_staleness < 0:
+        problems.append(f"algorithm.max_staleness: must be >= 0 (weight versions; 0 is synchronous), got "
+                        f"{a.max_staleness}")
+    if cfg.runner.mode == "async" and a.name != "ppo":
+        problems.append(f"runner.mode: async trains on data of older weight versions, which only algorithm.name=ppo "
+                        f"corrects for (decoupled PPO); {a.name!r} cannot use off-policy data")
+    if cfg.runner.mode == "async" and cfg.cluster.placement == "colocated":
+        problems.append("cluster.placement: colocated rollout workers act with the actor's own module, which "
+                        "runner.mode=async trains while they act; use disaggregated (or leave it unset)")
     if a.critic_warmup_iterations < 0:
         problems.append(f"algorithm.critic_warmup_iterations: must be >= 0, got {a.critic_warmup_iterations}")
     for name in ("clip_coef_low", "clip_coef_high"):
@@ -307,6 +316,9 @@ def validate(cfg: Config) -> list[str]:
         eval_envs = cfg.eval_env.num_envs
         need(eval_envs is None or ranks <= max(eval_envs, 1),
              f"cluster.{name}: {ranks} ranks for eval_env.num_envs={eval_envs}; every rank needs an eval env")
+    s = cfg.env.step_timeout_s
+    need(s is None or (math.isfinite(s) and s > 0),
+         f"env.step_timeout_s: must be a positive number of seconds (or null: no limit), got {s}")
     t = cfg.cluster.connect_timeout_s
     need(math.isfinite(t) and t > 0, f"cluster.connect_timeout_s: must be a positive number of seconds, got {t}")
     need(cfg.cluster.torch_threads >= 1, f"cluster.torch_threads: must be >= 1, got {cfg.cluster.torch_threads}")
@@ -340,6 +352,8 @@ def validate(cfg: Config) -> list[str]:
     need(r.eval_episodes >= 1, f"runner.eval_episodes: must be >= 1, got {r.eval_episodes}")
     need(r.checkpoint_every >= 0, f"runner.checkpoint_every: must be >= 0, got {r.checkpoint_every}")
     need(r.keep_checkpoints >= 0, f"runner.keep_checkpoints: must be >= 0 (0 keeps all), got {r.keep_checkpoints}")
+    need(r.max_worker_restarts >= 0, f"runner.max_worker_restarts: must be >= 0 (0: no restarts), got "
+         f"{r.max_worker_restarts}")
     t = cfg.sft
     need(t.epochs >= 1, f"sft.epochs: must be >= 1, got {t.epochs}")
     need(t.batch_size >= 1, f"sft.batch_size: must be >= 1, got {t.batch_size}")

@@ -53,6 +53,8 @@ class EnvConfig:
     auto_reset: bool = True  # reset done envs at the chunk boundary (off: done envs stay done)
     kwargs: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for the env constructor
     preflight: bool = True  # run check-env's fast checks on one env in the driver before any worker starts
+    # An env step (or reset) that takes longer is a failure: its env worker is restarted (runner.max_worker_restarts).
+    step_timeout_s: float | None = 120.0  # null: no limit
 
 
 @dataclass
@@ -86,6 +88,9 @@ class AlgorithmConfig:
     grpo_score: Literal["return", "success"] = "return"  # grpo: what is compared within a group
     clip_coef_low: float | None = None  # grpo: ratio clip below 1 (null: clip_coef)
     clip_coef_high: float | None = None  # grpo: ratio clip above 1 (null: clip_coef; larger explores more)
+    # runner.mode=async: how many weight versions older than the actor's a trajectory may be when trained on
+    # (producers wait rather than run further ahead); 0 is synchronous PPO.
+    max_staleness: int = 1
 
 
 @dataclass
@@ -104,6 +109,9 @@ class ActorConfig:
 @dataclass
 class RunnerConfig:
     iterations: int = 100  # training iterations (sync, rollout, update, log)
+    # sync: rollout, then update, in turn. async (embodied/async_runner.py): env and rollout workers keep
+    # producing the next rollouts while the actor trains on earlier ones (algorithm.max_staleness bounds the lag).
+    mode: Literal["sync", "async"] = "sync"
     eval_every: int = 10  # iterations between evals (0: only at the end)
     eval_episodes: int = 32  # episodes per eval (deterministic actions)
     checkpoint_every: int = 50  # iterations between checkpoints (0: only at the end)
@@ -112,6 +120,9 @@ class RunnerConfig:
     # "auto": the newest run of experiment.name under experiment.output_dir that has one (else start afresh).
     resume_from: str | None = None
     keep_checkpoints: int = 0  # the newest checkpoints kept on disk (0: all)
+    # Env workers that fail (an env raises, hangs past env.step_timeout_s, or its process dies) are restarted
+    # and the rollout epoch redone from its start, this many times per run (0: the first failure stops the run).
+    max_worker_restarts: int = 3
     plot: bool = True  # write learning_curves.png into the run dir at the end of training
 
 
@@ -178,4 +189,6 @@ class Config:
             max_episode_steps=o.max_episode_steps if o.max_episode_steps is not None else e.max_episode_steps,
             auto_reset=False,
             kwargs=dict(o.kwargs if o.kwargs is not None else e.kwargs),
+            preflight=e.preflight,
+            step_timeout_s=e.step_timeout_s,
         )

@@ -54,6 +54,9 @@ class ActorWorker:
         """One update (``algorithm.update_epochs`` passes of minibatches); returns train metrics."""
         a = self.algo
         batch, batch_metrics = self.algorithm.prepare(trajectories)
+        staleness = [self.version - t.version for t in trajectories]  # in updates (async runs: up to max_staleness)
+        if max(staleness) > 0:  # decoupled PPO: clip around the weights the update starts from
+            batch["behaviour_logprobs"], batch["logprobs"] = batch["logprobs"], self._proximal_logprobs(batch)
         size = batch["values"].shape[0]
         if self.cfg.anneal_lr:
             frac = 1.0 - (iteration - 1) / max(self.total_iterations, 1)
@@ -81,9 +84,20 @@ class ActorWorker:
         metrics["train/lr"] = self.optimizer.param_groups[0]["lr"]
         metrics["train/critic_warmup"] = float(warmup)
         metrics["train/skipped_minibatches"] = float(skipped)
+        metrics["train/staleness_mean"], metrics["train/staleness_max"] = float(np.mean(staleness)), float(max(staleness))
         if self.algorithm.uses_values:
             metrics["train/explained_variance"] = _explained_variance(batch["values"], batch["returns"])
         return metrics
+
+    @torch.no_grad()
+    def _proximal_logprobs(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The current weights' log-probs of the batch's actions (before any step of this update)."""
+        index = torch.arange(batch["values"].shape[0]).chunk(self.algo.num_minibatches)
+        parts = []
+        for rows in index:
+            mb = _to(_take(batch, rows), self.device)
+            parts.append(self.policy.evaluate(mb["forward_inputs"], mb["actions"])[0].float().cpu())
+        return torch.cat(parts).to(batch["logprobs"].dtype)
 
     def _step(self, mb: dict[str, Any], warmup: bool, where: str) -> dict[str, float] | None:
         """One gradient step; None if it was skipped for a non-finite loss or gradient."""

@@ -22,6 +22,7 @@ from embodied.numerics import check_env_result, check_reset_obs
 from embodied.policy import PolicySpec
 from embodied.types import EnvError, Obs, PeerFailure, PeerFailureError, obs_slice
 from embodied.video import VideoReport, VideoWriter
+from embodied.workers.faults import StepWatch
 from embodied.workers.link import Link
 from embodied.envs.batched import BatchedEnv, RecordingBatchedEnv
 
@@ -74,6 +75,9 @@ class EnvWorker:
         self.writer = VideoWriter()
         self._video_errors: list[str] = []
         self._reported: set[str] = set()  # each video problem is reported once
+        # A step that runs past env.step_timeout_s is reported by this watchdog: the hung thread cannot.
+        self.watch = StepWatch(env_cfg.step_timeout_s, env_cfg.id, rank,
+                               lambda error: self.link.fail(self.link.to_rollout, PeerFailure(str(error), error)))
         self._reset(seed)
 
     @property
@@ -173,7 +177,25 @@ class EnvWorker:
             venv_state, stage.obs = pickle.loads(state)  # noqa: S301 - the run's own checkpoint
             stage.venv.set_state(venv_state)
 
+    def restore(self, states: list[bytes | str], generation: int, seed: int) -> bool:
+        """After a restart: exchange on keys of ``generation``, and put each stage's envs back to what
+        ``get_state`` saved; a stage that could not be saved (a str) is reset from ``seed`` instead.
+        Returns whether every stage was restored."""
+        self.link.generation = generation
+        for stage, state in zip(self.stages, states, strict=True):
+            if isinstance(state, bytes):
+                venv_state, stage.obs = pickle.loads(state)  # noqa: S301 - this run's own snapshot
+                stage.venv.set_state(venv_state)
+            else:
+                stage.obs = stage.venv.reset(seed=seed + stage.start)
+        return all(isinstance(state, bytes) for state in states)
+
+    def relink(self, generation: int) -> None:
+        """Exchange on the keys of ``generation`` (after failed workers of the group were replaced)."""
+        self.link.generation = generation
+
     def close(self) -> None:
+        self.watch.close()
         self.writer.close()
         for stage in self.stages:
             stage.venv.close()
@@ -183,15 +205,16 @@ class EnvWorker:
     def _reset(self, seed: int, group_size: int = 1) -> None:
         """Reset every stage; global env ``i`` gets ``seed + i // group_size``."""
         for stage in self.stages:
-            if group_size == 1:
-                stage.obs = stage.venv.reset(seed=seed + stage.start)
-            else:
-                seeds = [seed + (stage.start + j) // group_size for j in range(stage.venv.num_envs)]
-                try:
-                    stage.obs = stage.venv.reset(seeds=seeds)
-                except TypeError as exc:
-                    raise TypeError(f"{type(stage.venv).__name__}.reset takes no per-env seeds (reset(seeds=[...])), "
-                                    f"which algorithm.group_size > 1 needs: {exc}") from None
+            with self.watch.watching(stage.venv, stage.start, f"reset seed {seed}"):
+                if group_size == 1:
+                    stage.obs = stage.venv.reset(seed=seed + stage.start)
+                else:
+                    seeds = [seed + (stage.start + j) // group_size for j in range(stage.venv.num_envs)]
+                    try:
+                        stage.obs = stage.venv.reset(seeds=seeds)
+                    except TypeError as exc:
+                        raise TypeError(f"{type(stage.venv).__name__}.reset takes no per-env seeds "
+                                        f"(reset(seeds=[...])), which algorithm.group_size > 1 needs: {exc}") from None
             check_reset_obs(stage.obs, self.env_id, stage.start, f"env worker {self.rank}, reset seed {seed}")
 
     def _exchange(self, chunk_steps: int, label: str) -> int:
@@ -202,36 +225,35 @@ class EnvWorker:
         """
         for stage in self.stages:
             for shard in stage.shards:
-                self.link.to_rollout.put(Link.key(shard), obs_slice(stage.obs, *stage.rows(shard)))
+                self.link.to_rollout.put(self.link.key(shard), obs_slice(stage.obs, *stage.rows(shard)))
         executed = 0
         for t in range(chunk_steps):
             for stage in self.stages:
                 actions = np.concatenate([self._get_actions(s) for s in stage.shards])
                 try:
-                    result = stage.venv.chunk_step(actions)
+                    with self.watch.watching(stage.venv, stage.start, f"{label}, chunk step {t}"):
+                        result = stage.venv.chunk_step(actions)
                 except EnvError as exc:  # say where in the run it happened; the env's traceback stays
                     raise exc.located(stage.start, f"env worker {self.rank}, {label}, chunk step {t}") from None
                 check_env_result(result, self.env_id, stage.start, f"env worker {self.rank}, {label}, chunk step {t}")
                 for shard in stage.shards:
-                    self.link.to_rollout.put(Link.key(shard), result.slice(*stage.rows(shard)))
+                    self.link.to_rollout.put(self.link.key(shard), result.slice(*stage.rows(shard)))
                 stage.obs = result.obs
                 executed += int(result.executed.sum())
         return executed
 
     @contextmanager
     def _failure_sent_to_peers(self) -> Iterator[None]:
-        """On an error, tell the rollout ranks at once rather than leave them waiting out the timeout."""
+        """On an error, tell the rollout ranks at once rather than leave them waiting out the timeout;
+        also when a rollout rank failed, so that its other rollout ranks stop too."""
         try:
             yield
-        except PeerFailureError:
-            raise  # a rollout rank failed: it knows
         except Exception as exc:
-            for shard in self.link.shards:
-                self.link.to_rollout.put(Link.key(shard), PeerFailure(f"env worker {self.rank} failed: {exc!r}"))
+            self.link.fail(self.link.to_rollout, PeerFailure(f"env worker {self.rank} failed: {exc!r}"))
             raise
 
     def _get_actions(self, shard: Shard) -> np.ndarray:
-        item = self.link.to_env.get(Link.key(shard), timeout=self.link.timeout)
+        item = self.link.to_env.get(self.link.key(shard), timeout=self.link.timeout)
         if isinstance(item, PeerFailure):
             raise PeerFailureError(item.message)
         return item

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
+import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,66 +27,122 @@ from embodied.types import EpisodeStats, PeerFailure, PeerFailureError, Trajecto
 from embodied.video import VideoReport
 from embodied.workers.actor_worker import ActorWorker
 from embodied.workers.env_worker import EnvWorker
+from embodied.workers.faults import RestartBudget, WorkerFailure, is_hang
 from embodied.workers.link import Link
 from embodied.workers.rollout_worker import MultiStepRolloutWorker
 
 EVAL_SEED_OFFSET = 1_000_000  # eval initial states never coincide with training ones
 
 
-def wait_root_cause(backend: Backend, handles: list[Any], peer_handles: list[Any],
-                    peers: EnvGroup | None = None) -> list[Any]:
-    """``backend.wait(handles)``, watching ``peer_handles`` too: the first peer that fails (an error,
-    or a Ray actor that died) is seen at once and its own error raised.
+def exchange(backend: Backend, handles: list[Any], envs: EnvGroup, env_handles: list[Any]) -> list[Any]:
+    """The results of ``handles`` (rollout workers' calls trading with ``envs``, whose own calls are
+    ``env_handles``), watching both: the first failure is seen at once, wherever it happens.
 
-    A rollout worker whose env worker failed raises ``PeerFailureError``; the env worker's error
-    (with the env's traceback) is the one worth showing. An env worker that dies (a segfault, a
-    killed process) cannot tell its rollout workers, so the driver does it for it (``peers``' links)
-    instead of leaving them to wait out the channel timeout.
+    An env worker that raised, died (Ray: its process) or hung (its watchdog's ``EnvStepTimeoutError``,
+    raised by the rollout workers it feeds) raises ``WorkerFailure`` once every other worker of the
+    exchange has returned; nothing waits on a hung one. A rollout worker's own error is raised as it
+    is. ``PeerFailureError`` is always a consequence (a worker stopped because its peer failed), so
+    the error behind it is the one raised.
     """
-    remaining = [*handles, *peer_handles]
-    peer_ids = {id(h) for h in peer_handles}
-    while any(h in remaining for h in handles):
-        for done in backend.wait_any(remaining):
-            remaining.remove(done)
-            if id(done) not in peer_ids:
-                continue
+    pending = {id(h): h for h in [*handles, *env_handles]}
+    env_rank = {id(h): rank for rank, h in enumerate(env_handles)}
+    while pending:
+        for done in backend.wait_any(list(pending.values())):
+            del pending[id(done)]
             try:
                 backend.wait([done])
             except Exception as exc:
-                if isinstance(exc, PeerFailureError) or isinstance(getattr(exc, "cause", None), PeerFailureError):
-                    break  # the peer stopped because one of ``handles`` failed: that error is the one to raise
-                if peers is not None:
-                    peers.tell_rollout(f"env worker failed: {exc!r}")
-                _settle(backend, handles)  # the rollout workers return (with PeerFailureError) before we go on
-                raise
-    try:
-        return backend.wait(handles)
-    except PeerFailureError:
-        backend.wait(peer_handles)  # raises the peer's error
-        raise
+                if _peer_failure(exc):
+                    continue  # the failure behind it shows up on another handle
+                hang = is_hang(exc)
+                rank = env_rank.get(id(done), hang.worker_rank if hang is not None else None)
+                if rank is None:  # the rollout worker's own error: it told its env ranks
+                    _settle(backend, list(pending.values()))
+                    raise
+                hung = {rank} if hang is not None else set()
+                if hang is None:  # a dead worker cannot tell its rollout ranks: the driver does
+                    envs.tell_rollout(f"{envs.section} worker {rank} failed: {exc!r}")
+                others = [h for h in pending.values() if env_rank.get(id(h)) not in hung]
+                failed = {rank} | {env_rank[id(h)] for h in _settle(backend, others) if id(h) in env_rank}
+                raise WorkerFailure(envs.section, envs.env_id, failed, exc, hung, envs.env_ranges()) from exc
+    return backend.wait(handles)
 
 
-def _settle(backend: Backend, handles: list[Any]) -> None:
-    """Wait for ``handles`` to finish, whatever their outcome."""
+def _peer_failure(exc: BaseException) -> bool:
+    return isinstance(exc, PeerFailureError) or isinstance(getattr(exc, "cause", None), PeerFailureError)
+
+
+def _settle(backend: Backend, handles: list[Any]) -> list[Any]:
+    """Wait for ``handles`` to finish, whatever their outcome; the ones that failed on their own
+    (not because a peer did)."""
+    failed = []
     for h in handles:
         try:
             backend.wait([h])
-        except Exception:  # noqa: BLE001, S112 - their errors are consequences of the one being raised
-            continue
+        except Exception as exc:  # noqa: BLE001 - consequences of the failure being raised
+            if not _peer_failure(exc):
+                failed.append(h)
+    return failed
 
 
 @dataclass
 class EnvGroup:
     """Env workers over one env config, and each rollout rank's side of their exchange."""
 
+    section: str  # "env" or "eval_env"
+    env_id: str
     group: WorkerGroup
+    env_args: list[tuple]  # each rank's constructor arguments (a restart builds its replacement from them)
     rollout_links: list[Link]  # one per rollout rank
+    abandoned: set[int] = dataclasses.field(default_factory=set)  # hung ranks left running (never waited on)
 
     def tell_rollout(self, message: str) -> None:
         """Send every rollout rank a ``PeerFailure`` on each of its keys (for an env worker that died)."""
         for link in self.rollout_links:
-            for shard in link.shards:
-                link.to_rollout.put(Link.key(shard), PeerFailure(message))
+            link.fail(link.to_rollout, PeerFailure(message))
+
+    def env_ranges(self) -> dict[int, tuple[int, int]]:
+        """Each rank's global env indices [first, last + 1)."""
+        ranges = {}
+        for rank, args in enumerate(self.env_args):
+            link: Link = args[2]
+            ranges[rank] = (link.start, link.start + link.num_envs)
+        return ranges
+
+    def replace(self, backend: Backend, rollout_group: WorkerGroup, failure: WorkerFailure,
+                states: list[Any] | None, seed: int) -> None:
+        """Replace ``failure.ranks`` by new workers and move the whole exchange to fresh channel keys.
+
+        With ``states`` (each rank's ``get_state()``, as handles) every env worker's envs go back to
+        them; otherwise the replaced ranks start from ``seed``. A hung local worker is abandoned
+        (Python cannot stop a thread); on Ray its process is killed.
+        """
+        generation = self.rollout_links[0].generation + 1
+        for link in self.rollout_links:
+            link.generation = generation  # the driver's copy (on the local backend, the workers' own)
+        for rank in sorted(failure.ranks):
+            args = list(self.env_args[rank])
+            args[2] = dataclasses.replace(args[2], generation=generation)
+            self.group.restart(rank, tuple(args))
+            self.env_args[rank] = tuple(args)
+        backend.wait(rollout_group.call("relink", self.section, generation))
+        if states is not None:
+            restored = backend.wait(self.group.call_each("restore", [(s, generation, seed) for s in states]))
+            if not all(restored):
+                warnings.warn(f"{self.section}: envs that do not pickle were reset from seed {seed} instead of "
+                              f"restored; their episodes in progress are cut short", stacklevel=3)
+        else:
+            backend.wait(self.group.call("relink", generation))
+
+    def close(self, backend: Backend) -> None:
+        """Close every worker but the abandoned (hung) ones, which are left to the process's exit."""
+        live = [r for r in range(len(self.group)) if r not in self.abandoned]
+        if self.abandoned:
+            print(f"{self.section} workers {sorted(self.abandoned)} hung and are not closed; a hung local thread "
+                  "is left behind until the process exits (cluster.backend=ray runs env workers in processes that "
+                  "are killed instead)", file=sys.stderr, flush=True)
+        handles = self.group.call("close")
+        backend.wait([handles[r] for r in live])
 
 
 def start_env_group(cfg: Config, backend: Backend, env_cfg: EnvConfig, section: str, seed: int,
@@ -98,11 +157,11 @@ def start_env_group(cfg: Config, backend: Backend, env_cfg: EnvConfig, section: 
     to_rollout, to_env = backend.channel(f"{section}-obs"), backend.channel(f"{section}-actions")
     env_links = [Link([s for s in shards if s.env_rank // stages == e], to_rollout, to_env, stages=stages)
                  for e in range(c.num_env_workers)]
-    group = backend.create(EnvWorker, [(e, env_cfg, env_links[e], seed, c.torch_threads, section, video)
-                                       for e in range(c.num_env_workers)], c.env_resources)
+    args = [(e, env_cfg, env_links[e], seed, c.torch_threads, section, video) for e in range(c.num_env_workers)]
+    group = backend.create(EnvWorker, args, c.env_resources)
     rollout_links = [Link(shards_for_rollout_rank(shards, r), to_rollout, to_env, stages=stages)
                      for r in range(c.num_rollout_workers)]
-    return EnvGroup(group, rollout_links)
+    return EnvGroup(section, env_cfg.id, group, args, rollout_links)
 
 
 def start_eval_envs(cfg: Config, backend: Backend, video: VideoConfig | None) -> EnvGroup:
@@ -151,6 +210,11 @@ class Evaluator:
     backend: Backend
     envs: EnvGroup
     rollout_group: WorkerGroup
+    restarts: RestartBudget  # shared with the training envs in a training run
+    iteration: int | None = None  # the training iteration being evaluated (labels restarts)
+    # Held while an exchange's calls are submitted, so every rollout rank serves exchanges in one order
+    # (async runs submit rollouts and evals from two threads; interleaved, two ranks could wait on each other).
+    submit: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     @classmethod
     def start(cls, cfg: Config, backend: Backend, video: VideoConfig | None = None) -> Evaluator:
@@ -158,7 +222,8 @@ class Evaluator:
         check_resources(cfg, backend, training=False)
         envs = start_eval_envs(cfg, backend, video)
         spec = backend.wait(envs.group.call("spec"))[0]
-        return cls(cfg, backend, envs, start_rollout_group(cfg, backend, spec, None, envs, None))
+        return cls(cfg, backend, envs, start_rollout_group(cfg, backend, spec, None, envs, None),
+                   RestartBudget(cfg.runner.max_worker_restarts))
 
     def load_checkpoint(self, actor_state: dict[str, Any], version: int = 0) -> None:
         """Load a checkpoint's policy (``load_checkpoint(...)["actor"]``) into every rollout worker."""
@@ -179,14 +244,29 @@ class Evaluator:
         starts = [link.start for link in self.envs.rollout_links]  # rollout rank -> its first env
         stats: list[EpisodeStats] = []
         for round_ in range(math.ceil(episodes / n)):
-            env_handles = self.envs.group.call("eval_epoch", chunk_steps, base + round_ * n, round_ * n, video_dir)
-            parts = wait_root_cause(self.backend, self.rollout_group.call("eval_epoch", chunk_steps), env_handles,
-                                    self.envs)
-            self.backend.wait(env_handles)
+            parts = self._round(chunk_steps, base + round_ * n, round_ * n, video_dir)
             found = [dataclasses.replace(e, env_index=round_ * n + start + e.env_index)
                      for part, start in zip(parts, starts) for e in part]
             stats += sorted(found, key=lambda e: e.env_index)
         return stats
+
+    def _round(self, chunk_steps: int, seed: int, first: int, video_dir: str | None) -> list[list[EpisodeStats]]:
+        """One eval round; a failed eval env worker is replaced and the round redone (every round
+        resets its envs, so there is nothing else to put back)."""
+        while True:
+            with self.submit:
+                env_handles = self.envs.group.call("eval_epoch", chunk_steps, seed, first, video_dir)
+                handles = self.rollout_group.call("eval_epoch", chunk_steps)
+            try:
+                return exchange(self.backend, handles, self.envs, env_handles)
+            except WorkerFailure as failure:
+                where = f"eval episodes from {first}" + (f" at iteration {self.iteration}" if self.iteration else "")
+                try:
+                    self.restarts.spend(failure, where)
+                except BaseException:
+                    self.envs.abandoned |= failure.hung
+                    raise
+                self.envs.replace(self.backend, self.rollout_group, failure, None, seed)
 
     def eval_seed(self, k: int) -> int:
         """The reset seed of eval episode ``k``."""
@@ -197,8 +277,8 @@ class Evaluator:
         return VideoReport.merge(self.backend.wait(self.envs.group.call("take_videos", wait)))
 
     def close(self) -> None:
-        """Finish queued videos and close the eval envs."""
-        self.backend.wait(self.envs.group.call("close"))
+        """Finish queued videos and close the eval envs (but hung ones)."""
+        self.envs.close(self.backend)
 
 
 @dataclass
@@ -214,8 +294,8 @@ class Workers:
     spec: PolicySpec
     colocated: bool  # rollout workers act with the actor's own module
     algorithm: Algorithm  # the driver's copy: asked only how envs reset before a rollout
-    train_envs: EnvGroup | None = None  # env_group with the rollout ranks' side of its exchange
-
+    train_envs: EnvGroup  # env_group with the rollout ranks' side of its exchange
+    restarts: RestartBudget  # runner.max_worker_restarts, shared with the evaluator
 
     @classmethod
     def start(cls, cfg: Config, backend: Backend) -> Workers:
@@ -230,11 +310,13 @@ class Workers:
                                               cfg.experiment.seed, c.torch_threads)], c.actor_resources)
         # Colocated needs the actor in this process: the local backend (the config loader refuses
         # placement=colocated with backend=ray).
-        colocated = isinstance(backend, LocalBackend) and c.placement != "disaggregated"
+        # Async runs train the actor while rollout workers act: they need their own copy.
+        colocated = isinstance(backend, LocalBackend) and c.placement != "disaggregated" and cfg.runner.mode == "sync"
         shared = actor.workers[0].policy if colocated else None
         rollout = start_rollout_group(cfg, backend, spec, train, evaluation, shared)
-        return cls(cfg, backend, train.group, rollout, actor, Evaluator(cfg, backend, evaluation, rollout), spec,
-                   colocated, ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm), train)
+        restarts = RestartBudget(cfg.runner.max_worker_restarts)
+        return cls(cfg, backend, train.group, rollout, actor, Evaluator(cfg, backend, evaluation, rollout, restarts),
+                   spec, colocated, ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm), train, restarts)
 
     def sync_weights(self) -> int:
         """Publish the actor's weights to every rollout worker; returns the version."""
@@ -245,13 +327,33 @@ class Workers:
         """One rollout epoch: env and rollout workers trade shards for ``chunk_steps`` chunk steps.
 
         ``reset`` (the algorithm's ``rollout_reset``) resets every env first, in seed groups.
+
+        An env worker that fails (raises, hangs past ``env.step_timeout_s``, dies) is replaced within
+        ``runner.max_worker_restarts`` and the epoch redone from the start: every env worker's envs
+        and every rollout worker's RNG go back to the snapshot taken before it, so the redone epoch
+        is the one a run without the failure would have had, and nothing it did is counted twice.
         """
         seed, group = (reset.seed, reset.group_size) if reset is not None else (None, 1)
-        env_handles = self.env_group.call("run_epoch", chunk_steps, seed, iteration, group)
-        trajectories = wait_root_cause(self.backend, self.rollout_group.call("rollout_epoch", chunk_steps),
-                                       env_handles, self.train_envs)
-        self.backend.wait(env_handles)
-        return trajectories
+        snapshot = None
+        if self.restarts.used < self.restarts.limit:  # handles: Ray keeps the values, owned by this process
+            snapshot = self.env_group.call("get_state"), self.rollout_group.call("rng_state")
+        while True:
+            with self.evaluator.submit:
+                env_handles = self.env_group.call("run_epoch", chunk_steps, seed, iteration, group)
+                handles = self.rollout_group.call("rollout_epoch", chunk_steps)
+            try:
+                return exchange(self.backend, handles, self.train_envs, env_handles)
+            except WorkerFailure as failure:
+                try:
+                    self.restarts.spend(failure, f"iteration {iteration}")
+                except BaseException:
+                    self.train_envs.abandoned |= failure.hung
+                    raise
+                assert snapshot is not None  # a restart left in the budget means one was taken
+                states, rngs = snapshot
+                self.train_envs.replace(self.backend, self.rollout_group, failure, states,
+                                        self.cfg.experiment.seed + 1_000_003 * self.restarts.used)
+                self.backend.wait(self.rollout_group.call_each("set_rng_state", [(r,) for r in rngs]))
 
     def update(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
         return self.backend.wait(self.actor_group.call("update", trajectories, iteration))[0]
@@ -302,5 +404,6 @@ class Workers:
         self.backend.wait(self.actor_group.call("load_state", state))
 
     def close(self) -> None:
-        self.backend.wait(self.env_group.call("close"))
+        """Close the envs (videos finished first); hung env workers are left (see ``EnvGroup.close``)."""
+        self.train_envs.close(self.backend)
         self.evaluator.close()

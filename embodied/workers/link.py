@@ -16,6 +16,9 @@ class Link:
     to_env: Channel  # rollout -> env: action chunks
     timeout: float | None = 600.0  # seconds a get may wait before the peer is presumed dead
     stages: int = 1  # pipeline stages: stage of a shard = its (virtual) env rank % stages
+    # Bumped when failed workers are replaced: the exchange moves to fresh keys, so nothing a failed
+    # or abandoned worker left in (or later puts into) the channels reaches the redone epoch.
+    generation: int = 0
 
     @property
     def start(self) -> int:
@@ -26,9 +29,14 @@ class Link:
     def num_envs(self) -> int:
         return sum(s.size for s in self.shards)
 
-    @staticmethod
-    def key(shard: Shard) -> str:
-        return f"env{shard.env_rank}-rollout{shard.rollout_rank}"
+    def key(self, shard: Shard) -> str:
+        """The channel key of ``shard``'s exchange (both directions) in this generation."""
+        return f"env{shard.env_rank}-rollout{shard.rollout_rank}/{self.generation}"
+
+    def fail(self, channel: Channel, failure: object) -> None:
+        """Put ``failure`` (a ``PeerFailure``) on every shard's key of ``channel``: the peers raise instead of waiting."""
+        for shard in self.shards:
+            channel.put(self.key(shard), failure)
 
     def stage_shards(self) -> list[list[Shard]]:
         """This worker's shards grouped by pipeline stage (a stage may hold none of them)."""

@@ -38,6 +38,13 @@ class MultiStepRolloutWorker:
         self.policy = shared_policy if shared_policy is not None else build_policy(policy_cfg, spec)
         self.version = -1
 
+    def relink(self, section: str, generation: int) -> None:
+        """Exchange with the ``section`` ("env" or "eval_env") envs on the keys of ``generation``
+        (after failed env workers were replaced)."""
+        link = self.train if section == "env" else self.evaluation
+        if link is not None:
+            link.generation = generation
+
     def rng_state(self) -> torch.Tensor:
         """The torch RNG the actions are sampled from (this process's), for exact resume."""
         return torch.get_rng_state()
@@ -45,12 +52,16 @@ class MultiStepRolloutWorker:
     def set_rng_state(self, state: torch.Tensor) -> None:
         torch.set_rng_state(state)
 
-    def sync_weights(self, weights: tuple[int, dict[str, torch.Tensor] | None]) -> int:
+    def sync_weights(self, weights: tuple[int, dict[str, torch.Tensor] | None], skip_older: bool = False) -> int:
         """Load ``(version, state_dict)``; a None state means the module is shared with the actor.
+        Returns the version held.
 
-        Versions only go forward: weights older than the ones held (a late message) are refused.
+        Versions only go forward: weights older than the ones held (a late message) are refused,
+        or, with ``skip_older`` (async runs, where an eval may have sent newer ones first), ignored.
         """
         version, state = weights
+        if version < self.version and skip_older:
+            return self.version
         if version < self.version:
             raise ValueError(f"rollout worker {self.rank}: refusing weights of version {version}, older than the "
                              f"version {self.version} it holds")
@@ -117,14 +128,12 @@ class MultiStepRolloutWorker:
 
     @contextmanager
     def _failure_sent_to_peers(self, link: Link) -> Iterator[None]:
-        """On an error of our own, tell the env ranks at once rather than leave them waiting out the timeout."""
+        """On an error, tell the env ranks at once rather than leave them waiting out the timeout; also
+        when an env rank failed, so that the other env ranks of this worker stop too."""
         try:
             yield
-        except PeerFailureError:
-            raise  # an env rank failed: it knows
         except Exception as exc:
-            for shard in link.shards:
-                link.to_env.put(Link.key(shard), PeerFailure(f"rollout worker {self.rank} failed: {exc!r}"))
+            link.fail(link.to_env, PeerFailure(f"rollout worker {self.rank} failed: {exc!r}"))
             raise
 
     def _act(self, obs: Obs, deterministic: bool) -> PolicyOutput:
@@ -179,8 +188,10 @@ class MultiStepRolloutWorker:
 
 def _get(link: Link, shard: Shard) -> Any:
     """The next item from ``shard``'s env rank; raises if that rank reported a failure."""
-    item = link.to_rollout.get(Link.key(shard), timeout=link.timeout)
+    item = link.to_rollout.get(link.key(shard), timeout=link.timeout)
     if isinstance(item, PeerFailure):
+        if item.error is not None:  # an env worker's watchdog: the hung env's own error
+            raise item.error
         raise PeerFailureError(item.message)
     return item
 
@@ -190,7 +201,7 @@ def _send(link: Link, shards: list[Shard], out: PolicyOutput) -> None:
     actions = out.actions.detach().cpu().numpy().astype(np.float32)
     offset = 0
     for shard in shards:
-        link.to_env.put(Link.key(shard), actions[offset : offset + shard.size])
+        link.to_env.put(link.key(shard), actions[offset : offset + shard.size])
         offset += shard.size
 
 

@@ -10,8 +10,9 @@ from embodied.algorithms import PPOLossOutput, normalize_advantages, ppo_loss
 CLIP, VF, ENT = 0.2, 0.5, 0.01
 
 
-def reference_ppo(new_lp, old_lp, adv, new_v, old_v, ret, ent, mask, clip_vloss):
-    """Clipped PPO loss written entry by entry on plain Python floats (lists, any nesting)."""
+def reference_ppo(new_lp, old_lp, adv, new_v, old_v, ret, ent, mask, clip_vloss, behav_lp=None):
+    """Clipped PPO loss written entry by entry on plain Python floats (lists, any nesting); with
+    ``behav_lp``, decoupled PPO: each term weighted by pi_old / pi_behav."""
 
     def leaves(x):
         # flatten one row's nested list into floats
@@ -23,12 +24,13 @@ def reference_ppo(new_lp, old_lp, adv, new_v, old_v, ret, ent, mask, clip_vloss)
     for b in range(B):
         new_row, old_row, ent_row = leaves(new_lp[b]), leaves(old_lp[b]), leaves(ent[b])
         mask_row = leaves(mask[b]) if mask is not None else [1.0] * len(new_row)
-        for new, old, e, m in zip(new_row, old_row, ent_row, mask_row):
+        behav_row = leaves(behav_lp[b]) if behav_lp is not None else old_row
+        for new, old, e, m, behav in zip(new_row, old_row, ent_row, mask_row, behav_row):
             if not m:
                 continue
             ratio = math.exp(new - old)
             clipped = min(max(ratio, 1 - CLIP), 1 + CLIP)
-            pg_sum += max(-adv[b] * ratio, -adv[b] * clipped)
+            pg_sum += max(-adv[b] * ratio, -adv[b] * clipped) * math.exp(old - behav)
             kl_sum += (ratio - 1) - (new - old)
             clip_sum += 1.0 if abs(ratio - 1) > CLIP else 0.0
             ent_sum += e
@@ -178,3 +180,29 @@ def test_normalize_advantages():
     # a constant batch does not blow up
     assert torch.isfinite(normalize_advantages(torch.ones(5))).all()
     assert torch.isfinite(normalize_advantages(torch.ones(1))).all()
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["chunk", "action", "token"])
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_decoupled_loss_matches_reference(shape, with_mask):
+    batch = random_batch(shape, seed=5, with_mask=with_mask)
+    behav = batch[1] + 0.3 * torch.randn(shape, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    out = call(batch, behaviour_logprobs=behav)
+    expected = reference_ppo(*[x.tolist() if x is not None else None for x in batch], clip_vloss=True,
+                             behav_lp=behav.tolist())
+    for name, value in expected.items():
+        torch.testing.assert_close(getattr(out, name), torch.tensor(value, dtype=torch.float64), msg=name)
+    assert out.policy_loss != call(batch).policy_loss  # the weights matter
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["chunk", "action", "token"])
+def test_decoupled_loss_with_an_up_to_date_behaviour_policy_is_ppo_to_the_last_bit(shape):
+    batch = random_batch(shape, seed=2, with_mask=True)
+    new_lp = batch[0].clone().requires_grad_(True)
+    plain = call((new_lp, *batch[1:]))
+    decoupled = call((new_lp, *batch[1:]), behaviour_logprobs=batch[1].clone())
+    for name in ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac"):
+        assert torch.equal(getattr(plain, name), getattr(decoupled, name)), name
+    (g1,) = torch.autograd.grad(plain.loss, new_lp)
+    (g2,) = torch.autograd.grad(decoupled.loss, new_lp)
+    assert torch.equal(g1, g2)
