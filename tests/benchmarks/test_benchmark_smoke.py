@@ -28,3 +28,15 @@ def test_random_policy_acts_within_bounds():
     assert (out.actions[..., 1] >= 0).all() and (out.actions[..., 1] <= 2).all()
     logprobs, _, values = policy.evaluate(out.forward_inputs, out.actions)
     assert logprobs.shape == values.shape == (50,)
+
+
+def test_async_vs_sync_benchmark_runs_both_modes(capsys):
+    from benchmarks.async_vs_sync import main as async_main
+
+    figures = async_main(["configs/reach_mlp_ppo.yaml", "--iterations", "3", "--eval-every", "3", "--target", "0.0",
+                          "env.num_envs=4", "eval_env.num_envs=2", "runner.eval_episodes=2", "env.preflight=false"])
+    for mode in ("sync", "async"):
+        assert math.isfinite(figures[mode]["env_steps_per_s"]) and figures[mode]["env_steps_per_s"] > 0
+        assert figures[mode]["steps_to_target"] > 0  # target 0: reached at the first eval
+    assert figures["async"]["staleness_max"] <= 1 and figures["sync"]["staleness_max"] == 0
+    assert "ideal overlap (r + u) / max(r, u)" in capsys.readouterr().out
