@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--staleness", type=int, default=1)
     parser.add_argument("--target", type=float, default=0.9)
     parser.add_argument("overrides", nargs="*")
-    ARGS = parser.parse_args(argv)
+    ARGS = parser.parse_intermixed_args(argv)  # overrides may follow flags
     out = tempfile.mkdtemp(prefix="async-bench-")
     common = [f"runner.iterations={ARGS.iterations}", f"runner.eval_every={ARGS.eval_every}",
               "runner.checkpoint_every=0", "runner.eval_video=none", "runner.plot=false",
