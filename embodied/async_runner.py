@@ -5,7 +5,8 @@ included) and puts each one, with the weight version that produced it, into a tr
 (a ``LocalChannel``). Iteration ``it`` of the run (``embodied.runner.run``, shared with the sync
 runner) takes the oldest rollout from the buffer, updates the actor on it (decoupled PPO when the
 rollout is older than the actor: ``embodied.algorithms.ppo.ppo_loss``) and publishes the new
-weights, which rollout workers load before their next epoch.
+weights into each rollout worker's inbox (a channel): a running epoch loads them between chunk
+steps, without stopping the envs, and every chunk step records the version it acted with.
 
 Bounded staleness through a capacity gate: the producer starts rollout ``i`` (0-based, counted
 from the start of this process) only once the actor has published version ``v0 + i - s``, with
@@ -100,7 +101,10 @@ class AsyncIterations:
         t1 = time.perf_counter()
         metrics = self.workers.update(trajectories, it)
         t2 = time.perf_counter()
-        weights = self.workers.actor_group.call("weights", False)[0]  # a handle: fetched by the rollout workers
+        weights = self.workers.backend.wait(self.workers.actor_group.call("weights", False))[0]
+        inbox = self.workers.weights_inbox
+        for rank in range(len(self.workers.rollout_group)):  # loaded between chunk steps of a running epoch
+            inbox.put(f"rollout{rank}", weights)
         with self.cond:
             self.consumed += 1
             self.published = (self.version0 + self.consumed, weights)
@@ -111,6 +115,7 @@ class AsyncIterations:
         metrics |= {"time/rollout": rollout_time, "time/update": t2 - t1, "env_steps_per_s": steps / rollout_time,
                     "async/actor_wait_s": actor_wait, "async/producer_wait_s": producer_wait,
                     "async/buffer_depth": float(depth), "async/behaviour_version": float(version),
+                    "async/versions_per_rollout": float(max(len(t.versions.unique()) for t in trajectories)),
                     "async/actor_busy": (t2 - t1) / max(time.perf_counter() - t0, 1e-9)}
         return metrics, steps
 

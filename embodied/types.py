@@ -230,7 +230,8 @@ class Trajectory:
     terminated: torch.Tensor  # bool [T, N]
     final_values: torch.Tensor  # float32 [T, N], V(final_obs) where truncated, else 0
     next_values: torch.Tensor  # float32 [N], V(obs after the last chunk step)
-    version: int  # weight version the rollout ran with
+    version: int  # weight version the rollout started with (the oldest of ``versions``)
+    versions: torch.Tensor | None = None  # int64 [T, N]: the version each chunk step acted with (async: it may rise)
     episodes: list[EpisodeStats] = field(default_factory=list)
 
     @property
@@ -262,5 +263,6 @@ class Trajectory:
             final_values=cat("final_values"),
             next_values=cat("next_values", 0),
             version=parts[0].version,
+            versions=cat("versions") if all(p.versions is not None for p in parts) else None,
             episodes=[e for p in parts for e in p.episodes],
         )

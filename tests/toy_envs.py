@@ -152,3 +152,17 @@ class FaultyEnv(CountingEnv):
 
     def _broken_physics(self):
         return 1 / 0
+
+
+class SlowEnv(CountingEnv):
+    """A CountingEnv whose every step takes ``delay`` seconds (a simulator slower than the update)."""
+
+    def __init__(self, delay: float = 0.01, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.delay = delay
+
+    def step(self, action):
+        import time
+
+        time.sleep(self.delay)
+        return super().step(action)

@@ -56,8 +56,10 @@ def flatten(traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor) -
     def flat(x: torch.Tensor) -> torch.Tensor:
         return x.reshape(-1, *x.shape[2:])
 
+    versions = traj.versions if traj.versions is not None else torch.full(traj.values.shape, traj.version)
     return {
         "forward_inputs": {k: flat(v) for k, v in traj.forward_inputs.items()},
         "actions": flat(traj.actions), "logprobs": flat(traj.logprobs), "values": flat(traj.values),
         "executed": flat(traj.executed), "advantages": flat(advantages), "returns": flat(returns),
+        "versions": flat(versions),
     }

@@ -54,9 +54,11 @@ class ActorWorker:
         """One update (``algorithm.update_epochs`` passes of minibatches); returns train metrics."""
         a = self.algo
         batch, batch_metrics = self.algorithm.prepare(trajectories)
-        staleness = [self.version - t.version for t in trajectories]  # in updates (async runs: up to max_staleness)
-        if max(staleness) > 0:  # decoupled PPO: clip around the weights the update starts from
-            batch["behaviour_logprobs"], batch["logprobs"] = batch["logprobs"], self._proximal_logprobs(batch)
+        staleness = (self.version - batch["versions"]).float()  # per chunk step, in updates (async: <= max_staleness)
+        if staleness.max() > 0:  # decoupled PPO: clip around the weights the update starts from
+            fresh = _expand(staleness == 0, batch["logprobs"])  # acted with these weights: keep their log-probs
+            proximal = torch.where(fresh, batch["logprobs"], self._proximal_logprobs(batch))
+            batch["behaviour_logprobs"], batch["logprobs"] = batch["logprobs"], proximal
         size = batch["values"].shape[0]
         if self.cfg.anneal_lr:
             frac = 1.0 - (iteration - 1) / max(self.total_iterations, 1)
@@ -84,7 +86,7 @@ class ActorWorker:
         metrics["train/lr"] = self.optimizer.param_groups[0]["lr"]
         metrics["train/critic_warmup"] = float(warmup)
         metrics["train/skipped_minibatches"] = float(skipped)
-        metrics["train/staleness_mean"], metrics["train/staleness_max"] = float(np.mean(staleness)), float(max(staleness))
+        metrics["train/staleness_mean"], metrics["train/staleness_max"] = float(staleness.mean()), float(staleness.max())
         if self.algorithm.uses_values:
             metrics["train/explained_variance"] = _explained_variance(batch["values"], batch["returns"])
         return metrics
@@ -157,6 +159,11 @@ def _to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
 def _take(batch: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:
     """Rows ``index`` of every tensor of a flattened batch (forward_inputs included)."""
     return {k: {n: t[index] for n, t in v.items()} if isinstance(v, dict) else v[index] for k, v in batch.items()}
+
+
+def _expand(rows: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A [B] tensor broadcast over the trailing dims of ``like``."""
+    return rows.reshape(rows.shape + (1,) * (like.dim() - 1)).expand_as(like)
 
 
 def _mask(executed: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:

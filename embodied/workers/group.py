@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied.algorithms import Algorithm, RolloutReset
-from embodied.channels import route, shards_for_rollout_rank
+from embodied.channels import Channel, route, shards_for_rollout_rank
 from embodied.config import Config, ConfigError, EnvConfig
 from embodied.config.schema import VideoConfig
 from embodied.placement import Backend, LocalBackend, WorkerGroup
@@ -170,12 +170,13 @@ def start_eval_envs(cfg: Config, backend: Backend, video: VideoConfig | None) ->
 
 
 def start_rollout_group(cfg: Config, backend: Backend, spec: PolicySpec, train: EnvGroup | None,
-                        evaluation: EnvGroup, shared: Policy | None) -> WorkerGroup:
-    """Rollout workers acting on ``train`` (None: eval only) and ``evaluation`` envs."""
+                        evaluation: EnvGroup, shared: Policy | None, inbox: Channel | None = None) -> WorkerGroup:
+    """Rollout workers acting on ``train`` (None: eval only) and ``evaluation`` envs; ``inbox``: where
+    async runs send them new weights mid-epoch."""
     c = cfg.cluster
     return backend.create(MultiStepRolloutWorker, [
         (r, cfg.policy, spec, train.rollout_links[r] if train else None, evaluation.rollout_links[r], shared,
-         c.torch_threads, cfg.experiment.seed)
+         c.torch_threads, cfg.experiment.seed, inbox)
         for r in range(c.num_rollout_workers)
     ], c.rollout_resources)
 
@@ -296,6 +297,7 @@ class Workers:
     algorithm: Algorithm  # the driver's copy: asked only how envs reset before a rollout
     train_envs: EnvGroup  # env_group with the rollout ranks' side of its exchange
     restarts: RestartBudget  # runner.max_worker_restarts, shared with the evaluator
+    weights_inbox: Channel | None = None  # async runs: new weights reach rollout workers mid-epoch (key rollout<r>)
 
     @classmethod
     def start(cls, cfg: Config, backend: Backend) -> Workers:
@@ -313,10 +315,11 @@ class Workers:
         # Async runs train the actor while rollout workers act: they need their own copy.
         colocated = isinstance(backend, LocalBackend) and c.placement != "disaggregated" and cfg.runner.mode == "sync"
         shared = actor.workers[0].policy if colocated else None
-        rollout = start_rollout_group(cfg, backend, spec, train, evaluation, shared)
+        inbox = backend.channel("weights") if cfg.runner.mode == "async" else None
+        rollout = start_rollout_group(cfg, backend, spec, train, evaluation, shared, inbox)
         restarts = RestartBudget(cfg.runner.max_worker_restarts)
         return cls(cfg, backend, train.group, rollout, actor, Evaluator(cfg, backend, evaluation, rollout, restarts),
-                   spec, colocated, ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm), train, restarts)
+                   spec, colocated, ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm), train, restarts, inbox)
 
     def sync_weights(self) -> int:
         """Publish the actor's weights to every rollout worker; returns the version."""

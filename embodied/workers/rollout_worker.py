@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from embodied.channels import Shard
+from embodied.channels import Channel, ChannelTimeout, Shard
 from embodied.checkpoint import load_policy_state
 from embodied.numerics import NonFinitePolicyError, non_finite_outputs
 from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
@@ -28,13 +28,22 @@ class MultiStepRolloutWorker:
 
     def __init__(self, rank: int, policy_cfg: PolicyConfig, spec: PolicySpec, train: Link | None,
                  evaluation: Link | None,
-                 shared_policy: Policy | None = None, torch_threads: int = 1, seed: int | None = None) -> None:
+                 shared_policy: Policy | None = None, torch_threads: int = 1, seed: int | None = None,
+                 weights_inbox: Channel | None = None) -> None:
         torch.set_num_threads(torch_threads)
         if seed is not None:
             # The actions are sampled from this process's torch RNG: seeded per rank, so a run on
             # Ray (a process per worker) repeats exactly for a fixed experiment.seed.
             torch.manual_seed(seed + 1_000_003 * (rank + 1))
         self.rank, self.train, self.evaluation = rank, train, evaluation
+        # Async runs: the actor's newest weights arrive here (key ``weights_key``) while an epoch runs,
+        # and are loaded between chunk steps; each chunk step records the version it acted with.
+        self.weights_inbox, self.weights_key = weights_inbox, f"rollout{rank}"
+        if weights_inbox is not None:
+            try:  # claim the key now (Ray: the newest weights are then delivered into this process)
+                weights_inbox.get(self.weights_key, timeout=0)
+            except ChannelTimeout:
+                pass
         self.policy = shared_policy if shared_policy is not None else build_policy(policy_cfg, spec)
         self.version = -1
 
@@ -60,7 +69,7 @@ class MultiStepRolloutWorker:
         or, with ``skip_older`` (async runs, where an eval may have sent newer ones first), ignored.
         """
         version, state = weights
-        if version < self.version and skip_older:
+        if version <= self.version and skip_older:  # the same version holds the same weights
             return self.version
         if version < self.version:
             raise ValueError(f"rollout worker {self.rank}: refusing weights of version {version}, older than the "
@@ -84,7 +93,7 @@ class MultiStepRolloutWorker:
         if self.train is None:
             raise RuntimeError(f"rollout rank {self.rank} has no training envs")
         with self._failure_sent_to_peers(self.train):
-            steps, obs = self._run(self.train, chunk_steps, deterministic=False)
+            steps, obs = self._run(self.train, chunk_steps, deterministic=False, new_weights=True)
             recorded = [(out, result, self._final_values(result)) for out, result in steps]
         return self._trajectory(recorded, self.policy.value(obs).float())
 
@@ -97,8 +106,8 @@ class MultiStepRolloutWorker:
             steps, _ = self._run(self.evaluation, chunk_steps, deterministic=True)
         return [e for _, result in steps for e in result.episodes]
 
-    def _run(self, link: Link, chunk_steps: int,
-             deterministic: bool) -> tuple[list[tuple[PolicyOutput, ChunkStepResult]], Obs]:
+    def _run(self, link: Link, chunk_steps: int, deterministic: bool,
+             new_weights: bool = False) -> tuple[list[tuple[PolicyOutput, ChunkStepResult]], Obs]:
         """Act and exchange ``chunk_steps`` times; each step's output and result, and the last obs.
 
         Pipeline stages are served in turn, and a stage's result is received just before acting on
@@ -110,6 +119,8 @@ class MultiStepRolloutWorker:
         steps: list[tuple[PolicyOutput, ChunkStepResult]] = []
         outs: list[PolicyOutput] = []
         for t in range(chunk_steps + 1):
+            if new_weights and 0 < t < chunk_steps:
+                self._load_new_weights()
             results, acted = [], []
             for i, shards in enumerate(stages):
                 if t > 0:
@@ -125,6 +136,16 @@ class MultiStepRolloutWorker:
         return steps, _obs_in_env_order(stages, obs)
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _load_new_weights(self) -> None:
+        """Load the newest weights waiting in the inbox, if any (older ones are skipped)."""
+        if self.weights_inbox is None:
+            return
+        newest = None
+        while self.weights_inbox.qsize(self.weights_key) > 0:
+            newest = self.weights_inbox.get(self.weights_key, timeout=0)
+        if newest is not None:
+            self.sync_weights(newest, skip_older=True)
 
     @contextmanager
     def _failure_sent_to_peers(self, link: Link) -> Iterator[None]:
@@ -181,7 +202,8 @@ class MultiStepRolloutWorker:
             terminated=stack([r.terminated for r in results]),
             final_values=torch.stack([s[2] for s in steps]),
             next_values=next_values,
-            version=self.version,
+            version=outs[0].version,
+            versions=stack([[o.version] * len(o.actions) for o in outs]),
             episodes=[e for r in results for e in r.episodes],
         )
 

@@ -75,6 +75,15 @@ def test_the_gate_bounds_staleness_and_blocks_producers_of_a_slow_actor(tmp_path
     assert result.history[-1]["env_steps"] == 6 * 4 * 4 * 2
 
 
+def test_new_weights_reach_a_running_epoch_and_each_chunk_step_keeps_its_version(tmp_path):
+    result = runner.train(toy_config(tmp_path, "runner.mode=async", "algorithm.max_staleness=2",
+                                     "env.id=tests.toy_envs:SlowEnv", "env.kwargs={delay: 0.01}", "runner.iterations=4"))
+    # The update on rollout 1 finishes while rollout 2 runs (the env is slow): rollout 2 acts with two versions.
+    assert max(m["async/versions_per_rollout"] for m in result.history) >= 2
+    assert all(m["train/staleness_max"] <= 2 for m in result.history)
+    assert result.discarded == 0
+
+
 def test_rollouts_in_flight_at_a_stop_are_counted_not_lost(tmp_path, slow_actor, monkeypatch):
     stop_at = 2
     real_update = ActorWorker.update
