@@ -123,6 +123,11 @@ def test_async_on_ray(tmp_path, ray_session):
     assert result.discarded == 0 and "eval/success_rate" in result.final_eval
 
 
+def test_async_on_the_local_backend_warns_that_threads_overlap_little(tmp_path):
+    with pytest.warns(UserWarning, match="take turns on its interpreter lock"):
+        runner.train(toy_config(tmp_path, "runner.mode=async", "runner.iterations=1"))
+
+
 def test_async_config_errors():
     with pytest.raises(ConfigError, match="algorithm.max_staleness: must be >= 0"):
         load_config(None, ["algorithm.max_staleness=-1"])
