@@ -55,12 +55,14 @@ class OffscreenRenderer:
 
     ``mujoco.Renderer`` is tied to a single image size; an env needs two (training images and
     video frames), and a second renderer would mean a second GL context per env. This renders
-    into a ``size x size`` corner of one offscreen buffer instead, which gives the same pixels.
+    into a ``size x size`` corner of one offscreen buffer instead, which gives the same pixels,
+    and draws all the cameras of an observation side by side in one pass.
     """
 
-    def __init__(self, model: mujoco.MjModel, max_size: int) -> None:
-        # The offscreen buffer must hold the largest frame; the model's default is 640x480.
-        model.vis.global_.offwidth = max(model.vis.global_.offwidth, max_size)
+    def __init__(self, model: mujoco.MjModel, max_size: int, max_width: int = 0) -> None:
+        # The offscreen buffer must hold the largest frame, and ``max_width`` for the frames of one
+        # pass side by side; the model's default is 640x480.
+        model.vis.global_.offwidth = max(model.vis.global_.offwidth, max_size, max_width)
         model.vis.global_.offheight = max(model.vis.global_.offheight, max_size)
         self._model = model
         self._gl: Any = mujoco.GLContext(max_size, max_size)
@@ -88,22 +90,39 @@ class OffscreenRenderer:
 
     def render(self, data: mujoco.MjData, camera_id: int, size: int, cheap: bool) -> np.ndarray:
         """uint8 [size, size, 3] from camera ``camera_id``; ``cheap`` turns shadows and reflections off."""
+        return self.render_cameras(data, (camera_id,), size, cheap)[0]
+
+    def render_cameras(self, data: mujoco.MjData, camera_ids: tuple[int, ...], size: int,
+                       cheap: bool) -> list[np.ndarray]:
+        """One uint8 [size, size, 3] frame per camera, in one pass: the scene is built once, each
+        camera draws into its own ``size``-wide strip of the buffer, and one read fetches them all
+        (a read waits for the GPU or llvmpipe to finish, so one per env step rather than one per
+        camera)."""
         if self._context is None:
             raise RuntimeError("render() called after close()")
+        if size * len(camera_ids) > self._context.offWidth or size > self._context.offHeight:
+            raise ValueError(f"{len(camera_ids)} frames of {size}x{size} do not fit the "
+                             f"{self._context.offWidth}x{self._context.offHeight} offscreen buffer")
         self._gl.make_current()
-        self._camera.fixedcamid = camera_id
-        mujoco.mjv_updateScene(
-            self._model, data, self._option, None, self._camera, mujoco.mjtCatBit.mjCAT_ALL, self.scene
-        )
-        # Set after every update: the training camera never pays for shadow or reflection passes.
-        self.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = not cheap
-        self.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = not cheap
-        rect = mujoco.MjrRect(0, 0, size, size)
-        mujoco.mjr_render(rect, self.scene, self._context)
-        pixels = np.empty((size, size, 3), dtype=np.uint8)
-        mujoco.mjr_readPixels(pixels, None, rect, self._context)
-        self._release()
-        return np.ascontiguousarray(pixels[::-1])  # OpenGL rows run bottom-up
+        try:
+            for i, camera_id in enumerate(camera_ids):
+                self._camera.fixedcamid = camera_id
+                if i == 0:
+                    mujoco.mjv_updateScene(self._model, data, self._option, None, self._camera,
+                                           mujoco.mjtCatBit.mjCAT_ALL, self.scene)
+                    # Set after every update: training cameras never pay for shadow or reflection passes.
+                    self.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = not cheap
+                    self.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = not cheap
+                else:  # the geoms do not depend on the camera: move it (and its headlight) only
+                    mujoco.mjv_updateCamera(self._model, data, self._camera, self.scene)
+                    mujoco.mjv_makeLights(self._model, data, self.scene)  # the headlight moves with it
+                mujoco.mjr_render(mujoco.MjrRect(i * size, 0, size, size), self.scene, self._context)
+            pixels = np.empty((size, size * len(camera_ids), 3), dtype=np.uint8)
+            mujoco.mjr_readPixels(pixels, None, mujoco.MjrRect(0, 0, size * len(camera_ids), size), self._context)
+        finally:
+            self._release()
+        pixels = pixels[::-1]  # OpenGL rows run bottom-up
+        return [np.ascontiguousarray(pixels[:, i * size:(i + 1) * size]) for i in range(len(camera_ids))]
 
     def close(self) -> None:
         """Free the GL resources now (safe to call twice)."""
@@ -376,17 +395,21 @@ class TableTopEnv(gym.Env):
         if STATES in self.observation_space.spaces:
             obs[STATES] = np.asarray(self._task_state(), dtype=np.float32)
         if MAIN_IMAGES in self.observation_space.spaces:
-            obs[MAIN_IMAGES] = self._render_camera(self._main_camera, self.image_size, cheap=True)
-            obs[WRIST_IMAGES] = self._render_camera(self._wrist_camera, self.image_size, cheap=True)
+            obs[MAIN_IMAGES], obs[WRIST_IMAGES] = self._render_cameras(
+                (self._main_camera, self._wrist_camera), self.image_size, cheap=True)
         return obs
 
     def _render_camera(self, camera_id: int, size: int, cheap: bool) -> np.ndarray:
+        return self._render_cameras((camera_id,), size, cheap)[0]
+
+    def _render_cameras(self, camera_ids: tuple[int, ...], size: int, cheap: bool) -> list[np.ndarray]:
         if self._renderer is None:
             sizes = [self.render_size if self.render_mode else 0, self.image_size if "rgb" in self.obs_mode else 0]
-            self._renderer = OffscreenRenderer(self.model, max(sizes + [size]))
+            width = 2 * self.image_size if "rgb" in self.obs_mode else 0  # main + wrist in one pass
+            self._renderer = OffscreenRenderer(self.model, max(sizes + [size]), max(width, len(camera_ids) * size))
             # Also freed when the env is garbage-collected without close().
             self._renderer_finalizer = weakref.finalize(self, self._renderer.close)
-        return self._renderer.render(self.data, camera_id, size, cheap)
+        return self._renderer.render_cameras(self.data, camera_ids, size, cheap)
 
 
 def _check_choice(name: str, value: object, allowed: tuple[object, ...]) -> None:

@@ -226,11 +226,15 @@ def test_images_match_mujoco_renderer_and_ignore_render_size(make_env) -> None:
     with_video.reset(seed=5)
     with_video.render()  # a 128-pixel frame first
     assert np.array_equal(with_video._get_obs()[MAIN_IMAGES], obs_plain[MAIN_IMAGES])
+    # Both cameras come from one pass (one scene update, one read); each must equal a full
+    # render of its own, headlight included, and the gripper moved so the wrist view is not trivial.
+    obs_plain, *_ = plain.step(np.array([0.5, -0.5, -0.5, -1.0], dtype=np.float32))
     renderer = mujoco.Renderer(plain.model, 64, 64)
     try:
-        renderer.update_scene(plain.data, "main")
-        renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
-        renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
-        assert np.array_equal(renderer.render(), obs_plain[MAIN_IMAGES])
+        for camera, key in (("main", MAIN_IMAGES), ("wrist", WRIST_IMAGES)):
+            renderer.update_scene(plain.data, camera)
+            renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
+            renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+            assert np.array_equal(renderer.render(), obs_plain[key]), camera
     finally:
         renderer.close()
