@@ -8,8 +8,8 @@ Sections (each row says what it measured; nothing here is asserted):
 - **throughput**: env steps/s of the framework's rollout path (random policy, so the engine and
   not a model is timed) against raw gymnasium ``SyncVectorEnv`` / ``AsyncVectorEnv`` on Reach-v0,
   state and rgb observations, local and Ray, E env workers, N envs, with memory;
-- **pipelining**: rgb observations with the CNN policy, rollout with 1 and 2 pipeline stages,
-  beside the ideal speed-up (e + p) / max(e, p) from the env's and the policy's own times;
+- **pipelining**: rgb observations with the CNN and the tiny VLA, rollout with 1 and 2 pipeline
+  stages, beside the ideal speed-up (e + p) / max(e, p) from the env's and the policy's own times;
 - **weight sync**: ``Workers.sync_weights`` on Ray against the policy's size, as a share of an
   iteration (MLP default recipe; tiny VLA with and without LoRA);
 - **time to 90%**: the default recipe from the command to the first eval at >= 90% success,
@@ -128,22 +128,34 @@ def throughput(report: Report, sizes: Sizes, chunk: int) -> None:
 
 
 def pipelining(report: Report, sizes: Sizes) -> None:
-    """rgb + CNN: rollout with 1 and 2 stages beside the ideal from the env's and the policy's times."""
+    """rgb observations: rollout with 1 and 2 stages beside the ideal from the env's and the policy's own
+    times, for the CNN (a cheap policy: little to gain) and the tiny VLA (costs comparable to the env's)."""
+    from embodied.policies.cnn.configuration import CNNConfig
+    from embodied.policies.vla.configuration import VLAConfig
+
+    cases = [("CNN", CNNConfig(action_chunk=4), ["policy.type=cnn", "policy.action_chunk=4"])]
+    if sizes.vla:
+        vla = ["policy.type=vla", "policy.model_path=tiny:smolvlm-tiny", "policy.action_chunk=4"]
+        cases.append(("tiny VLA", VLAConfig(model_path="tiny:smolvlm-tiny", action_chunk=4), vla))
+    for name, policy_config, overrides in cases:
+        report.pipelining.append(_pipeline_case(name, policy_config, overrides, sizes))
+
+
+def _pipeline_case(name: str, policy_config: Any, overrides: list[str], sizes: Sizes) -> dict[str, Any]:
     import numpy as np
     import torch
 
     from embodied.envs.chunked import ChunkedVectorEnv
     from embodied.envs.reach import ReachEnv
     from embodied.env_factory import policy_spec
-    from embodied.policies.cnn.configuration import CNNConfig
     from embodied.policy import build_policy
 
     n, chunk, steps = sizes.pipeline_envs, 4, sizes.pipeline_envs * 4 * (4 if sizes.steps < 1000 else 16)
     venv = ChunkedVectorEnv([lambda: ReachEnv(obs_mode="rgb", max_episode_steps=50) for _ in range(n)])
     try:
         obs = venv.reset(seed=0)
-        policy = build_policy(CNNConfig(action_chunk=chunk), policy_spec(venv.envs[0].observation_space,
-                                                                         venv.envs[0].action_space))
+        space = venv.envs[0]
+        policy = build_policy(policy_config, policy_spec(space.observation_space, space.action_space))
         actions = np.zeros((n, chunk, venv.action_dim), dtype=np.float32)
         env_s, policy_s = [], []
         for _ in range(5):
@@ -157,16 +169,14 @@ def pipelining(report: Report, sizes: Sizes) -> None:
     finally:
         venv.close()
     e, p = statistics.median(env_s), statistics.median(policy_s)
-    cnn = ["policy.type=cnn", "policy.action_chunk=4"]
-    one = framework_rate(n, chunk, steps, "local", 4, 50, 0, 1, "rgb", extra=cnn)
-    two = framework_rate(n, chunk, steps, "local", 4, 50, 0, 2, "rgb", extra=cnn)
+    one = framework_rate(n, chunk, steps, "local", 4, 50, 0, 1, "rgb", extra=overrides)
+    two = framework_rate(n, chunk, steps, "local", 4, 50, 0, 2, "rgb", extra=overrides)
     ideal = (e + p) / max(e, p)
     measured = two.steps_per_s / one.steps_per_s
-    report.pipelining.append({
-        "num_envs": n, "env_s_per_chunk_step": round(e, 5), "policy_s_per_chunk_step": round(p, 5),
-        "steps_per_s_1_stage": round(one.steps_per_s, 1), "steps_per_s_2_stages": round(two.steps_per_s, 1),
-        "speedup": round(measured, 3), "ideal_speedup": round(ideal, 3),
-        "share_of_ideal": round((measured - 1) / (ideal - 1), 3) if ideal > 1.05 else None})  # else: nothing to gain
+    return {"policy": name, "num_envs": n, "env_s_per_chunk_step": round(e, 5), "policy_s_per_chunk_step": round(p, 5),
+            "steps_per_s_1_stage": round(one.steps_per_s, 1), "steps_per_s_2_stages": round(two.steps_per_s, 1),
+            "speedup": round(measured, 3), "ideal_speedup": round(ideal, 3),
+            "share_of_ideal": round((measured - 1) / (ideal - 1), 3) if ideal > 1.05 else None}  # else: nothing to gain
 
 
 def weight_sync(report: Report, sizes: Sizes) -> None:
@@ -242,7 +252,7 @@ def markdown(report: Report) -> str:
     parts = [f"# embodied bench ({'quick' if report.machine.get('quick') else 'full'}; "
              f"{report.machine.get('cpus')} CPUs, torch {report.machine.get('torch')})\n"]
     for title, rows in (("Rollout throughput (random policy)", report.throughput),
-                        ("Pipelining (rgb, CNN policy, local)", report.pipelining),
+                        ("Pipelining (rgb, local)", report.pipelining),
                         ("Weight sync (Ray)", report.weight_sync),
                         ("Default recipe: time to 90% eval success", report.time_to_target)):
         if not rows:
@@ -281,6 +291,7 @@ def draw(report: Report, path: Path) -> None:
     ax = axes[1][0]
     for i, r in enumerate(report.pipelining):
         ax.bar([i - 0.2, i + 0.2], [r["speedup"], r["ideal_speedup"]], width=0.4, color=["C0", "C7"])
+    ax.set_xticks(range(len(report.pipelining)), [r["policy"] for r in report.pipelining])
     ax.set(title="pipelining (2 stages / 1): measured (blue), ideal (grey)", ylabel="speed-up")
     ax = axes[1][1]
     names = [r["policy"] for r in report.weight_sync]
