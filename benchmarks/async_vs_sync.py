@@ -7,7 +7,9 @@ Runs the recipe twice in this process (``runner.mode=sync``, then ``runner.mode=
 over the iterations (from the first iteration's end, so start-up is left out), the actor's share
 of that time, the wall-clock (start-up included) and env steps to the first eval at or above
 ``--target``, beside the ideal overlap (r + u) / max(r, u) from the sync run's median rollout
-and update times. Figures are printed, never asserted.
+and update times, and the share of the machine's CPU time that was busy over the iterations: on a
+machine whose cores a sync run already keeps busy, async can gain at most 1 / that share, whatever
+the ideal overlap says. Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -21,14 +23,26 @@ import embodied.runner as runner
 from embodied.config import load_config
 
 
+def cpu_times() -> tuple[float, float]:
+    """(busy, total) jiffies of all cores since boot, from /proc/stat (NaN where there is none)."""
+    try:
+        fields = [float(x) for x in open("/proc/stat").readline().split()[1:]]
+    except OSError:
+        return float("nan"), float("nan")
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def measure(config: str, overrides: list[str], target: float) -> dict[str, float]:
-    """One run; per-iteration end times recorded around ``runner.iteration``."""
+    """One run; per-iteration end times (and the machine's CPU counters) recorded around ``runner.iteration``."""
     ends: list[float] = []
+    cpu: list[tuple[float, float]] = []
     original = runner.iteration
 
     def timed(*args, **kwargs):
         out = original(*args, **kwargs)
         ends.append(time.perf_counter())
+        cpu.append(cpu_times())
         return out
 
     runner.iteration = timed
@@ -50,6 +64,7 @@ def measure(config: str, overrides: list[str], target: float) -> dict[str, float
         "steps_to_target": h[reached]["env_steps"] if reached is not None else float("nan"),
         "final_success": h[-1].get("eval/success_rate", float("nan")),
         "staleness_max": max(m.get("train/staleness_max", 0.0) for m in h),
+        "cpu_busy": (cpu[-1][0] - cpu[0][0]) / max(cpu[-1][1] - cpu[0][1], 1e-9),
     }
 
 
@@ -74,11 +89,13 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     print(f"\n{ARGS.config}, {ARGS.iterations} iterations, seed from the recipe; sync median rollout {r:.3f} s, "
           f"update {u:.3f} s: ideal overlap (r + u) / max(r, u) = {(r + u) / max(r, u):.2f}x")
     print(f"{'mode':<8}{'env-steps/s':>12}{'actor busy':>12}{'to target (s)':>15}{'steps to target':>17}"
-          f"{'final success':>15}{'staleness max':>15}")
+          f"{'final success':>15}{'staleness max':>15}{'CPU busy':>10}")
     for name, m in (("sync", sync), ("async", async_)):
         print(f"{name:<8}{m['env_steps_per_s']:>12.0f}{m['actor_busy']:>12.2f}{m['time_to_target_s']:>15.1f}"
-              f"{m['steps_to_target']:>17.0f}{m['final_success']:>15.3f}{m['staleness_max']:>15.0f}")
-    print(f"async / sync throughput: {async_['env_steps_per_s'] / sync['env_steps_per_s']:.2f}x")
+              f"{m['steps_to_target']:>17.0f}{m['final_success']:>15.3f}{m['staleness_max']:>15.0f}"
+              f"{m['cpu_busy']:>10.2f}")
+    print(f"async / sync throughput: {async_['env_steps_per_s'] / sync['env_steps_per_s']:.2f}x "
+          f"(this machine's CPU allows at most {1 / sync['cpu_busy']:.2f}x: sync kept {sync['cpu_busy']:.0%} of it busy)")
     return {"sync": sync, "async": async_}
 
 

@@ -38,5 +38,6 @@ def test_async_vs_sync_benchmark_runs_both_modes(capsys):
     for mode in ("sync", "async"):
         assert math.isfinite(figures[mode]["env_steps_per_s"]) and figures[mode]["env_steps_per_s"] > 0
         assert figures[mode]["steps_to_target"] > 0  # target 0: reached at the first eval
+        assert 0 < figures[mode]["cpu_busy"] <= 1  # a share of the machine's CPU time (/proc/stat)
     assert figures["async"]["staleness_max"] <= 1 and figures["sync"]["staleness_max"] == 0
     assert "ideal overlap (r + u) / max(r, u)" in capsys.readouterr().out
