@@ -161,7 +161,8 @@ class PPO:
 
     def prepare(self, trajectories: list[Trajectory]) -> tuple[dict[str, Any], dict[str, float]]:
         traj = Trajectory.concat(trajectories)
-        advantages, returns = compute_gae(traj.rewards.sum(-1), traj.values, traj.dones, traj.terminated,
+        rewards = traj.rewards.sum(-1) * self.cfg.reward_scale  # the value head predicts scaled returns
+        advantages, returns = compute_gae(rewards, traj.values, traj.dones, traj.terminated,
                                           traj.final_values, traj.next_values, self.cfg.gamma, self.cfg.gae_lambda)
         return flatten(traj, advantages, returns), {}
 

@@ -339,6 +339,7 @@ def validate(cfg: Config) -> list[str]:
          f"algorithm.num_minibatches: must be in [1, env.num_envs * rollout.chunk_steps = {batch}], "
          f"got {a.num_minibatches}")
     need(a.max_grad_norm > 0, f"algorithm.max_grad_norm: must be > 0, got {a.max_grad_norm}")
+    need(a.reward_scale > 0, f"algorithm.reward_scale: must be > 0, got {a.reward_scale}")
     need(a.target_kl is None or a.target_kl > 0, f"algorithm.target_kl: must be > 0 (or null), got {a.target_kl}")
     need(a.vf_coef >= 0, f"algorithm.vf_coef: must be >= 0, got {a.vf_coef}")
     need(a.ent_coef >= 0, f"algorithm.ent_coef: must be >= 0, got {a.ent_coef}")

@@ -80,6 +80,10 @@ class AlgorithmConfig:
     update_epochs: int = 4  # passes over each rollout batch
     num_minibatches: int = 4  # minibatches per pass
     max_grad_norm: float = 0.5  # gradient-norm clip
+    # ppo: rewards are multiplied by this before GAE, so the value head learns returns of order 1
+    # (Adam moves a weight about lr per step: a head at 0 never reaches returns of -60 at lr 1e-4).
+    # Logged returns stay in the env's units.
+    reward_scale: float = 1.0
     normalize_advantages: bool = True  # per-minibatch advantage normalisation
     target_kl: float | None = None  # stop the update early when approx_kl exceeds this
     skip_nonfinite_updates: bool = False  # a minibatch with a NaN/inf loss or gradient is skipped and counted (off: the run stops)

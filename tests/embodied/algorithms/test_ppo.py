@@ -206,3 +206,34 @@ def test_decoupled_loss_with_an_up_to_date_behaviour_policy_is_ppo_to_the_last_b
     (g1,) = torch.autograd.grad(plain.loss, new_lp)
     (g2,) = torch.autograd.grad(decoupled.loss, new_lp)
     assert torch.equal(g1, g2)
+
+
+def test_reward_scale_scales_the_returns_the_value_head_learns():
+    """``algorithm.reward_scale`` multiplies rewards before GAE: with values scaled alike, the advantages
+    and returns are exactly those of the unscaled rewards times the scale."""
+    from embodied.algorithms import compute_gae
+    from embodied.algorithms.ppo import PPO
+    from embodied.config.schema import AlgorithmConfig
+    from embodied.types import Trajectory
+
+    g = torch.Generator().manual_seed(3)
+    T, N, C, scale = 5, 3, 2, 0.25
+    dones = torch.rand(T, N, generator=g) > 0.7
+
+    def trajectory(value_scale: float) -> Trajectory:
+        g.manual_seed(4)
+        return Trajectory(
+            forward_inputs={"x": torch.zeros(T, N, 1)}, actions=torch.zeros(T, N, C, 1),
+            logprobs=torch.zeros(T, N), values=torch.randn(T, N, generator=g) * value_scale,
+            rewards=torch.randn(T, N, C, generator=g) - 1.0, executed=torch.ones(T, N, C, dtype=torch.bool),
+            dones=dones, terminated=dones, final_values=torch.zeros(T, N),
+            next_values=torch.randn(N, generator=g) * value_scale, version=0)
+
+    raw = trajectory(1.0)
+    adv, ret = compute_gae(raw.rewards.sum(-1), raw.values, raw.dones, raw.terminated, raw.final_values,
+                           raw.next_values, 0.9, 0.95)
+    batch, _ = PPO(AlgorithmConfig(gamma=0.9, gae_lambda=0.95, reward_scale=scale)).prepare([trajectory(scale)])
+    assert torch.allclose(batch["advantages"], (adv * scale).reshape(-1), atol=1e-6)
+    assert torch.allclose(batch["returns"], (ret * scale).reshape(-1), atol=1e-6)
+    unscaled, _ = PPO(AlgorithmConfig(gamma=0.9, gae_lambda=0.95)).prepare([raw])
+    assert torch.allclose(unscaled["returns"], ret.reshape(-1))

@@ -360,6 +360,7 @@ def test_a_key_given_twice_in_yaml_is_an_error_naming_file_and_lines(tmp_path):
     ("policy.hidden_sizes=[64,0]", "policy.hidden_sizes: need at least one layer, every width >= 1"),
     ("policy.init_log_std=.nan", "policy.init_log_std: must be a finite number"),
     ("sft.max_grad_norm=0", "sft.max_grad_norm: must be > 0"),
+    ("algorithm.reward_scale=0", "algorithm.reward_scale: must be > 0"),
 ])
 def test_numeric_ranges_and_non_finite_numbers_are_refused_once(override, expected):
     with pytest.raises(ConfigError) as err:
