@@ -21,9 +21,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader, Subset, WeightedRandomSampler
 
-from embodied.checkpoint import save_policy_checkpoint
+from embodied.checkpoint import (check_init_from, check_policy_spec, find_checkpoint, load_checkpoint,
+                                 load_policy_state, save_policy_checkpoint)
 from embodied.config import Config, ConfigError, to_dict
 from embodied.data import DemoDataset, check_compatible, collate
 from embodied.evaluation import eval_metrics
@@ -45,12 +46,16 @@ class SFTResult:
 def sft(cfg: Config) -> SFTResult:
     """Behaviour cloning of ``cfg.policy`` on ``cfg.sft.dataset``; evaluates on ``cfg``'s eval envs."""
     data = open_dataset(cfg)
+    if cfg.policy.init_from:  # continue SFT, or fine-tune a checkpoint on new demonstrations
+        try:
+            check_init_from(cfg.policy.init_from, cfg.policy.type, cfg.policy.action_chunk)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     seed_everything(cfg.experiment.seed)
     run_dir = make_run_dir(cfg)
     save_config(cfg, run_dir)
     train_set, val_set = split_by_episode(data, cfg.sft.val_fraction, cfg.experiment.seed)
-    loader = DataLoader(train_set, batch_size=cfg.sft.batch_size, shuffle=True, collate_fn=collate, drop_last=False,
-                        generator=torch.Generator().manual_seed(cfg.experiment.seed))
+    loader = train_loader(data, train_set, cfg.sft.batch_size, cfg.sft.first_step_weight, cfg.experiment.seed)
     total = cfg.sft.epochs * len(loader)
     backend = make_backend(cfg.cluster)
     logger: MetricLogger | None = None
@@ -59,6 +64,10 @@ def sft(cfg: Config) -> SFTResult:
         evaluator = Evaluator.start(cfg, backend)
         spec = backend.wait(evaluator.envs.group.call("spec"))[0]
         policy = build_policy(cfg.policy, spec)
+        if cfg.policy.init_from:
+            state = load_checkpoint(find_checkpoint(cfg.policy.init_from))
+            check_policy_spec(state, spec.action_dim, "policy.init_from")
+            load_policy_state(policy, state["actor"])
         check_compatible(data.meta, cfg.policy.action_chunk, spec.action_dim, cfg.policy.required_observations(),
                          spec.image_shape)
         fit_input_statistics(policy, train_set, cfg.sft.batch_size)
@@ -121,6 +130,20 @@ def split_by_episode(data: DemoDataset, val_fraction: float, seed: int) -> tuple
     val = np.flatnonzero(np.isin(rows, list(held)))
     train = np.flatnonzero(~np.isin(rows, list(held)))
     return Subset(data, train.tolist()), Subset(data, val.tolist())
+
+
+def train_loader(data: DemoDataset, train_set: Subset, batch_size: int, first_step_weight: float,
+                 seed: int) -> DataLoader:
+    """Shuffled batches of the training rows; with ``first_step_weight != 1``, an epoch draws as
+    many rows with replacement, each episode's first chunk step that many times as likely as the
+    others (the step where a demonstrator commits to its target is one row of several per episode)."""
+    generator = torch.Generator().manual_seed(seed)
+    if first_step_weight == 1.0:
+        return DataLoader(train_set, batch_size=batch_size, shuffle=True, collate_fn=collate, generator=generator)
+    weights = np.where(data.steps[train_set.indices] == 0, first_step_weight, 1.0)
+    sampler = WeightedRandomSampler(weights.tolist(), num_samples=len(train_set), replacement=True,
+                                    generator=generator)
+    return DataLoader(train_set, batch_size=batch_size, sampler=sampler, collate_fn=collate)
 
 
 @torch.no_grad()

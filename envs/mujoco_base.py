@@ -143,13 +143,15 @@ class TableTopEnv(gym.Env):
     (clipped into ``workspace_low .. workspace_high``), and the gripper command (-1 closed,
     +1 open). Observation: a dict with ``states`` float32 [STATE_DIM] (``state`` modes) and
     ``main_images`` and ``wrist_images`` uint8 [image_size, image_size, 3] (``rgb`` modes) from
-    the fixed ``main`` camera and the gripper's ``wrist`` camera. ``info["success"]`` is set on
+    the fixed camera ``MAIN_CAMERA`` names and the gripper's ``wrist`` camera. ``info["success"]`` is set on
     every reset and step; episodes are truncated after ``max_episode_steps`` steps.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 20}
 
     XML_FILE: ClassVar[str] = ""  # relative to assets_dir()
+    # The fixed camera of ``main_images`` and videos: robot.xml's ``main`` unless a task frames its own.
+    MAIN_CAMERA: ClassVar[str] = "main"
     STATE_DIM: ClassVar[int] = 0
     workspace_low: ClassVar[np.ndarray] = np.array([-0.25, -0.25, 0.01])
     workspace_high: ClassVar[np.ndarray] = np.array([0.25, 0.25, 0.35])
@@ -215,7 +217,7 @@ class TableTopEnv(gym.Env):
         self._finger_qpos = np.array([m.jnt_qposadr[m.joint(f"finger_{s}_joint").id] for s in ("left", "right")])
         self._finger_act = np.array([m.actuator(f"finger_{s}_act").id for s in ("left", "right")])
         self._tcp = m.site("tcp").id
-        self._main_camera = m.camera("main").id
+        self._main_camera = m.camera(self.MAIN_CAMERA).id
         self._wrist_camera = m.camera("wrist").id
         self._finger_geoms = np.array([m.geom(f"finger_{s}").id for s in ("left", "right")])
 

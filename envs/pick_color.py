@@ -27,13 +27,20 @@ class PickColorEnv(TableTopEnv):
     four cubes in body order (4 x 3); metres, table top at z = 0. The state deliberately holds no
     colours and no target identity: a state-only policy cannot tell which cube to lift.
     ``info["target_index"]`` (the target's body index, 0..3) is privileged, for scripted experts
-    and tests. Success: the target cube is held by both fingers with its centre at least
+    and tests. ``main_images`` come from the task's ``overhead`` camera, which frames the cube area
+    (cubes about 8 pixels wide at 64x64), and the gripper starts near a home pose above the table's
+    centre, as robot benchmarks start their arms: which cube to go to is the question the task asks
+    of a policy, not where a randomly placed gripper is in 3-D from one camera. Success: the target cube is held by both fingers with its centre at least
     ``lift_height`` above its resting height. Dense reward: :func:`staged_reward` of
     ``(reach + grasp + 2 lift) / 4``: closeness of the TCP to the target, both fingers touching
     it, and the fraction of ``lift_height`` it is lifted while grasped.
     """
 
     XML_FILE: ClassVar[str] = "pick_color.xml"
+    MAIN_CAMERA: ClassVar[str] = "overhead"
+    # Home pose (0, 0, 0.2) with a little noise.
+    gripper_init_low: ClassVar[np.ndarray] = np.array([-0.02, -0.02, 0.18])
+    gripper_init_high: ClassVar[np.ndarray] = np.array([0.02, 0.02, 0.22])
     NUM_CUBES: ClassVar[int] = 4
     STATE_DIM: ClassVar[int] = 4 + 3 * NUM_CUBES
     cube_low: ClassVar[np.ndarray] = np.array([-0.15, -0.15])

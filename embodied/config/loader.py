@@ -362,6 +362,7 @@ def validate(cfg: Config) -> list[str]:
     need(t.weight_decay >= 0, f"sft.weight_decay: must be >= 0, got {t.weight_decay}")
     need(t.max_grad_norm > 0, f"sft.max_grad_norm: must be > 0, got {t.max_grad_norm}")
     need(0.0 <= t.val_fraction < 1.0, f"sft.val_fraction: must be in [0, 1), got {t.val_fraction}")
+    need(t.first_step_weight > 0, f"sft.first_step_weight: must be > 0 (1: uniform), got {t.first_step_weight}")
     need(t.eval_every >= 0, f"sft.eval_every: must be >= 0, got {t.eval_every}")
     need(t.log_every >= 1, f"sft.log_every: must be >= 1, got {t.log_every}")
     v = cfg.logger.video

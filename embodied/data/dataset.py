@@ -61,13 +61,18 @@ class DemoDataset(torch.utils.data.Dataset):
         table = rows.with_format("arrow")[:]
         self.obs_keys: list[str] = [k for k in OBS_KEYS if k in table.column_names]
         self.columns: dict[str, np.ndarray] = {
-            k: _numpy(table, k) for k in (*self.obs_keys, "actions", "executed", "episode_index")}
+            k: _numpy(table, k) for k in (*self.obs_keys, "actions", "executed", "episode_index", "step")}
         self.tasks: list[str] = table.column("task").to_pylist()
 
     @property
     def episode_indices(self) -> np.ndarray:
         """int64 [N]: the episode of every row."""
         return self.columns["episode_index"]
+
+    @property
+    def steps(self) -> np.ndarray:
+        """int32 [N]: each row's chunk step within its episode (0 = the episode's first)."""
+        return self.columns["step"]
 
     def __len__(self) -> int:
         return len(self.tasks)

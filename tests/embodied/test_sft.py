@@ -11,7 +11,8 @@ import embodied.runner as runner
 from embodied.cli import main
 from embodied.config import ConfigError, load_config
 from embodied.data.collect import collect
-from embodied.sft import sft
+from embodied.data import DemoDataset
+from embodied.sft import sft, split_by_episode, train_loader
 
 REACH = ["env.id=Reach-v0", "env.num_envs=8", "eval_env.num_envs=8", "env.max_episode_steps=30",
          "policy.type=mlp", "policy.action_chunk=2", "policy.hidden_sizes=[64, 64]", "policy.normalize_states=true"]
@@ -58,6 +59,33 @@ def test_sft_refuses_a_dataset_that_does_not_fit_before_any_worker(tmp_path, rea
     with pytest.raises(ConfigError, match="sft.dataset: .*does not exist"):
         run_sft(tmp_path, tmp_path / "missing")
     assert not any(tmp_path.iterdir())
+
+
+def test_sft_continues_from_policy_init_from_and_refuses_one_that_does_not_fit(tmp_path, reach_demos):
+    first = run_sft(tmp_path / "a", reach_demos, "sft.epochs=20", "sft.lr=0.003")
+    fresh = run_sft(tmp_path / "b", reach_demos, "sft.epochs=1")
+    again = run_sft(tmp_path / "c", reach_demos, "sft.epochs=1", f"policy.init_from={first.run_dir}")
+    assert again.history[0]["sft/train_loss"] < fresh.history[0]["sft/train_loss"] - 1.0
+    assert again.history[0]["sft/train_loss"] < first.history[0]["sft/train_loss"] - 1.0
+    with pytest.raises(ConfigError, match="policy.init_from"):
+        run_sft(tmp_path / "d", reach_demos, f"policy.init_from={tmp_path / 'missing'}")
+    assert not (tmp_path / "d").exists()
+
+
+def test_first_step_weight_draws_each_episodes_first_chunk_that_much_more_often(reach_demos):
+    data = DemoDataset(reach_demos)
+    train, _ = split_by_episode(data, 0.25, seed=0)
+    first_share = float((data.steps[train.indices] == 0).mean())
+    uniform = train_loader(data, train, 16, 1.0, seed=0)
+    assert sorted(i for batch in uniform.batch_sampler for i in batch) == list(range(len(train)))  # each row once
+    weighted = train_loader(data, train, 16, 5.0, seed=0)
+    drawn = [train.indices[i] for _ in range(40) for batch in weighted.batch_sampler for i in batch]
+    assert len(drawn) == 40 * len(train)  # an epoch is still as many rows
+    expected = 5 * first_share / (5 * first_share + 1 - first_share)
+    assert abs(float((data.steps[drawn] == 0).mean()) - expected) < 0.03
+    assert 0 < first_share < expected
+    with pytest.raises(ConfigError, match="sft.first_step_weight"):
+        load_config(None, [*REACH, "sft.first_step_weight=0"])
 
 
 def test_the_cli_runs_sft_and_prints_how_to_start_rl(tmp_path, reach_demos, capsys):

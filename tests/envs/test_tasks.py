@@ -232,6 +232,26 @@ def test_pick_color_description_matches_target(make_env) -> None:
     assert named == set(COLORS) and len(targets) == PickColorEnv.NUM_CUBES and len(orders) > 5
 
 
+def test_pick_color_frames_the_cubes_from_its_own_camera_and_starts_at_home(make_env) -> None:
+    """PickColor's main image comes from its ``overhead`` camera, where each cube covers several times
+    the pixels robot.xml's ``main`` gives it; the gripper starts near its home pose."""
+    env = make_env(PickColorEnv, obs_mode="rgb")
+    assert env.MAIN_CAMERA == "overhead" and env._main_camera == env.model.camera("overhead").id
+    obs, _ = env.reset(seed=3)
+    np.testing.assert_array_equal(obs[MAIN_IMAGES], env._render_camera(env.model.camera("overhead").id, 64, True))
+    wide = env._render_camera(env.model.camera("main").id, 64, True)
+
+    def cube_pixels(image: np.ndarray) -> int:  # pixels of the pure-colour cubes (the table is beige)
+        rgb = image.astype(int)
+        return int(((rgb.max(-1) - rgb.min(-1)) > 120).sum())
+
+    assert cube_pixels(obs[MAIN_IMAGES]) > 3 * cube_pixels(wide) > 0
+    for seed in range(20):
+        env.reset(seed=seed)
+        assert np.all(env.tcp_pos >= PickColorEnv.gripper_init_low - 0.005)
+        assert np.all(env.tcp_pos <= PickColorEnv.gripper_init_high + 0.005)
+
+
 class WrongCubeExpert(PickColorExpert):
     """Lifts cube ``index`` whatever the instruction says."""
 
