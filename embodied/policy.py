@@ -57,6 +57,10 @@ class Policy(nn.Module, abc.ABC):
     """A torch module that acts on batched observations and replays its forward pass."""
 
     logprob_granularity: ClassVar[LogprobGranularity] = "chunk"
+    # Parameter-name prefixes of the value head alone. Critic warm-up
+    # (algorithm.critic_warmup_iterations) steps only these: a value loss that reached a shared
+    # encoder or backbone would move the policy before its warm-up ends.
+    value_head_prefixes: ClassVar[tuple[str, ...]] = ()
 
     @abc.abstractmethod
     def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
@@ -79,6 +83,11 @@ class Policy(nn.Module, abc.ABC):
     @abc.abstractmethod
     def value(self, obs: Obs) -> torch.Tensor:
         """V(obs), float32 [B]; used to bootstrap truncated episodes."""
+
+    def value_head_parameters(self) -> list[nn.Parameter]:
+        """The trainable parameters named by ``value_head_prefixes`` (what critic warm-up steps)."""
+        return [p for name, p in self.named_parameters()
+                if p.requires_grad and name.startswith(self.value_head_prefixes)]
 
     exports_pretrained: ClassVar[bool] = False  # checkpoints hold save_pretrained() output, not a state dict
 

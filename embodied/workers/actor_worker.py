@@ -37,6 +37,11 @@ class ActorWorker:
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.Adam(self.params, lr=actor.lr, eps=actor.adam_eps)
         self.device = self.params[0].device if self.params else torch.device("cpu")
+        self.value_head = {id(p) for p in self.policy.value_head_parameters()}
+        if algorithm.critic_warmup_iterations > 0 and not self.value_head:
+            raise ValueError(f"algorithm.critic_warmup_iterations={algorithm.critic_warmup_iterations}: "
+                             f"policy.type={policy_cfg.type} ({type(self.policy).__name__}) names no value-head "
+                             f"parameters (Policy.value_head_prefixes), so warm-up could not train the critic alone")
         self.generator = torch.Generator().manual_seed(seed)
         self.version = 0
 
@@ -110,6 +115,10 @@ class ActorWorker:
         self.optimizer.zero_grad()
         if not non_finite_terms(stats):
             out.loss.backward()
+            if warmup:  # the value loss also reaches shared layers (a VLA backbone, a CNN encoder): keep them still
+                for p in self.params:
+                    if id(p) not in self.value_head:
+                        p.grad = None
             stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.params, self.algo.max_grad_norm))
         bad = non_finite_terms(stats)
         if bad:

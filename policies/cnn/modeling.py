@@ -75,6 +75,7 @@ class CNNPolicy(Policy):
     """Gaussian CNN policy over action chunks, with a value head on the same encoder."""
 
     logprob_granularity = "chunk"
+    value_head_prefixes = ("critic.",)  # the image encoder is shared: warm-up leaves it
 
     def __init__(self, config: CNNConfig, spec: PolicySpec) -> None:
         super().__init__()

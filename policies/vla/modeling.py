@@ -53,6 +53,7 @@ class VLAPolicy(Policy):
     """Vision-language-action policy over a transformers backbone (see the module docstring)."""
 
     exports_pretrained = True
+    value_head_prefixes = ("value_head.",)  # on the backbone's hidden state: warm-up leaves the backbone
 
     def __init__(self, config: VLAConfig, spec: PolicySpec) -> None:
         super().__init__()

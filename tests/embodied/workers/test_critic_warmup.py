@@ -1,0 +1,69 @@
+"""Critic warm-up on policies whose value head sits on a shared trunk (a VLA backbone, a CNN encoder):
+the value loss must not move anything that acts, or the policy changes before warm-up ends."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from embodied.config import ActorConfig, AlgorithmConfig
+from embodied.policy import Policy
+from embodied.policies.cnn.configuration import CNNConfig
+from embodied.policies.vla.configuration import VLAConfig
+from embodied.types import Trajectory
+from embodied.workers.actor_worker import ActorWorker
+from tests.policies import test_cnn, test_vla
+
+
+def rollout(policy: Policy, obs: dict, steps: int = 2) -> Trajectory:
+    """A trajectory of ``steps`` chunk steps acted by ``policy``, with rewards that the values do not predict."""
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        outs = [policy.act(obs) for _ in range(steps)]
+    n, chunk = outs[0].actions.shape[:2]
+    stack = lambda key: torch.stack([getattr(o, key) for o in outs])  # noqa: E731
+    done = torch.zeros(steps, n, dtype=torch.bool)
+    return Trajectory(
+        forward_inputs={k: torch.stack([o.forward_inputs[k] for o in outs]) for k in outs[0].forward_inputs},
+        actions=stack("actions"), logprobs=stack("logprobs"), values=stack("values"),
+        rewards=torch.randn(steps, n, chunk, generator=g), executed=torch.ones(steps, n, chunk, dtype=torch.bool),
+        dones=done, terminated=done, final_values=torch.zeros(steps, n), next_values=torch.zeros(n), version=0)
+
+
+CASES = {
+    "vla": (lambda: VLAConfig(model_path="tiny:smolvlm-tiny", action_chunk=2), test_vla.spec(),
+            lambda: test_vla.observations(4)),
+    "cnn": (lambda: CNNConfig(action_chunk=test_cnn.C, **test_cnn.SMALL), test_cnn.WRIST, lambda: test_cnn.obs(4)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_warmup_steps_the_value_head_alone_then_everything_trains(kind):
+    config, spec, obs = CASES[kind]
+    actor = ActorWorker(config(), spec, AlgorithmConfig(critic_warmup_iterations=1, update_epochs=1,
+                                                        num_minibatches=2),
+                        ActorConfig(lr=1e-3, anneal_lr=False), total_iterations=2, seed=0)
+    head = {name for name, p in actor.policy.named_parameters() if p.requires_grad and name.startswith(
+        actor.policy.value_head_prefixes)}
+    assert head and len(head) < sum(1 for _ in actor.policy.parameters())
+    before = {k: v.clone() for k, v in actor.policy.state_dict().items()}
+    batch = rollout(actor.policy, obs())
+
+    metrics = actor.update([batch], iteration=1)
+    assert metrics["train/critic_warmup"] == 1.0
+    after = actor.policy.state_dict()
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    assert moved and moved <= head  # the value head learnt; the trunk and the action head did not move
+
+    actor.update([batch], iteration=2)
+    moved = {k for k in before if not torch.equal(before[k], actor.policy.state_dict()[k])}
+    assert moved - head  # after warm-up the policy trains as well
+
+
+def test_warmup_on_a_policy_without_a_named_value_head_is_refused(monkeypatch):
+    from embodied.policies.cnn.modeling import CNNPolicy
+
+    monkeypatch.setattr(CNNPolicy, "value_head_prefixes", ())
+    with pytest.raises(ValueError, match=r"critic_warmup_iterations=3: policy.type=cnn \(CNNPolicy\) names no"):
+        ActorWorker(CNNConfig(action_chunk=test_cnn.C, **test_cnn.SMALL), test_cnn.WRIST,
+                    AlgorithmConfig(critic_warmup_iterations=3), ActorConfig(), total_iterations=2, seed=0)
