@@ -32,7 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     p_eval.add_argument("--checkpoint", required=True, help="a checkpoint file, or a run dir (its latest checkpoint)")
     p_eval.add_argument("--episodes", type=int, help="episodes to run (default: runner.eval_episodes)")
     p_eval.add_argument("--video", action="store_true", help="record mp4s of the first logger.video.max_videos")
-    p_eval.add_argument("--out", help="output folder (default: <run dir>/eval/<checkpoint name>)")
+    p_eval.add_argument("--sample", action="store_true",
+                        help="sample actions as training rollouts do (seeded, reproducible) instead of greedy ones")
+    p_eval.add_argument("--out", help="output folder (default: <run dir>/eval/<checkpoint name>[-sampled])")
     p_sft = sub.add_parser("sft", help="behaviour cloning from demonstrations (sft.dataset), then eval")
     p_sft.add_argument("config", help="path to a YAML recipe with an sft section")
     p_sft.add_argument("overrides", nargs="*", help="section.field=value overrides")
@@ -197,9 +199,10 @@ def _eval(args: argparse.Namespace) -> int:
     episodes = args.episodes if args.episodes is not None else cfg.runner.eval_episodes
     if episodes < 1:
         return _error(f"--episodes must be >= 1, got {episodes}")
-    out = Path(args.out) if args.out else run_dir_of(checkpoint) / "eval" / checkpoint.stem
+    name = checkpoint.stem + ("-sampled" if args.sample else "")  # a sampled eval never overwrites the greedy one
+    out = Path(args.out) if args.out else run_dir_of(checkpoint) / "eval" / name
     try:
-        report = evaluate_checkpoint(cfg, checkpoint, episodes, out, video=args.video)
+        report = evaluate_checkpoint(cfg, checkpoint, episodes, out, video=args.video, sample=args.sample)
     except ValueError as exc:
         return _error(exc)
     except Exception as exc:

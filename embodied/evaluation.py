@@ -7,7 +7,8 @@ periodic eval during training; and ``embodied eval`` (a checkpoint -> ``eval.jso
 
 Eval is greedy (``deterministic=True``) on a fixed set of initial states: episode ``k`` starts
 from seed ``experiment.seed + EVAL_SEED_OFFSET + k``, apart from every training seed, so the
-same checkpoint gives the same numbers every time.
+same checkpoint gives the same numbers every time. ``embodied eval --sample`` samples the actions
+instead, from an RNG seeded by those seeds, so it repeats itself as well.
 """
 
 from __future__ import annotations
@@ -177,11 +178,12 @@ class EvalReport:
     tasks: dict[str, EvalSummary]
     episodes: list[EpisodeStats]
     videos: list[str] = field(default_factory=list)
+    deterministic: bool = True  # greedy actions; False: sampled (``embodied eval --sample``)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "checkpoint": self.checkpoint, "iteration": self.iteration, "env_id": self.env_id,
-            "deterministic": True, "num_episodes": self.summary.episodes,
+            "deterministic": self.deterministic, "num_episodes": self.summary.episodes,
             **{k: v for k, v in asdict(self.summary).items() if k != "episodes"},
             "per_task": {t: asdict(s) for t, s in self.tasks.items()},
             "videos": self.videos,
@@ -192,8 +194,12 @@ class EvalReport:
 
 
 def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int, out_dir: Path,
-                        video: bool = False) -> EvalReport:
-    """Greedy eval of a checkpoint's policy on ``cfg``'s eval envs; writes ``out_dir/eval.json``."""
+                        video: bool = False, sample: bool = False) -> EvalReport:
+    """Greedy eval of a checkpoint's policy on ``cfg``'s eval envs; writes ``out_dir/eval.json``.
+
+    ``sample``: the policy samples its actions, as in training rollouts (reproducibly: the RNG is
+    seeded from the eval seeds). RL improves the sampled policy first; this measures it.
+    """
     if cfg.env.preflight:  # check-env's fast checks on one eval env, before any worker starts
         preflight(cfg.resolved_eval_env(), "eval_env", video)
     state = load_checkpoint(checkpoint)
@@ -208,7 +214,7 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int, out_dir: P
             evaluator.load_checkpoint(state["actor"], int(state["actor"].get("version", 0)))
         except (RuntimeError, ValueError) as exc:
             raise ValueError(f"checkpoint {checkpoint} does not fit policy config {cfg.policy}: {exc}") from None
-        found = [e for e in evaluator.run(episodes, str(out_dir / "videos") if video else None)
+        found = [e for e in evaluator.run(episodes, str(out_dir / "videos") if video else None, sample)
                  if e.env_index < episodes]
         videos = evaluator.take_videos(wait=True)
         report_errors(videos.errors)
@@ -217,7 +223,7 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int, out_dir: P
         backend.shutdown()
     result = EvalReport(str(checkpoint), int(state.get("iteration", 0)), cfg.resolved_eval_env().id,
                         [evaluator.eval_seed(e.env_index) for e in found], EvalSummary.of(found), per_task(found),
-                        found, sorted(videos.paths))
+                        found, sorted(videos.paths), deterministic=not sample)
     write_json(out_dir / "eval.json", result.to_json())
     return result
 
@@ -240,5 +246,6 @@ def format_table(report: EvalReport) -> str:
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
              for r in rows]
     seeds = f"seeds {report.seeds[0]}..{report.seeds[-1]}" if report.seeds else "no episodes"
-    head = f"eval of {report.checkpoint} (iteration {report.iteration}) on {report.env_id}, greedy, {seeds}"
+    head = f"eval of {report.checkpoint} (iteration {report.iteration}) on {report.env_id}, "
+    head += f"{'greedy' if report.deterministic else 'sampled'}, {seeds}"
     return "\n".join([head, lines[0], "-" * len(lines[0]), *lines[1:]])

@@ -230,13 +230,14 @@ class Evaluator:
         """Load a checkpoint's policy (``load_checkpoint(...)["actor"]``) into every rollout worker."""
         self.backend.wait(self.rollout_group.call("load_checkpoint", actor_state, version))
 
-    def run(self, episodes: int, video_dir: str | None = None) -> list[EpisodeStats]:
+    def run(self, episodes: int, video_dir: str | None = None, sample: bool = False) -> list[EpisodeStats]:
         """Every episode of ``ceil(episodes / num_envs)`` rounds, ordered by eval episode index.
 
         An episode's ``env_index`` is its eval episode index ``k`` (seed ``eval_seed(k)``), so
         ``[e for e in run(n) if e.env_index < n]`` is the same set of n initial states every time.
         With ``video_dir`` the first ``logger.video.max_videos`` episodes are recorded into it
-        (encoded in the background: see ``take_videos``).
+        (encoded in the background: see ``take_videos``). With ``sample`` the policy samples its
+        actions (seeded by each round's reset seed, so the episodes repeat as well) instead of acting greedily.
         """
         eval_cfg = self.cfg.resolved_eval_env()
         n = eval_cfg.num_envs
@@ -245,19 +246,20 @@ class Evaluator:
         starts = [link.start for link in self.envs.rollout_links]  # rollout rank -> its first env
         stats: list[EpisodeStats] = []
         for round_ in range(math.ceil(episodes / n)):
-            parts = self._round(chunk_steps, base + round_ * n, round_ * n, video_dir)
+            parts = self._round(chunk_steps, base + round_ * n, round_ * n, video_dir, sample)
             found = [dataclasses.replace(e, env_index=round_ * n + start + e.env_index)
                      for part, start in zip(parts, starts) for e in part]
             stats += sorted(found, key=lambda e: e.env_index)
         return stats
 
-    def _round(self, chunk_steps: int, seed: int, first: int, video_dir: str | None) -> list[list[EpisodeStats]]:
+    def _round(self, chunk_steps: int, seed: int, first: int, video_dir: str | None,
+               sample: bool = False) -> list[list[EpisodeStats]]:
         """One eval round; a failed eval env worker is replaced and the round redone (every round
         resets its envs, so there is nothing else to put back)."""
         while True:
             with self.submit:
                 env_handles = self.envs.group.call("eval_epoch", chunk_steps, seed, first, video_dir)
-                handles = self.rollout_group.call("eval_epoch", chunk_steps)
+                handles = self.rollout_group.call("eval_epoch", chunk_steps, seed if sample else None)
             try:
                 return exchange(self.backend, handles, self.envs, env_handles)
             except WorkerFailure as failure:

@@ -98,12 +98,18 @@ class MultiStepRolloutWorker:
         return self._trajectory(recorded, self.policy.value(obs).float())
 
     @torch.no_grad()
-    def eval_epoch(self, chunk_steps: int) -> list[EpisodeStats]:
-        """``chunk_steps`` greedy chunk steps over the eval envs; the episodes that ended."""
+    def eval_epoch(self, chunk_steps: int, sample_seed: int | None = None) -> list[EpisodeStats]:
+        """``chunk_steps`` greedy chunk steps over the eval envs; the episodes that ended.
+
+        With ``sample_seed`` the actions are sampled instead (the stochastic policy that RL trains),
+        from torch's RNG seeded with ``sample_seed + rank``, so a sampled eval repeats itself too.
+        """
         if self.evaluation is None:
             raise RuntimeError(f"rollout rank {self.rank} has no eval envs")
+        if sample_seed is not None:
+            torch.manual_seed(sample_seed + self.rank)
         with self._failure_sent_to_peers(self.evaluation):
-            steps, _ = self._run(self.evaluation, chunk_steps, deterministic=True)
+            steps, _ = self._run(self.evaluation, chunk_steps, deterministic=sample_seed is None)
         return [e for _, result in steps for e in result.episodes]
 
     def _run(self, link: Link, chunk_steps: int, deterministic: bool,

@@ -246,3 +246,24 @@ def test_eval_takes_overrides_after_its_flags(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit):  # an unknown flag is still argparse's error, not an override
         main(["eval", "configs/reach_mlp_ppo.yaml", "--checkpoint", str(checkpoint), "--nope"])
     assert "unrecognized arguments: --nope" in capsys.readouterr().err
+
+
+def test_sampled_eval_repeats_itself_and_differs_from_greedy(tmp_path, capsys, monkeypatch):
+    from embodied.cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_config(root / "configs" / "reach_mlp_ppo.yaml")
+    checkpoint = reach_checkpoint(tmp_path, cfg)
+    monkeypatch.chdir(root)
+    args = ["eval", "configs/reach_mlp_ppo.yaml", "--checkpoint", str(checkpoint), "--episodes", "4",
+            "eval_env.num_envs=2", "eval_env.max_episode_steps=10"]
+    assert main([*args, "--sample"]) == 0 and main([*args, "--sample", "--out", str(tmp_path / "again")]) == 0
+    assert main(args) == 0
+    assert "on Reach-v0, sampled, seeds" in capsys.readouterr().out
+    sampled = json.loads((tmp_path / "eval" / "iter_000001-sampled" / "eval.json").read_text())
+    again = json.loads((tmp_path / "again" / "eval.json").read_text())
+    greedy = json.loads((tmp_path / "eval" / "iter_000001" / "eval.json").read_text())
+    assert sampled["deterministic"] is False and greedy["deterministic"] is True
+    assert sampled["episodes"] == again["episodes"]  # seeded: the same sampled episodes every time
+    assert [e["seed"] for e in sampled["episodes"]] == [e["seed"] for e in greedy["episodes"]]  # same initial states
+    assert [e["return"] for e in sampled["episodes"]] != [e["return"] for e in greedy["episodes"]]
