@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
                            help="execute the expert's actions with Gaussian noise of this fraction of half the "
                                 "action range, recording the expert's own (DART; default 0)")
     p_plot = sub.add_parser("plot", help="draw learning_curves.png from a run dir's metrics.jsonl")
-    p_plot.add_argument("run_dir")
+    p_plot.add_argument("run_dir", nargs="+", help="a run dir (its learning_curves.png), or several to compare")
+    p_plot.add_argument("--out", help="with several runs: the comparison PNG (default: compare.png here)")
     p_list = sub.add_parser("list", help="list registered envs or policies")
     p_list.add_argument("what", choices=["envs", "policies"])
     sub.add_parser("check-env", help="validate a simulator against the contracts (see `embodied check-env --help`)",
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "sft":
         return _sft(args.config, args.overrides)
     if args.command == "plot":
-        return _plot(args.run_dir)
+        return _plot(args.run_dir, args.out)
     if args.command == "make-tiny-vla":
         return _make_tiny_vla(args.out_dir, args.backbone, args.seed)
     return _list(args.what)
@@ -214,11 +215,14 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plot(run_dir: str) -> int:
-    from embodied.plot import plot_run
+def _plot(run_dirs: list[str], out: str | None) -> int:
+    from embodied.plot import plot_compare, plot_run
 
     try:
-        print(plot_run(run_dir))
+        if len(run_dirs) == 1 and out is None:
+            print(plot_run(run_dirs[0]))
+        else:
+            print(plot_compare(run_dirs, out or "compare.png"))
     except (FileNotFoundError, ValueError) as exc:
         return _error(exc)
     return 0

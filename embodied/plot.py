@@ -1,6 +1,7 @@
 """Learning curves of a run: ``metrics.jsonl`` -> ``<run_dir>/learning_curves.png``.
 
     embodied plot runs/reach_mlp_ppo-20250101-120000
+    embodied plot runs/a runs/b --out compare.png       # several runs: their evals side by side
 
 Six panels against env steps: success rate (training episodes, and eval with its 95% interval),
 return, episode length, policy loss, value loss and env-steps/s. Rendered with matplotlib's Agg
@@ -79,6 +80,43 @@ def plot_run(run_dir: str | Path) -> Path:
         _draw(ax, rows, panel)
     fig.suptitle(run_dir.name)
     out = run_dir / PLOT_FILE
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    return out
+
+
+def plot_compare(run_dirs: list[str | Path], out: str | Path) -> Path:
+    """Eval success (with its 95% interval) and eval return of several runs against env steps, one line
+    per run labelled by its folder name, into ``out``; returns its path."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    runs = []
+    for run_dir in map(Path, run_dirs):
+        metrics = run_dir / "metrics.jsonl"
+        if not metrics.is_file():
+            raise FileNotFoundError(f"{metrics} does not exist (is {run_dir} a run directory?)")
+        rows = read_metrics(metrics)
+        if not series(rows, "eval/success_rate")[0]:
+            raise ValueError(f"{metrics} holds no eval rows (eval/success_rate) to compare")
+        runs.append((run_dir.name, rows))
+    fig = Figure(figsize=(12, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    success, ret = fig.subplots(1, 2)
+    for name, rows in runs:
+        xs, ys = series(rows, "eval/success_rate")
+        line, = success.plot(xs, ys, marker="o", markersize=4, label=name)
+        lo, hi = (series(rows, k)[1] for k in ("eval/success_ci_low", "eval/success_ci_high"))
+        if len(lo) == len(xs) == len(hi):
+            success.fill_between(xs, lo, hi, alpha=0.15, color=line.get_color())
+        ret.plot(*series(rows, "eval/return"), marker="o", markersize=4, label=name)
+    for ax, title in ((success, "eval success rate (95% CI)"), (ret, "eval return")):
+        ax.set_title(title)
+        ax.set_xlabel("env steps" if all(any("env_steps" in r for r in rows) for _, rows in runs) else "step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    success.set_ylim(-0.02, 1.02)
+    out = Path(out)
     with atomic_path(out) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
     return out

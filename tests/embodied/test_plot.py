@@ -75,3 +75,19 @@ def test_plotting_leaves_the_matplotlib_backend_alone(tmp_path):
     write_metrics(tmp_path)
     plot_run(tmp_path)
     assert matplotlib.get_backend() == before
+
+
+def test_embodied_plot_of_several_runs_compares_their_evals(tmp_path, capsys):
+    a, b, bare = tmp_path / "ppo", tmp_path / "grpo", tmp_path / "no_evals"
+    for run, every in ((a, 5), (b, 2), (bare, 100)):
+        run.mkdir()
+        write_metrics(run, eval_every=every)
+    out = tmp_path / "figs" / "compare.png"
+    out.parent.mkdir()
+    assert main(["plot", str(a), str(b), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    image = np.asarray(Image.open(out).convert("RGB"))
+    assert image.shape == (450, 1200, 3) and image.std() > 10
+    assert main(["plot", str(a), str(bare), "--out", str(tmp_path / "x.png")]) == 2
+    assert "no_evals/metrics.jsonl holds no eval rows" in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
