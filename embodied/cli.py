@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     p_plot = sub.add_parser("plot", help="draw learning_curves.png from a run dir's metrics.jsonl")
     p_plot.add_argument("run_dir", nargs="+", help="a run dir (its learning_curves.png), or several to compare")
     p_plot.add_argument("--out", help="with several runs: the comparison PNG (default: compare.png here)")
+    p_plot.add_argument("--baseline", action="append", default=[],
+                        help="an eval.json (embodied eval) drawn as a dashed level in the comparison; repeatable")
     p_list = sub.add_parser("list", help="list registered envs or policies")
     p_list.add_argument("what", choices=["envs", "policies"])
     sub.add_parser("check-env", help="validate a simulator against the contracts (see `embodied check-env --help`)",
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "sft":
         return _sft(args.config, args.overrides)
     if args.command == "plot":
-        return _plot(args.run_dir, args.out)
+        return _plot(args.run_dir, args.out, args.baseline)
     if args.command == "make-tiny-vla":
         return _make_tiny_vla(args.out_dir, args.backbone, args.seed)
     return _list(args.what)
@@ -215,14 +217,14 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plot(run_dirs: list[str], out: str | None) -> int:
+def _plot(run_dirs: list[str], out: str | None, baselines: list[str]) -> int:
     from embodied.plot import plot_compare, plot_run
 
     try:
-        if len(run_dirs) == 1 and out is None:
+        if len(run_dirs) == 1 and out is None and not baselines:
             print(plot_run(run_dirs[0]))
         else:
-            print(plot_compare(run_dirs, out or "compare.png"))
+            print(plot_compare(run_dirs, out or "compare.png", baselines))
     except (FileNotFoundError, ValueError) as exc:
         return _error(exc)
     return 0

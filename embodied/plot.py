@@ -85,9 +85,13 @@ def plot_run(run_dir: str | Path) -> Path:
     return out
 
 
-def plot_compare(run_dirs: list[str | Path], out: str | Path) -> Path:
+def plot_compare(run_dirs: list[str | Path], out: str | Path, baselines: list[str | Path] = ()) -> Path:
     """Eval success (with its 95% interval) and eval return of several runs against env steps, one line
-    per run labelled by its folder name, into ``out``; returns its path."""
+    per run labelled by its folder name, into ``out``; returns its path.
+
+    ``baselines``: ``eval.json`` files (from ``embodied eval``, e.g. of the SFT checkpoint RL started
+    from), each drawn as a dashed level labelled with its checkpoint's run and its success rate.
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -100,6 +104,15 @@ def plot_compare(run_dirs: list[str | Path], out: str | Path) -> Path:
         if not series(rows, "eval/success_rate")[0]:
             raise ValueError(f"{metrics} holds no eval rows (eval/success_rate) to compare")
         runs.append((run_dir.name, rows))
+    levels = []
+    for path in map(Path, baselines):
+        try:
+            report = json.loads(path.read_text())
+            checkpoint = Path(report["checkpoint"])
+            levels.append((f"{checkpoint.parent.parent.name}/{checkpoint.name}", float(report["success_rate"]),
+                           float(report["return_mean"])))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: not an eval.json of `embodied eval` ({exc!r})") from None
     fig = Figure(figsize=(12, 4.5), layout="constrained")
     FigureCanvasAgg(fig)
     success, ret = fig.subplots(1, 2)
@@ -110,6 +123,9 @@ def plot_compare(run_dirs: list[str | Path], out: str | Path) -> Path:
         if len(lo) == len(xs) == len(hi):
             success.fill_between(xs, lo, hi, alpha=0.15, color=line.get_color())
         ret.plot(*series(rows, "eval/return"), marker="o", markersize=4, label=name)
+    for name, rate, mean_return in levels:
+        success.axhline(rate, linestyle="--", color="gray", label=f"{name}: {rate:.1%}")
+        ret.axhline(mean_return, linestyle="--", color="gray", label=name)
     for ax, title in ((success, "eval success rate (95% CI)"), (ret, "eval return")):
         ax.set_title(title)
         ax.set_xlabel("env steps" if all(any("env_steps" in r for r in rows) for _, rows in runs) else "step")

@@ -84,10 +84,15 @@ def test_embodied_plot_of_several_runs_compares_their_evals(tmp_path, capsys):
         write_metrics(run, eval_every=every)
     out = tmp_path / "figs" / "compare.png"
     out.parent.mkdir()
-    assert main(["plot", str(a), str(b), "--out", str(out)]) == 0
+    baseline = tmp_path / "eval.json"
+    baseline.write_text(json.dumps({"checkpoint": "runs/sft-1/checkpoints/iter_000010", "success_rate": 0.3,
+                                    "return_mean": -7.0}))
+    assert main(["plot", str(a), str(b), "--out", str(out), "--baseline", str(baseline)]) == 0
     assert capsys.readouterr().out.strip() == str(out)
     image = np.asarray(Image.open(out).convert("RGB"))
     assert image.shape == (450, 1200, 3) and image.std() > 10
     assert main(["plot", str(a), str(bare), "--out", str(tmp_path / "x.png")]) == 2
     assert "no_evals/metrics.jsonl holds no eval rows" in capsys.readouterr().err
+    assert main(["plot", str(a), "--baseline", str(tmp_path / "ppo" / "metrics.jsonl"), "--out", str(tmp_path / "x.png")]) == 2
+    assert "metrics.jsonl: not an eval.json of `embodied eval`" in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()
