@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CONSTRAINTS := .ci/constraints.txt
 RECIPE ?= configs/reach_mlp_ppo.yaml
-EXTRAS ?= test,robotics,metaworld
+EXTRAS ?= test,robotics,metaworld,libero
 export MUJOCO_GL ?= egl
 
 .PHONY: setup train test bench clean

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     p_eval.add_argument("config", help="path to a YAML recipe (its eval_env and policy sections are used)")
     p_eval.add_argument("overrides", nargs="*", help="section.field=value overrides")
     p_eval.add_argument("--checkpoint", required=True, help="a checkpoint file, or a run dir (its latest checkpoint)")
-    p_eval.add_argument("--episodes", type=int, help="episodes to run (default: runner.eval_episodes)")
+    p_eval.add_argument("--episodes", type=int, help="episodes to run (default: the suite's whole fixed eval set, e.g. LIBERO's tasks x 50 init states; else runner.eval_episodes); spread evenly over a fixed set")
     p_eval.add_argument("--video", action="store_true", help="record mp4s of the first logger.video.max_videos")
     p_eval.add_argument("--sample", action="store_true",
                         help="sample actions as training rollouts do (seeded, reproducible) instead of greedy ones")
@@ -199,8 +199,8 @@ def _eval(args: argparse.Namespace) -> int:
         checkpoint = find_checkpoint(args.checkpoint)
     except (ConfigError, FileNotFoundError, ValueError) as exc:
         return _error(exc)
-    episodes = args.episodes if args.episodes is not None else cfg.runner.eval_episodes
-    if episodes < 1:
+    episodes = args.episodes  # None: the env's fixed eval set (e.g. LIBERO's tasks x init states) or runner.eval_episodes
+    if episodes is not None and episodes < 1:
         return _error(f"--episodes must be >= 1, got {episodes}")
     name = checkpoint.stem + ("-sampled" if args.sample else "")  # a sampled eval never overwrites the greedy one
     out = Path(args.out) if args.out else run_dir_of(checkpoint) / "eval" / name

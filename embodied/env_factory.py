@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections.abc
 import inspect
+import os
 import types
 import typing
 from collections.abc import Callable
@@ -25,7 +26,7 @@ import numpy as np
 from embodied.config import ConfigError, EnvConfig
 from embodied.policy import PolicySpec
 from embodied.registry import ENVS, PluginError
-from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES
+from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES, EnvFootprint
 from embodied.envs.adapters.gymnasium_env import ADAPTER_OPTIONS, GymnasiumEnv, adapted_target, describe
 from embodied.envs.batched import BatchedEnv, is_batched
 from embodied.envs.chunked import ChunkedVectorEnv
@@ -34,7 +35,7 @@ KNOWN_KEYS: tuple[str, ...] = (STATES, MAIN_IMAGES, WRIST_IMAGES)
 
 
 def make_vector_env(cfg: EnvConfig, num_envs: int, section: str = "env", render_mode: str | None = None,
-                    name: str | None = None) -> BatchedEnv:
+                    name: str | None = None, first_index: int = 0) -> BatchedEnv:
     """``num_envs`` envs of ``cfg.id`` behind the chunk-step contract.
 
     A ``BatchedEnv`` implementation (class attribute ``batched = True``) is built directly;
@@ -44,6 +45,11 @@ def make_vector_env(cfg: EnvConfig, num_envs: int, section: str = "env", render_
     before any env is built; an env of embodied's convention whose spaces are not embodied's is
     refused, naming its class and the fix, when it is built (a ``PluginError``, as are the adapter's
 own refusals: raised as they are, not as a crash inside the env).
+
+    A constructor that names ``env_index`` gets each env's index in the whole batch
+    (``first_index + i``): a suite of several tasks spreads them over the batch without rebuilding.
+    A class declaring a ``footprint`` (``embodied.types.EnvFootprint``) of 1 s or more to build has
+    its envs built on threads, with a progress bar.
     """
     target = ENVS.resolve(cfg.id)
     kwargs = _call_kwargs(cfg, render_mode)
@@ -52,12 +58,18 @@ own refusals: raised as they are, not as a crash inside the env).
         _check_signature(target, kwargs, cfg, section)
         return target(**kwargs)
     _check_signature(target, kwargs, cfg, section)
+    indexed = takes_env_index(target)
+    per_env = [kwargs | ({"env_index": first_index + i} if indexed else {}) for i in range(num_envs)]
     if adapted_target(target) is None and not (isinstance(target, type) and issubclass(target, GymnasiumEnv)):
-        fns = [partial(_build_checked, target, kwargs, cfg.id) for _ in range(num_envs)]
+        fns = [partial(_build_checked, target, k, cfg.id) for k in per_env]
     else:
-        fns = [partial(target, **kwargs) for _ in range(num_envs)]
+        fns = [partial(target, **k) for k in per_env]
+    footprint = getattr(target, "footprint", None)
+    heavy = isinstance(footprint, EnvFootprint) and footprint.build_s >= 1.0 and num_envs > 1
     try:
-        return ChunkedVectorEnv(fns, auto_reset=cfg.auto_reset, name=name or cfg.id)
+        return ChunkedVectorEnv(fns, auto_reset=cfg.auto_reset, name=name or cfg.id,
+                                build_threads=min(num_envs, os.cpu_count() or 1) if heavy else 1,
+                                progress=isinstance(footprint, EnvFootprint) and footprint.build_s >= 1.0)
     except Exception as exc:
         if isinstance(exc.__cause__, PluginError):  # the framework's own finding, not a crash in the env's code
             raise exc.__cause__ from None
@@ -81,7 +93,20 @@ def check_env_config(cfg: EnvConfig, section: str = "env", render_mode: str | No
     _check_signature(target, kwargs, cfg, section)
 
 
+def takes_env_index(target: Any) -> bool:
+    """Whether an env constructor names ``env_index`` (its index in the batch, passed by the factory)."""
+    if not isinstance(target, type) or is_batched(target):
+        return False
+    try:
+        return "env_index" in inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _call_kwargs(cfg: EnvConfig, render_mode: str | None) -> dict[str, Any]:
+    if "env_index" in cfg.kwargs:
+        raise ConfigError("env.kwargs.env_index: set by the env factory (each env's index in the batch), not by the "
+                          "config; remove it")
     kwargs = dict(obs_mode=cfg.obs_mode, max_episode_steps=cfg.max_episode_steps, **cfg.kwargs)
     if render_mode is not None:
         kwargs["render_mode"] = render_mode

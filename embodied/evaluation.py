@@ -28,6 +28,7 @@ import torch
 from embodied.atomic import atomic_path
 from embodied.checkpoint import check_env_fits, load_checkpoint
 from embodied.config import Config
+from embodied.eval_plan import env_eval_episodes
 from embodied.placement import make_backend
 from embodied.preflight import preflight
 from embodied.types import EpisodeStats
@@ -179,23 +180,34 @@ class EvalReport:
     episodes: list[EpisodeStats]
     videos: list[str] = field(default_factory=list)
     deterministic: bool = True  # greedy actions; False: sampled (``embodied eval --sample``)
+    # Per episode, the reset options of a suite's fixed eval set (e.g. {"task_id": 3, "init_state": 17}), else None.
+    options: list[dict[str, Any] | None] = field(default_factory=list)
+    # What can move the numbers: the eval env's own provenance (versions, GL renderer, image size,
+    # settle and max steps for LIBERO) and the framework's stack.
+    provenance: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
+        options = self.options or [None] * len(self.episodes)
         return {
             "checkpoint": self.checkpoint, "iteration": self.iteration, "env_id": self.env_id,
             "deterministic": self.deterministic, "num_episodes": self.summary.episodes,
             **{k: v for k, v in asdict(self.summary).items() if k != "episodes"},
             "per_task": {t: asdict(s) for t, s in self.tasks.items()},
             "videos": self.videos,
+            "provenance": self.provenance,
             "episodes": [{"episode": e.env_index, "seed": seed, "task": e.task, "return": e.episode_return,
-                          "length": e.length, "success": e.success_once, "success_at_end": e.success_at_end}
-                         for e, seed in zip(self.episodes, self.seeds)],
+                          "length": e.length, "success": e.success_once, "success_at_end": e.success_at_end,
+                          **(opts or {})}
+                         for e, seed, opts in zip(self.episodes, self.seeds, options)],
         }
 
 
-def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int, out_dir: Path,
+def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int | None, out_dir: Path,
                         video: bool = False, sample: bool = False) -> EvalReport:
     """Greedy eval of a checkpoint's policy on ``cfg``'s eval envs; writes ``out_dir/eval.json``.
+
+    ``episodes``: how many (None: the env's whole fixed eval set when it publishes one, e.g. LIBERO's
+    tasks x 50 init states, else ``runner.eval_episodes``); for a fixed set, spread evenly over it.
 
     ``sample``: the policy samples its actions, as in training rollouts (reproducibly: the RNG is
     seeded from the eval seeds). RL improves the sampled policy first; this measures it.
@@ -205,6 +217,9 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int, out_dir: P
     state = load_checkpoint(checkpoint)
     env_id = cfg.resolved_eval_env().id
     check_env_fits(state, env_id, None, f"checkpoint {checkpoint}")  # before any worker starts
+    fixed = env_eval_episodes(cfg.resolved_eval_env())
+    if episodes is None:
+        episodes = len(fixed) if fixed is not None else cfg.runner.eval_episodes
     torch.manual_seed(cfg.experiment.seed)
     backend = make_backend(cfg.cluster)
     try:
@@ -214,8 +229,9 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int, out_dir: P
             evaluator.load_checkpoint(state["actor"], int(state["actor"].get("version", 0)))
         except (RuntimeError, ValueError) as exc:
             raise ValueError(f"checkpoint {checkpoint} does not fit policy config {cfg.policy}: {exc}") from None
-        found = [e for e in evaluator.run(episodes, str(out_dir / "videos") if video else None, sample)
-                 if e.env_index < episodes]
+        plan = evaluator.plan(episodes)
+        found = evaluator.run(episodes, str(out_dir / "videos") if video else None, sample)
+        provenance = evaluator.provenance()
         videos = evaluator.take_videos(wait=True)
         report_errors(videos.errors)
         evaluator.close()
@@ -223,7 +239,8 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int, out_dir: P
         backend.shutdown()
     result = EvalReport(str(checkpoint), int(state.get("iteration", 0)), cfg.resolved_eval_env().id,
                         [evaluator.eval_seed(e.env_index) for e in found], EvalSummary.of(found), per_task(found),
-                        found, sorted(videos.paths), deterministic=not sample)
+                        found, sorted(videos.paths), deterministic=not sample,
+                        options=[plan.options_of(e.env_index) for e in found], provenance=provenance)
     write_json(out_dir / "eval.json", result.to_json())
     return result
 

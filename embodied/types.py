@@ -58,6 +58,32 @@ class EpisodeStats:
     sim_unstable: bool = False  # the simulator went unstable (e.g. MuJoCo's bad-QACC reset): truncated there
 
 
+@dataclass(frozen=True)
+class EvalEpisode:
+    """One episode of a suite's fixed eval set: its task and the reset ``options`` that start it.
+
+    An env class that has a published eval protocol (LIBERO: task x fixed init state) offers
+    ``eval_episodes(**env.kwargs) -> list[EvalEpisode]`` (a classmethod); ``embodied.evaluation``
+    then runs those instead of seeded resets, and records each episode's options in ``eval.json``.
+    """
+
+    task: str  # the task description of the episode
+    options: dict[str, Any]  # passed to the env's reset(options=...), e.g. {"task_id": 3, "init_state": 17}
+
+
+@dataclass(frozen=True)
+class EnvFootprint:
+    """What one env costs, declared by a heavy simulator class (class attribute ``footprint``).
+
+    The driver checks ``rss_mib`` x the envs a run builds against the memory available before any
+    worker starts; an env worker builds envs whose ``build_s`` is 1 s or more concurrently, with a
+    progress bar.
+    """
+
+    rss_mib: float  # resident memory of one env, MiB (measured)
+    build_s: float  # seconds to construct one env (measured)
+
+
 @dataclass
 class EpisodeFrames:
     """The rendered frames of one recorded episode, terminal frame included (for videos).

@@ -25,10 +25,12 @@ class does no gymnasium-style autoreset, so no suite's reset convention leaks th
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -110,12 +112,15 @@ class ChunkedVectorEnv:
 
     batched: ClassVar[bool] = True  # implements embodied.envs.batched.BatchedEnv
 
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, auto_reset: bool = True, name: str = "env") -> None:
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, auto_reset: bool = True, name: str = "env",
+                 build_threads: int = 1, progress: bool = False) -> None:
+        """``build_threads > 1`` builds envs concurrently (simulators that take seconds to build spend
+        much of it outside the GIL: XML parsing, MuJoCo's compiler); ``progress`` shows a bar."""
         if len(env_fns) < 1:
             raise ValueError(f"{name}: a ChunkedVectorEnv needs at least one env, got {len(env_fns)}")
         self.name = name
         self.auto_reset = auto_reset
-        self.envs = [self._guard(i, "construction", fn) for i, fn in enumerate(env_fns)]
+        self.envs = self._build(env_fns, build_threads, progress)
         self.single_observation_space = self.envs[0].observation_space
         self.single_action_space = self.envs[0].action_space
         if not isinstance(self.single_action_space, gym.spaces.Box) or len(self.single_action_space.shape) != 1:
@@ -133,6 +138,34 @@ class ChunkedVectorEnv:
     @property
     def num_envs(self) -> int:
         return len(self.envs)
+
+    def _build(self, env_fns: Sequence[Callable[[], gym.Env]], threads: int, progress: bool) -> list[gym.Env]:
+        """Every env, in order; if one fails, the ones built are closed and its ``EnvError`` raised."""
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(env_fns), desc=f"building {self.name}", unit="env", disable=not progress, leave=False)
+        built: dict[int, gym.Env] = {}
+
+        def build(i: int) -> None:
+            built[i] = self._guard(i, "construction", env_fns[i])
+            bar.update(1)
+
+        try:
+            if threads <= 1:
+                for i in range(len(env_fns)):
+                    build(i)
+            else:
+                with ThreadPoolExecutor(threads, thread_name_prefix="env-build") as pool:
+                    for future in [pool.submit(build, i) for i in range(len(env_fns))]:
+                        future.result()
+        except BaseException:
+            for env in built.values():
+                with contextlib.suppress(Exception):
+                    env.close()
+            raise
+        finally:
+            bar.close()
+        return [built[i] for i in range(len(env_fns))]
 
     def get_state(self) -> bytes:
         """The envs mid-episode (simulator, RNG, task), their running episode stats and current
@@ -154,12 +187,17 @@ class ChunkedVectorEnv:
         """bool [B]: envs whose episode is over and not yet reset (only with ``auto_reset=False``)."""
         return self._finished.copy()
 
-    def reset(self, seed: int | None = None, seeds: Sequence[int] | None = None) -> Obs:
-        """Reset every env (env ``i`` gets ``seed + i``, or ``seeds[i]``); the batched first observation."""
+    def reset(self, seed: int | None = None, seeds: Sequence[int] | None = None,
+              options: Sequence[dict[str, Any] | None] | None = None) -> Obs:
+        """Reset every env (env ``i`` gets ``seed + i``, or ``seeds[i]``, and ``options[i]``, e.g. a
+        suite's fixed eval episode); the batched first observation."""
         if seeds is not None and len(seeds) != self.num_envs:
             raise ValueError(f"{self.name}: {len(seeds)} seeds for {self.num_envs} envs")
+        if options is not None and len(options) != self.num_envs:
+            raise ValueError(f"{self.name}: {len(options)} reset options for {self.num_envs} envs")
         per_env = list(seeds) if seeds is not None else [None if seed is None else seed + i for i in range(self.num_envs)]
-        self._obs = [self._reset_one(i, per_env[i]) for i in range(self.num_envs)]
+        opts = list(options) if options is not None else [None] * self.num_envs
+        self._obs = [self._reset_one(i, per_env[i], opts[i]) for i in range(self.num_envs)]
         self._finished[:] = False
         return self._batch(self._obs)
 
@@ -299,10 +337,13 @@ class ChunkedVectorEnv:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _reset_one(self, i: int, seed: int | None) -> dict:
+    def _reset_one(self, i: int, seed: int | None, options: dict[str, Any] | None = None) -> dict:
         env = self.envs[i]
         self.progress = (time.monotonic(), i, -1)
-        obs, info = self._guard(i, f"reset(seed={seed})", env.reset, seed=seed)
+        if options is None:
+            obs, info = self._guard(i, f"reset(seed={seed})", env.reset, seed=seed)
+        else:
+            obs, info = self._guard(i, f"reset(seed={seed}, options={options})", env.reset, seed=seed, options=options)
         if self._experts is not None:
             self._experts[i].reset(env.unwrapped)
         self._episodes[i] = _Episode(task=str(getattr(env.unwrapped, "task_description", "")))

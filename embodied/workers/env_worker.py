@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -65,7 +66,8 @@ class EnvWorker:
         render_mode = "rgb_array" if video else None
         self.stages = [
             _Stage(shards, make_vector_env(env_cfg, sum(s.size for s in shards), section, render_mode=render_mode,
-                                           name=f"{env_cfg.id}[{section} rank {rank} stage {i}]"))
+                                           name=f"{env_cfg.id}[{section} rank {rank} stage {i}]",
+                                           first_index=shards[0].start))
             for i, shards in enumerate(link.stage_shards())
         ]
         if video is not None and len(self.stages) > 1:
@@ -101,19 +103,19 @@ class EnvWorker:
                 self._reset(reset_seed, group_size)
             return self._exchange(chunk_steps, f"iteration {iteration}")
 
-    def eval_epoch(self, chunk_steps: int, reset_seed: int, first_episode: int, video_dir: str | None) -> int:
-        """One eval round: reset env ``i`` of the batch to ``reset_seed + i``, then exchange.
-
-        Env ``i`` plays eval episode ``first_episode + i``; with ``video_dir``, episodes below
-        ``video.max_videos`` are recorded and queued for encoding into ``video_dir``.
-        """
-        first = first_episode + self.link.start  # eval episode index of this worker's env 0
+    def eval_epoch(self, chunk_steps: int, reset_seed: int, episode_ids: list[int], video_dir: str | None,
+                   options: list[dict[str, Any] | None] | None = None, record: list[int] = ()) -> int:
+        """One eval round over the whole batch's lists: env ``i`` plays eval episode ``episode_ids[i]``, reset
+        with seed ``reset_seed + i`` (and ``options[i]``, a suite's fixed episode, when given); episodes named
+        in ``record`` are recorded and queued for encoding into ``video_dir``."""
+        lo, hi = self.link.start, self.link.start + self.link.num_envs
+        mine = episode_ids[lo:hi]
         with self._failure_sent_to_peers():
-            self._reset(reset_seed)
-            recorded = self._start_recording(first) if video_dir is not None else []
-            executed = self._exchange(chunk_steps, f"eval episodes from {first}")
+            self._reset(reset_seed, options=None if options is None else options[lo:hi])
+            recorded = self._start_recording(mine, record) if video_dir is not None else []
+            executed = self._exchange(chunk_steps, f"eval episodes from {mine[0]}")
         if recorded:
-            self._queue_videos(Path(video_dir), first)
+            self._queue_videos(Path(video_dir), mine)
         return executed
 
     def collect_round(self, chunk: int, chunk_steps: int, reset_seed: int, noise: float = 0.0) -> list[DemoEpisode]:
@@ -143,6 +145,13 @@ class EnvWorker:
                             obs={k: np.stack([h[0][k][i] for h in history[:steps]]) for k in OBS_KEYS if k in obs},
                             actions=rows(i, steps, 1), executed=rows(i, steps, 2), rewards=rows(i, steps, 3))
                 for i, (steps, stats) in sorted(ended.items())]
+
+    def provenance(self) -> dict[str, Any]:
+        """The env's own account of what can move an eval number (its ``provenance()``), or {}."""
+        envs = getattr(self.venv, "envs", None)
+        source = envs[0].unwrapped if envs else self.venv
+        describe = getattr(source, "provenance", None)
+        return dict(describe()) if callable(describe) else {}
 
     def expert_name(self) -> str:
         """The class name of the scripted expert of this worker's envs."""
@@ -202,11 +211,14 @@ class EnvWorker:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _reset(self, seed: int, group_size: int = 1) -> None:
-        """Reset every stage; global env ``i`` gets ``seed + i // group_size``."""
+    def _reset(self, seed: int, group_size: int = 1, options: list[dict[str, Any] | None] | None = None) -> None:
+        """Reset every stage; global env ``i`` gets ``seed + i // group_size`` (and ``options``, one per env of
+        this worker, with one stage: eval)."""
         for stage in self.stages:
             with self.watch.watching(stage.venv, stage.start, f"reset seed {seed}"):
-                if group_size == 1:
+                if options is not None:
+                    stage.obs = stage.venv.reset(seed=seed + stage.start, options=options)
+                elif group_size == 1:
                     stage.obs = stage.venv.reset(seed=seed + stage.start)
                 else:
                     seeds = [seed + (stage.start + j) // group_size for j in range(stage.venv.num_envs)]
@@ -258,22 +270,23 @@ class EnvWorker:
             raise PeerFailureError(item.message)
         return item
 
-    def _start_recording(self, first: int) -> list[int]:
-        """Record this worker's envs whose eval episode index is below ``max_videos``."""
+    def _start_recording(self, episode_ids: list[int], record: list[int]) -> list[int]:
+        """Record this worker's envs whose eval episode index is in ``record``."""
         if self.video is None:
             raise RuntimeError(f"env worker {self.rank} was made without a VideoConfig: it cannot record")
-        envs = [i for i in range(self.link.num_envs) if first + i < self.video.max_videos]
+        wanted = set(record)
+        envs = [i for i, k in enumerate(episode_ids) if k in wanted]
         if envs:
             self.venv.record(envs)
         return envs
 
-    def _queue_videos(self, out_dir: Path, first: int) -> None:
+    def _queue_videos(self, out_dir: Path, episode_ids: list[int]) -> None:
         try:
-            self._submit_videos(out_dir, first)
+            self._submit_videos(out_dir, episode_ids)
         except Exception as exc:  # noqa: BLE001 - the eval round itself went fine
             self._report_once(f"queueing eval videos failed: {exc!r}")
 
-    def _submit_videos(self, out_dir: Path, first: int) -> None:
+    def _submit_videos(self, out_dir: Path, episode_ids: list[int]) -> None:
         error = self.venv.recording_error  # read before record(()) clears it
         self.venv.record(())
         episodes = sorted(self.venv.take_recordings(), key=lambda e: e.env_index)
@@ -281,7 +294,7 @@ class EnvWorker:
             self._report_once(error)
         if not episodes:
             return
-        indices = [first + e.env_index for e in episodes]
+        indices = [episode_ids[e.env_index] for e in episodes]
         names = [f"episode_{k:03d}.mp4" for k in indices]
         grid = f"grid_{indices[0]:03d}-{indices[-1]:03d}.mp4" if self.video.grid and len(episodes) > 1 else None
         self.writer.submit(out_dir, episodes, names, grid, self.video)

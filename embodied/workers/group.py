@@ -20,10 +20,11 @@ from embodied.algorithms import Algorithm, RolloutReset
 from embodied.channels import Channel, route, shards_for_rollout_rank
 from embodied.config import Config, ConfigError, EnvConfig
 from embodied.config.schema import VideoConfig
+from embodied.eval_plan import EvalPlan, env_eval_episodes
 from embodied.placement import Backend, LocalBackend, WorkerGroup
 from embodied.policy import Policy, PolicySpec
 from embodied.registry import ALGORITHMS
-from embodied.types import EpisodeStats, PeerFailure, PeerFailureError, Trajectory
+from embodied.types import EpisodeStats, EvalEpisode, PeerFailure, PeerFailureError, Trajectory
 from embodied.video import VideoReport
 from embodied.workers.actor_worker import ActorWorker
 from embodied.workers.env_worker import EnvWorker
@@ -204,7 +205,9 @@ class Evaluator:
     """Greedy episodes on the eval envs from a fixed, reproducible set of seeds.
 
     Eval episode ``k`` starts from seed ``experiment.seed + EVAL_SEED_OFFSET + k``, apart from
-    every training seed; ``eval_env.num_envs`` episodes run at a time (one round).
+    every training seed, or, for an env that publishes a fixed eval set (``eval_episodes``), from
+    its ``k``-th chosen episode (``embodied.eval_plan``); ``eval_env.num_envs`` episodes run at a
+    time (one round).
     """
 
     cfg: Config
@@ -216,6 +219,7 @@ class Evaluator:
     # Held while an exchange's calls are submitted, so every rollout rank serves exchanges in one order
     # (async runs submit rollouts and evals from two threads; interleaved, two ranks could wait on each other).
     submit: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    _fixed: tuple[list[EvalEpisode] | None] | None = None  # the eval env's fixed eval set, once looked up
 
     @classmethod
     def start(cls, cfg: Config, backend: Backend, video: VideoConfig | None = None) -> Evaluator:
@@ -230,40 +234,51 @@ class Evaluator:
         """Load a checkpoint's policy (``load_checkpoint(...)["actor"]``) into every rollout worker."""
         self.backend.wait(self.rollout_group.call("load_checkpoint", actor_state, version))
 
-    def run(self, episodes: int, video_dir: str | None = None, sample: bool = False) -> list[EpisodeStats]:
-        """Every episode of ``ceil(episodes / num_envs)`` rounds, ordered by eval episode index.
+    def plan(self, episodes: int) -> EvalPlan:
+        """The episodes of an eval of ``episodes`` episodes (``embodied.eval_plan``): seeded, or spread over
+        the fixed eval set the eval env publishes (computed once)."""
+        if self._fixed is None:
+            self._fixed = (env_eval_episodes(self.cfg.resolved_eval_env()),)
+        return EvalPlan.make(self.cfg.resolved_eval_env().num_envs, episodes, self._fixed[0])
 
-        An episode's ``env_index`` is its eval episode index ``k`` (seed ``eval_seed(k)``), so
-        ``[e for e in run(n) if e.env_index < n]`` is the same set of n initial states every time.
-        With ``video_dir`` the first ``logger.video.max_videos`` episodes are recorded into it
-        (encoded in the background: see ``take_videos``). With ``sample`` the policy samples its
-        actions (seeded by each round's reset seed, so the episodes repeat as well) instead of acting greedily.
+    def run(self, episodes: int, video_dir: str | None = None, sample: bool = False) -> list[EpisodeStats]:
+        """Every episode of ``plan(episodes)``'s rounds, ordered by eval episode index.
+
+        An episode's ``env_index`` is its eval episode index ``k`` (seed ``eval_seed(k)``, or the
+        fixed episode ``plan(episodes).fixed[k]``), so ``[e for e in run(n) if e.env_index < n]`` is
+        the same set of initial states every time. With ``video_dir`` the episodes ``plan.recorded``
+        names are recorded into it (encoded in the background: see ``take_videos``). With ``sample``
+        the policy samples its actions (seeded by each round's reset seed, so the episodes repeat as
+        well) instead of acting greedily.
         """
         eval_cfg = self.cfg.resolved_eval_env()
-        n = eval_cfg.num_envs
+        plan = self.plan(episodes)
         chunk_steps = math.ceil(eval_cfg.max_episode_steps / self.cfg.policy.action_chunk)
-        base = self.eval_seed(0)
+        record = plan.recorded(self.cfg.logger.video.max_videos) if video_dir is not None else []
         starts = [link.start for link in self.envs.rollout_links]  # rollout rank -> its first env
         stats: list[EpisodeStats] = []
-        for round_ in range(math.ceil(episodes / n)):
-            parts = self._round(chunk_steps, base + round_ * n, round_ * n, video_dir, sample)
-            found = [dataclasses.replace(e, env_index=round_ * n + start + e.env_index)
+        for round_ in range(plan.rounds):
+            ids = plan.episode_ids(round_)
+            parts = self._round(chunk_steps, self.eval_seed(round_ * plan.n_envs), ids, plan.options(round_),
+                                record, video_dir, sample)
+            found = [dataclasses.replace(e, env_index=ids[start + e.env_index])
                      for part, start in zip(parts, starts) for e in part]
-            stats += sorted(found, key=lambda e: e.env_index)
-        return stats
+            stats += [e for e in found if e.env_index < plan.episodes]  # fillers of the last rounds dropped
+        return sorted(stats, key=lambda e: e.env_index)
 
-    def _round(self, chunk_steps: int, seed: int, first: int, video_dir: str | None,
-               sample: bool = False) -> list[list[EpisodeStats]]:
+    def _round(self, chunk_steps: int, seed: int, episode_ids: list[int], options: list[dict] | None,
+               record: list[int], video_dir: str | None, sample: bool = False) -> list[list[EpisodeStats]]:
         """One eval round; a failed eval env worker is replaced and the round redone (every round
         resets its envs, so there is nothing else to put back)."""
         while True:
             with self.submit:
-                env_handles = self.envs.group.call("eval_epoch", chunk_steps, seed, first, video_dir)
+                env_handles = self.envs.group.call("eval_epoch", chunk_steps, seed, episode_ids, video_dir, options,
+                                                   record)
                 handles = self.rollout_group.call("eval_epoch", chunk_steps, seed if sample else None)
             try:
                 return exchange(self.backend, handles, self.envs, env_handles)
             except WorkerFailure as failure:
-                where = f"eval episodes from {first}" + (f" at iteration {self.iteration}" if self.iteration else "")
+                where = f"eval episodes from {min(episode_ids)}" + (f" at iteration {self.iteration}" if self.iteration else "")
                 try:
                     self.restarts.spend(failure, where)
                 except BaseException:
@@ -274,6 +289,19 @@ class Evaluator:
     def eval_seed(self, k: int) -> int:
         """The reset seed of eval episode ``k``."""
         return self.cfg.experiment.seed + EVAL_SEED_OFFSET + k
+
+    def provenance(self) -> dict[str, Any]:
+        """What the eval env says can move its numbers (``provenance()`` of a suite's env: versions, GL
+        renderer, image size...), plus the versions of the framework's own stack."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        stack = {}
+        for pkg in ("embodied", "torch", "numpy", "gymnasium", "mujoco"):
+            try:
+                stack[pkg] = version(pkg)
+            except PackageNotFoundError:
+                stack[pkg] = None
+        return {"stack": stack, **self.backend.wait(self.envs.group.call("provenance"))[0]}
 
     def take_videos(self, wait: bool = False) -> VideoReport:
         """Videos finished since the last call (``wait``: finish the queued ones first)."""

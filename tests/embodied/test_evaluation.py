@@ -132,8 +132,8 @@ def test_evaluator_alone_builds_no_training_workers_and_repeats_itself(local_bac
     evaluator = Evaluator.start(cfg, local_backend)
     assert len(local_backend._groups) == 2  # eval envs and rollout workers: no actor, no training envs
     evaluator.load_checkpoint({"policy": evaluator.rollout_group.workers[0].policy.state_dict()})
-    episodes = evaluator.run(episodes=6)  # two rounds of four
-    assert [e.env_index for e in episodes] == list(range(8))
+    episodes = evaluator.run(episodes=6)  # two rounds of four; the last round's two fillers are dropped
+    assert [e.env_index for e in episodes] == list(range(6))
     # The echo policy plays its env's first reset seed: episode k of round 0 started from seed base + k.
     base = 7 + EVAL_SEED_OFFSET
     assert [e.episode_return / e.length for e in episodes[:4]] == [base + k for k in range(4)]
