@@ -41,7 +41,7 @@ class WorkerGroup(Protocol):
 class Backend(Protocol):
     def create(self, cls: type, args_per_rank: list[tuple], resources: Resources | None = None) -> WorkerGroup: ...
     def available(self) -> dict[str, float]:
-        """What the workers can reserve: {"CPU": n, "GPU": n}."""
+        """What the workers can reserve: {"CPU": n, "GPU": n, "memory_mib": MiB available now}."""
     def channel(self, name: str) -> Channel: ...
     def wait(self, handles: list[Any], timeout: float | None = None) -> list[Any]:
         """Every handle's result (raises the first error); ``TimeoutError`` after ``timeout`` seconds."""
@@ -164,7 +164,8 @@ class LocalBackend:
     def available(self) -> dict[str, float]:
         import torch
 
-        return {"CPU": float(os.cpu_count() or 1), "GPU": float(torch.cuda.device_count())}
+        return {"CPU": float(os.cpu_count() or 1), "GPU": float(torch.cuda.device_count()),
+                "memory_mib": memory_available_mib()}
 
     def channel(self, name: str) -> Channel:
         return LocalChannel(name)
@@ -213,6 +214,7 @@ class RayBackend:
         import ray
 
         self.ray = ray
+        self.cluster = cluster
         self._started = False
         if cluster.address is not None:
             check_reachable(cluster.address, cluster.connect_timeout_s)
@@ -244,7 +246,10 @@ class RayBackend:
 
     def available(self) -> dict[str, float]:
         total = self.ray.cluster_resources()
-        return {"CPU": float(total.get("CPU", 0.0)), "GPU": float(total.get("GPU", 0.0))}
+        # A cluster's nodes report the memory Ray may schedule; a Ray of this machine has what the machine has free.
+        cluster_mib = float(total.get("memory", 0.0)) / 2**20
+        memory = memory_available_mib() if self.cluster.address is None else cluster_mib
+        return {"CPU": float(total.get("CPU", 0.0)), "GPU": float(total.get("GPU", 0.0)), "memory_mib": memory}
 
     def channel(self, name: str) -> Channel:
         from embodied.channels.ray_channel import RayChannel
@@ -270,6 +275,21 @@ class RayBackend:
             ch.close()
         if self._started:
             self.ray.shutdown()
+
+
+def memory_available_mib() -> float:
+    """This machine's available memory in MiB (``MemAvailable``: free plus what the kernel can reclaim)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) / 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (ValueError, OSError, AttributeError):
+        return float("inf")  # unknown: not checked
 
 
 def check_reachable(address: str, timeout_s: float) -> None:

@@ -23,8 +23,8 @@ from embodied.config.schema import VideoConfig
 from embodied.eval_plan import EvalPlan, env_eval_episodes
 from embodied.placement import Backend, LocalBackend, WorkerGroup
 from embodied.policy import Policy, PolicySpec
-from embodied.registry import ALGORITHMS
-from embodied.types import EpisodeStats, EvalEpisode, PeerFailure, PeerFailureError, Trajectory
+from embodied.registry import ALGORITHMS, ENVS
+from embodied.types import EnvFootprint, EpisodeStats, EvalEpisode, PeerFailure, PeerFailureError, Trajectory
 from embodied.video import VideoReport
 from embodied.workers.actor_worker import ActorWorker
 from embodied.workers.env_worker import EnvWorker
@@ -198,6 +198,28 @@ def check_resources(cfg: Config, backend: Backend, training: bool) -> None:
             raise ConfigError(f"cluster.{next(name for name, each, _ in asked if each)}_resources.{field_name}: the "
                               f"worker groups reserve {total:g} {kind}s ({parts}) but the {c.backend} backend has "
                               f"{have[kind]:g}")
+    check_memory(cfg, have.get("memory_mib", float("inf")), training)
+
+
+def check_memory(cfg: Config, available_mib: float, training: bool) -> None:
+    """Fail when the envs a run builds need more memory than there is: each env class that declares a
+    ``footprint`` (measured RSS of one env, e.g. 1.7 GB for LIBERO) times its envs, training and eval."""
+    sections = ([("env", cfg.env)] if training else []) + [("eval_env", cfg.resolved_eval_env())]
+    needs = []
+    for section, env_cfg in sections:
+        footprint = getattr(ENVS.resolve(env_cfg.id), "footprint", None)
+        if isinstance(footprint, EnvFootprint):
+            needs.append((section, env_cfg, footprint.rss_mib))
+    total = sum(env_cfg.num_envs * rss for _, env_cfg, rss in needs)
+    if not needs or total <= available_mib:
+        return
+    parts = " + ".join(f"{section}.num_envs={e.num_envs} x {rss / 1024:.2f} GiB ({e.id})" for section, e, rss in needs)
+    fits = int(available_mib // max(rss for *_, rss in needs))
+    raise ConfigError(
+        f"{needs[0][0]}.num_envs: the envs need about {total / 1024:.1f} GiB ({parts}, each env's measured resident "
+        f"memory) but {available_mib / 1024:.1f} GiB is available on this machine. Fix: fewer envs (about {fits} "
+        f"fit, training and eval together), fewer eval envs (eval_env.num_envs), or a Ray cluster with more memory "
+        f"(cluster.backend=ray cluster.address=HOST:PORT)")
 
 
 @dataclass

@@ -265,20 +265,20 @@ class LiberoEnv(gym.Env):
         envs = importlib.import_module("libero.libero.envs")
         init_states = load_init_states(task, self.init_states_dir)
         with contextlib.redirect_stdout(io.StringIO()), self._global_rng():
-            raw = envs.OffScreenRenderEnv(
-                bddl_file_name=task.bddl_file, camera_heights=self.image_size, camera_widths=self.image_size,
+            # ControlEnv, not OffScreenRenderEnv (which forces a renderer): state mode needs no GL context.
+            raw = envs.env_wrapper.ControlEnv(
+                bddl_file_name=task.bddl_file, has_renderer=False, camera_heights=self.image_size, camera_widths=self.image_size,
                 use_camera_obs=False,  # this class renders, with its own context made current
                 has_offscreen_renderer=self.obs_mode != "state" or self.render_mode == "rgb_array",
                 hard_reset=self.hard_reset, horizon=INTERNAL_HORIZON, ignore_done=True)
         del libero
-        sim = raw.env.sim
-        expected = 1 + sim.model.nq + sim.model.nv
-        if init_states.shape[1] != expected:
+        nq, nv = raw.env.sim.model.nq, raw.env.sim.model.nv
+        if init_states.shape[1] != 1 + nq + nv:
             raw.close()
             raise LiberoSetupError(
                 f"init states of {self.suite.env_id} task {task.index} ({task.name}) hold {init_states.shape[1]} "
-                f"numbers per state, but the task's model has a state of {expected} (1 + nq {sim.model.nq} + nv "
-                f"{sim.model.nv}): they were made for another model or another version of the assets")
+                f"numbers per state, but the task's model has a state of {1 + nq + nv} (1 + nq {nq} + nv {nv}): "
+                f"they were made for another model or another version of the assets")
         self._raw, self.task, self._init_states = raw, task, init_states
         self._objects = objects_of_interest(task) if self.obs_mode == "state" else []
         self._release_gl()  # built on this thread, perhaps stepped on another

