@@ -1038,6 +1038,8 @@ def build_parser(prog: str = "embodied check-env") -> argparse.ArgumentParser:
     parser.add_argument("--max-episode-steps", type=int, default=50)
     parser.add_argument("--kwargs", default="{}", help="JSON object of extra constructor arguments (env.kwargs)")
     parser.add_argument("--seed", type=int, default=0, help="reset seed of the checks")
+    parser.add_argument("--fast", action="store_true",
+                        help="only the preflight's fast subset (for simulators that take seconds to build or step)")
     parser.add_argument("--json", action="store_true",
                         help="print the rows as a JSON list of {name, passed, detail, fix, severity} (tracebacks "
                              "go to stderr)")
@@ -1055,7 +1057,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--kwargs must be a JSON object, got {args.kwargs}")
     cfg = EnvConfig(id=args.id, num_envs=2, obs_mode=args.obs_mode, max_episode_steps=args.max_episode_steps,
                     kwargs=kwargs)
-    results = check_env(cfg, steps=args.steps, chunk=args.chunk, seed=args.seed)
+    results = check_env(cfg, steps=args.steps, chunk=args.chunk, seed=args.seed, fast=args.fast)
     if args.json:
         for r in results:
             if r.traceback:

@@ -25,6 +25,8 @@ from embodied.envs.pick_place import PickPlaceEnv
 from embodied.envs.push import PushEnv
 from embodied.envs.reach import ReachEnv
 from embodied.envs.stack import StackEnv
+from embodied.envs.adapters.libero.env import LiberoObject  # imports no LIBERO until an env is built
+from embodied.envs.adapters.libero.expert import LiberoObjectExpert
 
 OPEN, CLOSE = 1.0, -1.0
 
@@ -240,6 +242,7 @@ _EXPERTS: tuple[tuple[type[TableTopEnv], type], ...] = (
     (PickPlaceEnv, PickPlaceExpert),
     (StackEnv, StackExpert),
     (PickColorEnv, PickColorExpert),
+    (LiberoObject, LiberoObjectExpert),  # 500 of 500 fixed init states (benchmarks/libero_object_expert.py)
 )
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import gymnasium as gym
 import numpy as np
+
+from embodied.types import EnvFootprint, EvalEpisode
 
 
 class CountingEnv(gym.Env):
@@ -166,3 +170,38 @@ class SlowEnv(CountingEnv):
 
         time.sleep(self.delay)
         return super().step(action)
+
+
+class EpisodeSetEnv(CountingEnv):
+    """A suite with a published eval set (``tasks`` x ``states`` fixed episodes), one task per env.
+
+    The env of batch index ``env_index`` starts with task ``env_index % tasks``; a reset whose options
+    name another task switches to it (a "rebuild", recorded in ``builds``). ``states[2]`` is the
+    episode's code ``100 * task_id + init_state`` (or the seed without options), which the echo
+    policy turns into the reward, so an episode's return per step tells which episode it played.
+    """
+
+    footprint: ClassVar[EnvFootprint] = EnvFootprint(rss_mib=1.0, build_s=0.0)
+    builds: ClassVar[list[tuple[int, int]]] = []  # (env_index, task) of every build and task switch, in order
+
+    def __init__(self, obs_mode: str = "state", max_episode_steps: int = 0, env_index: int = 0, tasks: int = 3,
+                 states: int = 4, render_mode: str | None = None) -> None:
+        super().__init__(obs_mode=obs_mode, max_episode_steps=max_episode_steps, render_mode=render_mode)
+        self.env_index, self.tasks, self.states = env_index, tasks, states
+        self.task = env_index % tasks
+        self.task_description = f"task {self.task}"
+        EpisodeSetEnv.builds.append((env_index, self.task))
+
+    @classmethod
+    def eval_episodes(cls, tasks: int = 3, states: int = 4, **_: Any) -> list[EvalEpisode]:
+        return [EvalEpisode(f"task {t}", {"task_id": t, "init_state": k}) for t in range(tasks) for k in range(states)]
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        obs, info = super().reset(seed=seed)
+        if options is not None:
+            if options["task_id"] != self.task:
+                self.task = options["task_id"]
+                EpisodeSetEnv.builds.append((self.env_index, self.task))
+            self.first_seed = 100 * options["task_id"] + options["init_state"]
+        self.task_description = f"task {self.task}"
+        return self._obs(), info

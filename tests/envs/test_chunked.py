@@ -156,3 +156,46 @@ def test_step_before_reset_and_empty_env_list_fail_clearly():
     venv = ChunkedVectorEnv([CountingEnv])
     with pytest.raises(RuntimeError, match="reset"):
         venv.chunk_step(ramp(1, 1))
+
+
+def test_envs_built_on_threads_keep_their_order_and_a_failure_closes_the_built_ones():
+    import threading
+    import time
+
+    from embodied.types import EnvError
+
+    threads, closed = set(), []
+
+    class Slow(CountingEnv):
+        def __init__(self, index: int, fail: bool = False) -> None:
+            time.sleep(0.05 * (3 - index))  # later envs finish first
+            threads.add(threading.current_thread().name)
+            if fail:
+                raise RuntimeError("GL context lost")
+            super().__init__()
+            self.index = index
+
+        def close(self) -> None:
+            closed.append(self.index)
+
+    venv = ChunkedVectorEnv([partial(Slow, i) for i in range(3)], build_threads=3, progress=True)
+    assert [env.index for env in venv.envs] == [0, 1, 2]
+    assert len(threads) > 1 and all(name.startswith("env-build") for name in threads)
+    with pytest.raises(EnvError, match=r"(?s)during construction \(env index 1\).*GL context lost"):
+        ChunkedVectorEnv([partial(Slow, 0), partial(Slow, 1, fail=True), partial(Slow, 2)], build_threads=3)
+    assert sorted(closed) == [0, 2]
+
+
+def test_reset_options_reach_each_env():
+    seen = []
+
+    class Recording(CountingEnv):
+        def reset(self, *, seed=None, options=None):
+            seen.append(options)
+            return super().reset(seed=seed)
+
+    venv = ChunkedVectorEnv([Recording, Recording])
+    venv.reset(seed=0, options=[{"task_id": 1}, None])
+    assert seen == [{"task_id": 1}, None]
+    with pytest.raises(ValueError, match="1 reset options for 2 envs"):
+        venv.reset(seed=0, options=[{}])
