@@ -179,6 +179,10 @@ def _known_failure(exc: BaseException, cfg: EnvConfig, target: Any) -> CheckFail
     cause = _unwrap(exc)
     if isinstance(cause, TypeError) and not _own_frames(cause) and _is_call_error(cause):
         return _call_failure(cause, target)
+    if isinstance(cause, ValueError) and str(cause).startswith(("env.", "eval_env.")):
+        # An env refusing a config value names the field (``env.kwargs.task_ids: ...``): a config error, not a crash.
+        return CheckFailed(str(cause), "correct that field of the config (the message names it and what is valid)",
+                           stop=True)
     return None
 
 

@@ -256,7 +256,7 @@ def format_table(report: EvalReport) -> str:
     rows = [("task", "episodes", "success", "95% CI", "return", "length")]
     summaries = list(report.tasks.items()) if len(report.tasks) > 1 else []
     for name, s in [*summaries, ("all", report.summary)]:
-        rows.append((name[:40] or "(none)", str(s.episodes), f"{s.success_rate:.3f}",
+        rows.append((name[:90] or "(none)", str(s.episodes), f"{s.success_rate:.3f}",
                      f"[{s.success_ci95[0]:.3f}, {s.success_ci95[1]:.3f}]", f"{s.return_mean:.3f}",
                      f"{s.episode_len:.1f}"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
