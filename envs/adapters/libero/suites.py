@@ -17,6 +17,7 @@ import contextlib
 import functools
 import importlib
 import io
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -92,6 +93,8 @@ def import_guarded(module: str, what: str) -> Any:
 def import_libero() -> Any:
     """The ``libero.libero`` package (and robosuite beneath it), or a clear error naming the extra."""
     os.environ.setdefault("MUJOCO_GL", "egl")
+    # robosuite warns three lines per process that it has no private macro file (it needs none here).
+    logging.getLogger("robosuite_logs").addFilter(lambda record: "macro file" not in record.getMessage())
     try:
         import_guarded("robosuite", "robosuite")
         libero = import_guarded("libero.libero", "LIBERO")
