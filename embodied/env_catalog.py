@@ -6,12 +6,14 @@ and renders nothing); an env whose module or extra is missing is listed as unava
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 
+import gymnasium as gym
 import numpy as np
 
 from embodied.registry import ENVS
-from embodied.types import OBS_MODES
+from embodied.types import OBS_MODES, EnvFootprint
 from embodied.envs.batched import is_batched
 
 
@@ -25,12 +27,19 @@ class EnvDescription:
 
 
 def describe_env(name: str) -> EnvDescription:
-    """Construct ``name`` in every obs mode it accepts and summarise its action space."""
+    """Construct ``name`` in every obs mode it accepts and summarise its action space.
+
+    An env that declares a costly ``footprint`` (seconds to build, e.g. LIBERO) is described from its
+    class instead: the modes its ``obs_mode`` annotation allows and its class-level ``action_space``.
+    """
     entry = str(ENVS.entry_point(name))
     try:
         target = ENVS.resolve(name)
     except Exception as exc:  # noqa: BLE001 - a missing extra or a broken plug-in: listed, not fatal
         return EnvDescription(name, entry, [], "", f"unavailable: {exc}")
+    footprint = getattr(target, "footprint", None)
+    if isinstance(footprint, EnvFootprint) and footprint.build_s >= 1.0 and isinstance(target, type):
+        return _describe_class(name, entry, target)
     modes, action = [], ""
     errors: list[str] = []
     for mode in OBS_MODES:
@@ -44,6 +53,13 @@ def describe_env(name: str) -> EnvDescription:
         action = action or _box(space)
         env.close()
     return EnvDescription(name, entry, modes, action, "" if modes else f"unavailable: {errors[0]}")
+
+
+def _describe_class(name: str, entry: str, target: type) -> EnvDescription:
+    hint = typing.get_type_hints(target.__init__).get("obs_mode")
+    modes = [m for m in OBS_MODES if m in typing.get_args(hint)] if hint is not None else []
+    space = getattr(target, "action_space", None)
+    return EnvDescription(name, entry, modes, _box(space) if isinstance(space, gym.spaces.Space) else "")
 
 
 def _box(space: object) -> str:

@@ -84,6 +84,8 @@ class LiberoEnv(gym.Env):
     suite_id: ClassVar[str] = ""
     # Measured on a 2-core CPU with llvmpipe (LIBERO-Object, 128 px): build 3.4-7.8 s, 1.35-1.77 GB RSS.
     footprint: ClassVar[EnvFootprint] = EnvFootprint(rss_mib=1700, build_s=6.0)
+    # Every suite acts the same way (read by `embodied list envs` without building a scene).
+    action_space = gym.spaces.Box(-1.0, 1.0, (7,), np.float32)
 
     def __init__(
         self,

@@ -206,3 +206,11 @@ def test_init_states_that_do_not_match_the_model_name_the_task_and_both_sizes(tm
     with pytest.raises(suites.LiberoSetupError, match=r"task 0 \(pick_up_the_alphabet_soup.*\) hold 42 numbers per "
                                                       r"state, but the task's model has a state of 110"):
         LiberoObject(obs_mode="state", task_ids=[0], init_states_dir=str(tmp_path))
+
+
+def test_list_envs_describes_the_suites_without_building_a_scene(monkeypatch):
+    from embodied.env_catalog import describe_env
+
+    monkeypatch.setattr(LiberoEnv, "_build", lambda *a: pytest.fail("a scene was built"))
+    row = describe_env("LIBERO-Goal-v0")
+    assert row.obs_modes == ["state", "rgb", "state+rgb"] and row.action_space == "Box(7) in [-1, 1]" and not row.error
