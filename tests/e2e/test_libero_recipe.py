@@ -10,7 +10,7 @@ import pytest
 
 from embodied.check_env import check_env
 from embodied.cli import main
-from embodied.config import EnvConfig, load_config
+from embodied.config import EnvConfig, config_from_dict, load_config, to_dict
 from embodied.env_factory import check_env_config
 from embodied.runner import train
 
@@ -38,7 +38,7 @@ def test_cpu_recipe_trains_and_eval_reloads_it_on_two_tasks_times_two_init_state
     code = main(["eval", str(CPU), *SHORT[1:], "--checkpoint", str(result.run_dir), "--episodes", "4",
                  "--out", str(out)])
     assert code == 0
-    table = capsys.readouterr().out
+    table = capsys.readouterr().out  # (an env built on a thread once left sys.stdout swapped: this caught it)
     assert "pick up the alphabet soup" in table and "pick up the cream cheese" in table and "95% CI" in table
     report = json.loads((out / "eval.json").read_text())
     assert report["num_episodes"] == 4 and len(report["per_task"]) == 2
@@ -60,6 +60,7 @@ def test_gpu_recipe_loads_and_validates_with_a_model_folder(tmp_path):
     assert cfg.env.kwargs["envs_per_task"] == cfg.algorithm.group_size
     assert cfg.rollout.chunk_steps * cfg.policy.action_chunk >= cfg.env.max_episode_steps  # whole episodes
     check_env_config(cfg.env)  # env.kwargs against LiberoSpatial's constructor, nothing built
+    assert config_from_dict(to_dict(cfg)) == cfg  # as a checkpoint stores it
 
 
 def test_check_env_fast_rows_pass_on_one_libero_task():

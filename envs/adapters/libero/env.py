@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import io
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -62,6 +62,7 @@ from embodied.envs.adapters.libero.suites import (
     select_tasks, suite_for)
 
 CAMERAS: tuple[str, str] = ("agentview", "robot0_eye_in_hand")
+_NP_RANDOM = threading.Lock()  # held while an env's RandomState stands in for np.random's global one
 SETTLE_ACTION = np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float64)
 ROBOT_STATE_DIM = 8
 OBJECT_STATE_DIM = 10  # position 3, quaternion 4, position relative to the end effector 3
@@ -263,17 +264,18 @@ class LiberoEnv(gym.Env):
     def _build(self, task: TaskInfo) -> None:
         """Build the scene of ``task`` (seconds), replacing the current one."""
         self.close()
-        libero = import_libero()
+        import_libero()
         envs = importlib.import_module("libero.libero.envs")
         init_states = load_init_states(task, self.init_states_dir)
-        with contextlib.redirect_stdout(io.StringIO()), self._global_rng():
-            # ControlEnv, not OffScreenRenderEnv (which forces a renderer): state mode needs no GL context.
-            raw = envs.env_wrapper.ControlEnv(
-                bddl_file_name=task.bddl_file, has_renderer=False, camera_heights=self.image_size, camera_widths=self.image_size,
-                use_camera_obs=False,  # this class renders, with its own context made current
-                has_offscreen_renderer=self.obs_mode != "state" or self.render_mode == "rgb_array",
-                hard_reset=self.hard_reset, horizon=INTERNAL_HORIZON, ignore_done=True)
-        del libero
+        # ControlEnv, not OffScreenRenderEnv (which forces a renderer): state mode needs no GL context.
+        # Its constructor samples a first placement from the process's np.random (it runs on build threads,
+        # so it is not swapped); every episode starts from a reset with this env's own RNG.
+        raw = envs.env_wrapper.ControlEnv(
+            bddl_file_name=task.bddl_file, has_renderer=False, camera_heights=self.image_size,
+            camera_widths=self.image_size,
+            use_camera_obs=False,  # this class renders, with its own context made current
+            has_offscreen_renderer=self.obs_mode != "state" or self.render_mode == "rgb_array",
+            hard_reset=self.hard_reset, horizon=INTERNAL_HORIZON, ignore_done=True)
         nq, nv = raw.env.sim.model.nq, raw.env.sim.model.nv
         if init_states.shape[1] != 1 + nq + nv:
             raw.close()
@@ -287,14 +289,16 @@ class LiberoEnv(gym.Env):
 
     @contextlib.contextmanager
     def _global_rng(self) -> Iterator[None]:
-        """robosuite's placement samplers draw from np.random: give them this env's RNG, then put it back."""
-        saved = np.random.get_state()
-        np.random.set_state(self._rng.get_state())
-        try:
-            yield
-        finally:
-            self._rng.set_state(np.random.get_state())
-            np.random.set_state(saved)
+        """robosuite's placement samplers draw from np.random: give them this env's RNG, then put it back
+        (under a lock: env workers of the local backend reset on threads of one process)."""
+        with _NP_RANDOM:
+            saved = np.random.get_state()
+            np.random.set_state(self._rng.get_state())
+            try:
+                yield
+            finally:
+                self._rng.set_state(np.random.get_state())
+                np.random.set_state(saved)
 
     def _observe(self, raw_obs: dict[str, Any]) -> Obs:
         self._frames = {}

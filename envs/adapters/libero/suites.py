@@ -19,6 +19,7 @@ import importlib
 import io
 import logging
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,18 +84,23 @@ def no_interactive_input(what: str) -> Iterator[None]:
         builtins.input = saved
 
 
+# Held while ``input`` or ``sys.stdout`` is swapped: envs are built on several threads at once, and two
+# interleaved swaps would leave the process with another thread's replacement for good.
+_SWAP = threading.RLock()
+
+
 def import_guarded(module: str, what: str) -> Any:
     """``importlib.import_module(module)`` with ``input()`` refused and the package's prints kept quiet."""
-    with no_interactive_input(what), contextlib.redirect_stdout(io.StringIO()):
+    with _SWAP, no_interactive_input(what), contextlib.redirect_stdout(io.StringIO()):
         return importlib.import_module(module)
 
 
-@functools.cache
+@functools.cache  # (functools.cache is thread-safe; a second thread may import again, harmlessly)
 def import_libero() -> Any:
     """The ``libero.libero`` package (and robosuite beneath it), or a clear error naming the extra."""
     os.environ.setdefault("MUJOCO_GL", "egl")
     # robosuite warns three lines per process that it has no private macro file (it needs none here).
-    logging.getLogger("robosuite_logs").addFilter(lambda record: "macro file" not in record.getMessage())
+    logging.getLogger("robosuite_logs").addFilter(lambda record: "macro" not in record.getMessage())
     try:
         import_guarded("robosuite", "robosuite")
         libero = import_guarded("libero.libero", "LIBERO")
@@ -119,7 +125,7 @@ def suite_tasks(benchmark: str) -> tuple[TaskInfo, ...]:
     """The tasks of a suite in the benchmark's published order."""
     libero = import_libero()
     bench_mod = importlib.import_module("libero.libero.benchmark")
-    with contextlib.redirect_stdout(io.StringIO()):  # the benchmark prints its task order
+    with _SWAP, contextlib.redirect_stdout(io.StringIO()):  # the benchmark prints its task order
         bench = bench_mod.get_benchmark(benchmark)()
     root_bddl, root_init = libero.get_libero_path("bddl_files"), libero.get_libero_path("init_states")
     return tuple(

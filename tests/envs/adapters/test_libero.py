@@ -214,3 +214,22 @@ def test_list_envs_describes_the_suites_without_building_a_scene(monkeypatch):
     monkeypatch.setattr(LiberoEnv, "_build", lambda *a: pytest.fail("a scene was built"))
     row = describe_env("LIBERO-Goal-v0")
     assert row.obs_modes == ["state", "rgb", "state+rgb"] and row.action_space == "Box(7) in [-1, 1]" and not row.error
+
+
+def test_envs_built_on_threads_leave_stdout_and_numpy_s_global_rng_as_they_were():
+    from embodied.config import EnvConfig
+    from embodied.env_factory import make_vector_env
+
+    stdout, rng = sys.stdout, np.random.get_state()
+    venv = make_vector_env(EnvConfig(id="LIBERO-Object-v0", obs_mode="state", max_episode_steps=4,
+                                     kwargs={"task_ids": [0, 1]}), num_envs=2, first_index=0)
+    try:
+        assert [env.task.index for env in venv.envs] == [0, 1]  # env_index from the factory spreads the tasks
+        venv.reset(seed=3)
+        assert sys.stdout is stdout
+        np.random.set_state(rng)  # construction draws a first placement from np.random (robosuite's own)
+        venv.reset(seed=3)
+        after = np.random.get_state()
+        assert after[0] == rng[0] and np.array_equal(after[1], rng[1])  # resets use each env's own RNG
+    finally:
+        venv.close()
