@@ -75,13 +75,15 @@ class EvalEpisode:
 class EnvFootprint:
     """What one env costs, declared by a heavy simulator class (class attribute ``footprint``).
 
-    The driver checks ``rss_mib`` x the envs a run builds against the memory available before any
-    worker starts; an env worker builds envs whose ``build_s`` is 1 s or more concurrently, with a
-    progress bar.
+    The driver checks ``rss_mib`` x the envs a run builds, plus ``process_mib`` x the processes that
+    build them (libraries, GL driver, compiled code: paid once per process), against the memory
+    available before any worker starts; an env worker builds envs whose ``build_s`` is 1 s or more
+    concurrently, with a progress bar.
     """
 
-    rss_mib: float  # resident memory of one env, MiB (measured)
+    rss_mib: float  # resident memory each env adds, MiB (measured)
     build_s: float  # seconds to construct one env (measured)
+    process_mib: float = 0.0  # resident memory the first env of a process adds on top of rss_mib, MiB
 
 
 @dataclass

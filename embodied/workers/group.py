@@ -202,23 +202,32 @@ def check_resources(cfg: Config, backend: Backend, training: bool) -> None:
 
 
 def check_memory(cfg: Config, available_mib: float, training: bool) -> None:
-    """Fail when the envs a run builds need more memory than there is: each env class that declares a
-    ``footprint`` (measured RSS of one env, e.g. 1.7 GB for LIBERO) times its envs, training and eval."""
+    """Fail when the envs a run builds need more memory than there is: for each env class that declares a
+    ``footprint`` (e.g. LIBERO's), its envs x ``rss_mib`` plus the processes that build them x ``process_mib``
+    (each env worker on Ray, this process on the local backend), training and eval envs together."""
     sections = ([("env", cfg.env)] if training else []) + [("eval_env", cfg.resolved_eval_env())]
-    needs = []
+    workers = cfg.cluster.num_env_workers if cfg.cluster.backend == "ray" else 0
+    needs = []  # (section, env config, MiB per env, MiB per process, processes)
     for section, env_cfg in sections:
         footprint = getattr(ENVS.resolve(env_cfg.id), "footprint", None)
         if isinstance(footprint, EnvFootprint):
-            needs.append((section, env_cfg, footprint.rss_mib))
-    total = sum(env_cfg.num_envs * rss for _, env_cfg, rss in needs)
-    if not needs or total <= available_mib:
+            needs.append((section, env_cfg, footprint.rss_mib, footprint.process_mib, workers))
+    if not needs:
         return
-    parts = " + ".join(f"{section}.num_envs={e.num_envs} x {rss / 1024:.2f} GiB ({e.id})" for section, e, rss in needs)
-    fits = int(available_mib // max(rss for *_, rss in needs))
+    process_mib = max(n[3] for n in needs)  # the driver (preflight, local workers) loads the libraries once
+    total = process_mib + sum(e.num_envs * rss + procs * per for _, e, rss, per, procs in needs)
+    if total <= available_mib:
+        return
+    parts = " + ".join(f"{section}.num_envs={e.num_envs} x {rss / 1024:.2f} GiB"
+                       + (f" + {procs} env worker processes x {per / 1024:.2f} GiB" if procs else "")
+                       for section, e, rss, per, procs in needs)
+    per_env = max(n[2] for n in needs)
+    fits = max(0, int((available_mib - total + sum(n[1].num_envs * n[2] for n in needs)) // per_env))
     raise ConfigError(
-        f"{needs[0][0]}.num_envs: the envs need about {total / 1024:.1f} GiB ({parts}, each env's measured resident "
-        f"memory) but {available_mib / 1024:.1f} GiB is available on this machine. Fix: fewer envs (about {fits} "
-        f"fit, training and eval together), fewer eval envs (eval_env.num_envs), or a Ray cluster with more memory "
+        f"{needs[0][0]}.num_envs: the envs ({needs[0][1].id}) need about {total / 1024:.1f} GiB ({parts} + "
+        f"{process_mib / 1024:.2f} GiB for this process, from each env's measured footprint) but "
+        f"{available_mib / 1024:.1f} GiB is available on this machine. Fix: fewer envs (about {fits} fit, "
+        f"training and eval together), fewer eval envs (eval_env.num_envs), or a Ray cluster with more memory "
         f"(cluster.backend=ray cluster.address=HOST:PORT)")
 
 

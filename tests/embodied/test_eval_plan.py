@@ -97,7 +97,7 @@ def test_training_envs_get_their_index_in_the_whole_batch(local_backend):
 def test_envs_that_need_more_memory_than_there_is_stop_before_any_worker(local_backend, monkeypatch):
     monkeypatch.setattr(EpisodeSetEnv, "footprint", type(EpisodeSetEnv.footprint)(rss_mib=10**9, build_s=0.0))
     EpisodeSetEnv.builds.clear()
-    with pytest.raises(ConfigError, match=r"env.num_envs: the envs need about .* GiB \(env.num_envs=4 x .* "
+    with pytest.raises(ConfigError, match=r"env.num_envs: the envs \(tests.toy_envs:EpisodeSetEnv\) need about .* GiB \(env.num_envs=4 x .* "
                                           r"\+ eval_env.num_envs=3 .* is available on this machine. Fix: fewer envs"):
         Workers.start(suite_config(), local_backend)
     assert EpisodeSetEnv.builds == [] and local_backend._groups == []

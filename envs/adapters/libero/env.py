@@ -83,8 +83,9 @@ class LiberoEnv(gym.Env):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 20}
     suite_id: ClassVar[str] = ""
-    # Measured on a 2-core CPU with llvmpipe (LIBERO-Object, 128 px): build 3.4-7.8 s, 1.35-1.77 GB RSS.
-    footprint: ClassVar[EnvFootprint] = EnvFootprint(rss_mib=1700, build_s=6.0)
+    # Measured on a 2-core CPU with llvmpipe (LIBERO-Object, 128 px, one process): build 3.4-7.8 s; the first
+    # env adds 1,629 MiB (libraries, GL driver, numba's compiled controller), the next ones 677-944 MiB.
+    footprint: ClassVar[EnvFootprint] = EnvFootprint(rss_mib=950, build_s=6.0, process_mib=700)
     # Every suite acts the same way (read by `embodied list envs` without building a scene).
     action_space = gym.spaces.Box(-1.0, 1.0, (7,), np.float32)
 

@@ -108,10 +108,16 @@ def test_more_envs_than_memory_holds_fail_before_any_worker_with_both_numbers():
     from embodied.workers.group import check_memory
 
     cfg = load_config(None, ["env.id=LIBERO-Object-v0", "env.num_envs=64", "eval_env.num_envs=16"])
-    with pytest.raises(ConfigError, match=r"env.num_envs: the envs need about 132.8 GiB \(env.num_envs=64 x 1.66 "
-                                          r"GiB .*eval_env.num_envs=16.*but 20.0 GiB is available.*about 12 fit"):
+    # local: 80 envs x 950 MiB + this process's 700 MiB = 74.9 GiB
+    with pytest.raises(ConfigError, match=r"env.num_envs: the envs \(LIBERO-Object-v0\) need about 74.9 GiB "
+                                          r"\(env.num_envs=64 x 0.93 GiB \+ eval_env.num_envs=16 x 0.93 GiB \+ 0.68 GiB "
+                                          r"for this process.*but 20.0 GiB is available.*about 20 fit"):
         check_memory(cfg, available_mib=20 * 1024, training=True)
-    check_memory(cfg, available_mib=200 * 1024, training=True)  # fits: no error
+    check_memory(cfg, available_mib=80 * 1024, training=True)  # fits: no error
+    ray = load_config(None, ["env.id=LIBERO-Object-v0", "env.num_envs=64", "eval_env.num_envs=16",
+                             "cluster.backend=ray", "cluster.num_env_workers=8"])
+    with pytest.raises(ConfigError, match=r"8 env worker processes x 0.68 GiB"):  # 16 processes on Ray
+        check_memory(ray, available_mib=80 * 1024, training=True)
 
 
 # -- one env --------------------------------------------------------------------------------------
