@@ -68,6 +68,7 @@ ROBOT_STATE_DIM = 8
 OBJECT_STATE_DIM = 10  # position 3, quaternion 4, position relative to the end effector 3
 MIN_IMAGE, MAX_IMAGE = 16, 1024  # what one EGL pbuffer-backed offscreen buffer gives reliably
 INTERNAL_HORIZON = 1000  # LIBERO's own horizon: robosuite refuses to step further
+PLACEMENT_TRIES = 20  # resets retried when robosuite's sampler cannot place the objects
 
 
 @dataclass(frozen=True)
@@ -159,10 +160,7 @@ class LiberoEnv(gym.Env):
             self._build(self._task(episode.task_id))
         raw = self._raw
         with self._global_rng():
-            if self.hard_reset:
-                raw.reset()
-            else:
-                raw.env.reset()  # ControlEnv.reset would retry RandomizationError forever; ours names it
+            self._place_objects()
             if episode.init_state is not None:
                 raw.set_init_state(self._init_states[episode.init_state])
         # A soft reset keeps two things a hard one rebuilds: MuJoCo's warm start and the gripper's
@@ -287,6 +285,24 @@ class LiberoEnv(gym.Env):
         self._raw, self.task, self._init_states = raw, task, init_states
         self._objects = objects_of_interest(task) if self.obs_mode == "state" else []
         self._release_gl()  # built on this thread, perhaps stepped on another
+
+    @contextlib.contextmanager
+    def _place_objects(self) -> None:
+        """robosuite's reset (hard or soft, as built), retrying a placement the sampler could not fit.
+
+        LIBERO's own ``ControlEnv.reset`` retries forever; a task whose regions cannot hold its objects
+        would hang the env worker, so this gives up after ``PLACEMENT_TRIES`` and names the task.
+        """
+        from robosuite.utils.errors import RandomizationError
+
+        for _ in range(PLACEMENT_TRIES):
+            try:
+                self._raw.env.reset()
+                return
+            except RandomizationError as err:
+                last = err
+        raise RuntimeError(f"{self.suite.env_id} task {self.task.index} ({self.task.name}): the object placement "
+                           f"failed {PLACEMENT_TRIES} times in a row ({last})")
 
     @contextlib.contextmanager
     def _global_rng(self) -> Iterator[None]:
