@@ -286,7 +286,6 @@ class LiberoEnv(gym.Env):
         self._objects = objects_of_interest(task) if self.obs_mode == "state" else []
         self._release_gl()  # built on this thread, perhaps stepped on another
 
-    @contextlib.contextmanager
     def _place_objects(self) -> None:
         """robosuite's reset (hard or soft, as built), retrying a placement the sampler could not fit.
 

@@ -147,7 +147,9 @@ def test_settle_steps_are_not_episode_steps_and_episodes_end_at_the_cap(env0):
 
 def test_same_seed_same_episode_and_soft_reset_equals_hard_reset(env0):
     first, _ = env0.reset(seed=11)
-    env0.step(np.full(7, 0.5, np.float32))
+    for _ in range(3):
+        moved, *_ = env0.step(np.full(7, 0.5, np.float32))
+    assert np.abs(moved["states"][:3] - first["states"][:3]).max() > 0.01  # the arm moved
     again, _ = env0.reset(seed=11)
     assert all(np.array_equal(first[k], again[k]) for k in first)
     soft, _ = env0.reset(options={"task_id": 0, "init_state": 2})
