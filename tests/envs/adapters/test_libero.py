@@ -241,3 +241,24 @@ def test_envs_built_on_threads_leave_stdout_and_numpy_s_global_rng_as_they_were(
         assert after[0] == rng[0] and np.array_equal(after[1], rng[1])  # resets use each env's own RNG
     finally:
         venv.close()
+
+
+def test_the_object_expert_solves_a_fixed_init_state_through_the_chunk_step_collect_uses():
+    from embodied.envs.adapters.libero.expert import LiberoObjectExpert
+    from embodied.envs.chunked import ChunkedVectorEnv
+    from embodied.envs.experts import expert_for, has_expert
+
+    make = lambda: LiberoObject(obs_mode="state", max_episode_steps=280, task_ids=[3])  # noqa: E731 - bbq sauce
+    venv = ChunkedVectorEnv([make], auto_reset=False)
+    try:
+        assert has_expert(LiberoObject) and isinstance(expert_for(venv.envs[0]), LiberoObjectExpert)
+        venv.reset(options=[{"task_id": 3, "init_state": 7}])
+        for _ in range(70):
+            result, actions = venv.expert_chunk_step(4)
+            if result.dones[0]:
+                break
+        (episode,) = result.episodes
+        assert episode.success_once and episode.length < 280
+        assert actions.shape == (1, 4, 7) and np.abs(actions).max() <= 1.0
+    finally:
+        venv.close()
