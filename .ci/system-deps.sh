@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Debian's EGL/Mesa libraries for offscreen MuJoCo rendering (MUJOCO_GL=egl), installed if missing.
+# Debian's EGL/Mesa libraries for offscreen MuJoCo rendering (MUJOCO_GL=egl), and libGL + GLib, which
+# opencv-python (robosuite's, for LIBERO) links against; installed if missing.
 set -euo pipefail
-pkgs=(libegl1 libegl-mesa0 libgl1-mesa-dri)
+pkgs=(libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libglib2.0-0)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
