@@ -263,6 +263,8 @@ def format_table(report: EvalReport) -> str:
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
              for r in rows]
     seeds = f"seeds {report.seeds[0]}..{report.seeds[-1]}" if report.seeds else "no episodes"
+    if any(o is not None for o in report.options):  # a suite's fixed eval set: the options, not the seeds, start them
+        seeds = f"{len(report.episodes)} episodes of the env's fixed eval set (eval.json lists each one's options)"
     head = f"eval of {report.checkpoint} (iteration {report.iteration}) on {report.env_id}, "
     head += f"{'greedy' if report.deterministic else 'sampled'}, {seeds}"
     return "\n".join([head, lines[0], "-" * len(lines[0]), *lines[1:]])

@@ -40,6 +40,7 @@ def test_cpu_recipe_trains_and_eval_reloads_it_on_two_tasks_times_two_init_state
     assert code == 0
     table = capsys.readouterr().out  # (an env built on a thread once left sys.stdout swapped: this caught it)
     assert "pick up the alphabet soup" in table and "pick up the cream cheese" in table and "95% CI" in table
+    assert "4 episodes of the env's fixed eval set" in table
     report = json.loads((out / "eval.json").read_text())
     assert report["num_episodes"] == 4 and len(report["per_task"]) == 2
     assert [(e["task_id"], e["init_state"]) for e in report["episodes"]] == [(0, 0), (0, 25), (1, 0), (1, 25)]
