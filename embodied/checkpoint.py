@@ -81,7 +81,7 @@ def write_manifest(folder: Path, state: dict[str, Any]) -> None:
         "format_version": FORMAT_VERSION,
         "iteration": state.get("iteration"),
         "components": sorted({name.split("/")[0] for name in files}),
-        "packages": {name: _version(name) for name in PACKAGES},
+        "packages": {name: package_version(name) for name in PACKAGES},
         "env": {"id": (config.get("env") or {}).get("id"), "spaces": state.get("policy_spec")},
         "policy_type": (config.get("policy") or {}).get("type"),
         "sha256": files,
@@ -89,7 +89,8 @@ def write_manifest(folder: Path, state: dict[str, Any]) -> None:
     (folder / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
 
 
-def _version(package: str) -> str | None:
+def package_version(package: str) -> str | None:
+    """The installed version of ``package``, or None when it is not installed."""
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:

@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from embodied.registry import ENVS
-from embodied.types import OBS_MODES, EnvFootprint
+from embodied.types import OBS_MODES, footprint_of
 from embodied.envs.batched import is_batched
 
 
@@ -37,8 +37,8 @@ def describe_env(name: str) -> EnvDescription:
         target = ENVS.resolve(name)
     except Exception as exc:  # noqa: BLE001 - a missing extra or a broken plug-in: listed, not fatal
         return EnvDescription(name, entry, [], "", f"unavailable: {exc}")
-    footprint = getattr(target, "footprint", None)
-    if isinstance(footprint, EnvFootprint) and footprint.build_s >= 1.0 and isinstance(target, type):
+    footprint = footprint_of(target)
+    if footprint is not None and footprint.heavy and isinstance(target, type):
         return _describe_class(name, entry, target)
     modes, action = [], ""
     errors: list[str] = []

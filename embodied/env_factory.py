@@ -26,7 +26,7 @@ import numpy as np
 from embodied.config import ConfigError, EnvConfig
 from embodied.policy import PolicySpec
 from embodied.registry import ENVS, PluginError
-from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES, EnvFootprint
+from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES, footprint_of
 from embodied.envs.adapters.gymnasium_env import ADAPTER_OPTIONS, GymnasiumEnv, adapted_target, describe
 from embodied.envs.batched import BatchedEnv, is_batched
 from embodied.envs.chunked import ChunkedVectorEnv
@@ -64,12 +64,11 @@ own refusals: raised as they are, not as a crash inside the env).
         fns = [partial(_build_checked, target, k, cfg.id) for k in per_env]
     else:
         fns = [partial(target, **k) for k in per_env]
-    footprint = getattr(target, "footprint", None)
-    heavy = isinstance(footprint, EnvFootprint) and footprint.build_s >= 1.0 and num_envs > 1
+    footprint = footprint_of(target)
+    heavy = footprint is not None and footprint.heavy
     try:
         return ChunkedVectorEnv(fns, auto_reset=cfg.auto_reset, name=name or cfg.id,
-                                build_threads=min(num_envs, os.cpu_count() or 1) if heavy else 1,
-                                progress=isinstance(footprint, EnvFootprint) and footprint.build_s >= 1.0)
+                                build_threads=min(num_envs, os.cpu_count() or 1) if heavy else 1, progress=heavy)
     except Exception as exc:
         if isinstance(exc.__cause__, PluginError):  # the framework's own finding, not a crash in the env's code
             raise exc.__cause__ from None

@@ -84,7 +84,7 @@ class EvalPlan:
         out = []
         for i, k in enumerate(self.episode_ids(round_)):
             last_of_slot = min((i + 1) * self.rounds, self.episodes) - 1
-            out.append(dict(self.fixed[min(k, last_of_slot) if last_of_slot >= 0 else self.episodes - 1].options))
+            out.append(dict(self.fixed[min(k, last_of_slot)].options))
         return out
 
     def task_of(self, k: int) -> str | None:

@@ -85,6 +85,17 @@ class EnvFootprint:
     build_s: float  # seconds to construct one env (measured)
     process_mib: float = 0.0  # resident memory the first env of a process adds on top of rss_mib, MiB
 
+    @property
+    def heavy(self) -> bool:
+        """Seconds to build: built on threads with a progress bar, described without building."""
+        return self.build_s >= 1.0
+
+
+def footprint_of(target: Any) -> EnvFootprint | None:
+    """The ``footprint`` an env class (or entry point) declares, else None."""
+    footprint = getattr(target, "footprint", None)
+    return footprint if isinstance(footprint, EnvFootprint) else None
+
 
 @dataclass
 class EpisodeFrames:

@@ -340,10 +340,9 @@ class ChunkedVectorEnv:
     def _reset_one(self, i: int, seed: int | None, options: dict[str, Any] | None = None) -> dict:
         env = self.envs[i]
         self.progress = (time.monotonic(), i, -1)
-        if options is None:
-            obs, info = self._guard(i, f"reset(seed={seed})", env.reset, seed=seed)
-        else:
-            obs, info = self._guard(i, f"reset(seed={seed}, options={options})", env.reset, seed=seed, options=options)
+        extra = {} if options is None else {"options": options}  # envs that take no options still reset
+        obs, info = self._guard(i, f"reset(seed={seed}{f', options={options}' if extra else ''})", env.reset,
+                                seed=seed, **extra)
         if self._experts is not None:
             self._experts[i].reset(env.unwrapped)
         self._episodes[i] = _Episode(task=str(getattr(env.unwrapped, "task_description", "")))

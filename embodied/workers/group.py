@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import sys
 import threading
@@ -18,18 +19,20 @@ from typing import Any
 
 from embodied.algorithms import Algorithm, RolloutReset
 from embodied.channels import Channel, route, shards_for_rollout_rank
-from embodied.config import Config, ConfigError, EnvConfig
+from embodied.checkpoint import PACKAGES, package_version
+from embodied.config import Config, EnvConfig
 from embodied.config.schema import VideoConfig
 from embodied.eval_plan import EvalPlan, env_eval_episodes
 from embodied.placement import Backend, LocalBackend, WorkerGroup
 from embodied.policy import Policy, PolicySpec
 from embodied.registry import ALGORITHMS, ENVS
-from embodied.types import EnvFootprint, EpisodeStats, EvalEpisode, PeerFailure, PeerFailureError, Trajectory
+from embodied.types import EpisodeStats, EvalEpisode, PeerFailure, PeerFailureError, Trajectory
 from embodied.video import VideoReport
 from embodied.workers.actor_worker import ActorWorker
 from embodied.workers.env_worker import EnvWorker
 from embodied.workers.faults import RestartBudget, WorkerFailure, is_hang
 from embodied.workers.link import Link
+from embodied.workers.resources import check_resources
 from embodied.workers.rollout_worker import MultiStepRolloutWorker
 
 EVAL_SEED_OFFSET = 1_000_000  # eval initial states never coincide with training ones
@@ -182,55 +185,6 @@ def start_rollout_group(cfg: Config, backend: Backend, spec: PolicySpec, train: 
     ], c.rollout_resources)
 
 
-def check_resources(cfg: Config, backend: Backend, training: bool) -> None:
-    """Fail before any worker is created (and anything waits on it) when the groups' reservations,
-    ``cluster.*_resources`` x their worker counts, exceed what the backend has; names the group."""
-    c = cfg.cluster
-    groups = [("env", c.env_resources, c.num_env_workers * (2 if training else 1)),  # training + eval envs
-              ("rollout", c.rollout_resources, c.num_rollout_workers)] + \
-        ([("actor", c.actor_resources, 1)] if training else [])
-    have = backend.available()
-    for kind, field_name in (("GPU", "num_gpus"), ("CPU", "num_cpus")):
-        asked = [(name, getattr(res, field_name), n) for name, res, n in groups]
-        total = sum(each * n for _, each, n in asked)
-        if total > have[kind] + 1e-9:
-            parts = ", ".join(f"{name}: {n} x {each:g}" for name, each, n in asked if each)
-            raise ConfigError(f"cluster.{next(name for name, each, _ in asked if each)}_resources.{field_name}: the "
-                              f"worker groups reserve {total:g} {kind}s ({parts}) but the {c.backend} backend has "
-                              f"{have[kind]:g}")
-    check_memory(cfg, have.get("memory_mib", float("inf")), training)
-
-
-def check_memory(cfg: Config, available_mib: float, training: bool) -> None:
-    """Fail when the envs a run builds need more memory than there is: for each env class that declares a
-    ``footprint`` (e.g. LIBERO's), its envs x ``rss_mib`` plus the processes that build them x ``process_mib``
-    (each env worker on Ray, this process on the local backend), training and eval envs together."""
-    sections = ([("env", cfg.env)] if training else []) + [("eval_env", cfg.resolved_eval_env())]
-    workers = cfg.cluster.num_env_workers if cfg.cluster.backend == "ray" else 0
-    needs = []  # (section, env config, MiB per env, MiB per process, processes)
-    for section, env_cfg in sections:
-        footprint = getattr(ENVS.resolve(env_cfg.id), "footprint", None)
-        if isinstance(footprint, EnvFootprint):
-            needs.append((section, env_cfg, footprint.rss_mib, footprint.process_mib, workers))
-    if not needs:
-        return
-    process_mib = max(n[3] for n in needs)  # the driver (preflight, local workers) loads the libraries once
-    total = process_mib + sum(e.num_envs * rss + procs * per for _, e, rss, per, procs in needs)
-    if total <= available_mib:
-        return
-    parts = " + ".join(f"{section}.num_envs={e.num_envs} x {rss / 1024:.2f} GiB"
-                       + (f" + {procs} env worker processes x {per / 1024:.2f} GiB" if procs else "")
-                       for section, e, rss, per, procs in needs)
-    per_env = max(n[2] for n in needs)
-    fits = max(0, int((available_mib - total + sum(n[1].num_envs * n[2] for n in needs)) // per_env))
-    raise ConfigError(
-        f"{needs[0][0]}.num_envs: the envs ({needs[0][1].id}) need about {total / 1024:.1f} GiB ({parts} + "
-        f"{process_mib / 1024:.2f} GiB for this process, from each env's measured footprint) but "
-        f"{available_mib / 1024:.1f} GiB is available on this machine. Fix: fewer envs (about {fits} fit, "
-        f"training and eval together), fewer eval envs (eval_env.num_envs), or a Ray cluster with more memory "
-        f"(cluster.backend=ray cluster.address=HOST:PORT)")
-
-
 @dataclass
 class Evaluator:
     """Greedy episodes on the eval envs from a fixed, reproducible set of seeds.
@@ -250,7 +204,6 @@ class Evaluator:
     # Held while an exchange's calls are submitted, so every rollout rank serves exchanges in one order
     # (async runs submit rollouts and evals from two threads; interleaved, two ranks could wait on each other).
     submit: threading.Lock = dataclasses.field(default_factory=threading.Lock)
-    _fixed: tuple[list[EvalEpisode] | None] | None = None  # the eval env's fixed eval set, once looked up
 
     @classmethod
     def start(cls, cfg: Config, backend: Backend, video: VideoConfig | None = None) -> Evaluator:
@@ -268,9 +221,12 @@ class Evaluator:
     def plan(self, episodes: int) -> EvalPlan:
         """The episodes of an eval of ``episodes`` episodes (``embodied.eval_plan``): seeded, or spread over
         the fixed eval set the eval env publishes (computed once)."""
-        if self._fixed is None:
-            self._fixed = (env_eval_episodes(self.cfg.resolved_eval_env()),)
-        return EvalPlan.make(self.cfg.resolved_eval_env().num_envs, episodes, self._fixed[0])
+        return EvalPlan.make(self.cfg.resolved_eval_env().num_envs, episodes, self.fixed_episodes)
+
+    @functools.cached_property
+    def fixed_episodes(self) -> list[EvalEpisode] | None:
+        """The fixed eval set the eval env's class publishes (``eval_episodes``), or None: seeded episodes."""
+        return env_eval_episodes(self.cfg.resolved_eval_env())
 
     def run(self, episodes: int, video_dir: str | None = None, sample: bool = False) -> list[EpisodeStats]:
         """Every episode of ``plan(episodes)``'s rounds, ordered by eval episode index.
@@ -322,17 +278,13 @@ class Evaluator:
         return self.cfg.experiment.seed + EVAL_SEED_OFFSET + k
 
     def provenance(self) -> dict[str, Any]:
-        """What the eval env says can move its numbers (``provenance()`` of a suite's env: versions, GL
-        renderer, image size...), plus the versions of the framework's own stack."""
-        from importlib.metadata import PackageNotFoundError, version
-
-        stack = {}
-        for pkg in ("embodied", "torch", "numpy", "gymnasium", "mujoco"):
-            try:
-                stack[pkg] = version(pkg)
-            except PackageNotFoundError:
-                stack[pkg] = None
-        return {"stack": stack, **self.backend.wait(self.envs.group.call("provenance"))[0]}
+        """What can move the eval's numbers: the versions of the framework's stack (``stack``) and of the
+        packages the eval env's class names (``versions``, its ``packages``), plus what the env itself
+        reports (``provenance()`` of a suite's env: GL renderer, image size, settle and max steps...)."""
+        env_packages = getattr(ENVS.resolve(self.cfg.resolved_eval_env().id), "packages", ())
+        return {"stack": {p: package_version(p) for p in PACKAGES},
+                "versions": {p: package_version(p) for p in env_packages},
+                **self.backend.wait(self.envs.group.call("provenance"))[0]}
 
     def take_videos(self, wait: bool = False) -> VideoReport:
         """Videos finished since the last call (``wait``: finish the queued ones first)."""

