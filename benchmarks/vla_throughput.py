@@ -6,10 +6,13 @@
     python benchmarks/vla_throughput.py --scale medium --device cuda --dtype bfloat16   # ~119M Idefics3
     python benchmarks/vla_throughput.py --model-path ~/models/SmolVLM-256M-Instruct      # any save_pretrained folder
     python benchmarks/vla_throughput.py --threads 1              # a busy shared CPU: no thread contention
+    python benchmarks/vla_throughput.py --heads tokens,flow-k10,flow-k4,flow-k4-noise    # the flow head
+    python benchmarks/vla_throughput.py --scale large --device cuda --dtype bfloat16 --heads tokens,flow-k10,flow-k4
 
 The table goes to stdout, the plot to ``--out`` (default ``runs/benchmarks/vla_throughput.png``).
 
-For each action head (tokens, autoregressive, gaussian) and batch size, on random uint8 64x64 main
+For each action head (tokens, autoregressive, gaussian; ``flow-kK`` is the flow head with ``K``
+Euler steps and Flow-SDE log-probs, ``flow-kK-noise`` with Flow-Noise) and batch size, on random uint8 64x64 main
 and wrist images with built-in instructions, all under ``torch.no_grad``:
 
 - "act" times ``policy.act(obs)``: prompt ids, uint8 -> pixel values on the device, the backbone,
@@ -21,15 +24,19 @@ and wrist images with built-in instructions, all under ``torch.no_grad``:
   tokens (its logits) and 1 for gaussian (it reads hidden states, no logits; 0 would mean all);
   autoregressive: the prompt forward filling the KV cache plus C*A-1 cached one-token steps, each
   ``logits_to_keep=1``, greedy over the action-bin ids (the same passes act() makes; no ``generate``).
+  flow: one forward over the prompt returning every layer's hidden states (the prefix the expert
+  reads), so act/raw is the share of act() the expert's K steps and the rest leave.
   The raw LM head scores the whole vocabulary at kept positions; the policy scores only action bins.
 - "act/raw" is act throughput over raw throughput; the project's goal is >= 0.9.
 
 Then one PPO minibatch step per head, as ``ActorWorker._step`` does it: ``policy.evaluate`` on the
 ``forward_inputs`` of an act() batch, ``ppo_loss``, backward, grad-norm clip and an Adam step over
-the trainable parameters. Times are medians of ``--repeats`` runs after one warm-up run, with
+the trainable parameters; and ``policy.evaluate`` alone under ``no_grad`` (what recomputing
+log-probs costs: one expert step for Flow-SDE, K for Flow-Noise). Times are medians of ``--repeats`` runs after one warm-up run, with
 ``torch.cuda.synchronize()`` around each on CUDA. ``--scale medium`` builds (into a temporary
 folder, with ``policies/vla/tiny.py``'s SmolVLM config scaled up) an Idefics3 model of about 119M
-parameters, so a GPU run of a realistic size needs no download.
+parameters, ``--scale large`` one of about 400M (SmolLM2-360M's text widths) with a 1024-wide,
+8-layer flow expert, so a GPU run of a realistic size needs no download.
 """
 
 from __future__ import annotations
@@ -56,7 +63,8 @@ from embodied.algorithms import ppo_loss  # noqa: E402
 from embodied.policy import PolicySpec  # noqa: E402
 from embodied.types import MAIN_IMAGES, TASK_DESCRIPTIONS, WRIST_IMAGES, Obs  # noqa: E402
 
-HEADS = ("tokens", "autoregressive", "gaussian")
+HEADS = ("tokens", "autoregressive", "gaussian", "flow-k10", "flow-k4", "flow-k4-noise")
+DEFAULT_HEADS = HEADS
 INSTRUCTIONS = ("pick up the red cube", "pick up the green cube", "reach the red target",
                 "push the red cube into the green goal region", "stack the red cube on the green cube",
                 "pick up the red cube and place it at the green target")
@@ -65,6 +73,21 @@ DEFAULT_OUT = Path(__file__).resolve().parents[1] / "runs" / "benchmarks" / "vla
 MEDIUM_VISION = dict(hidden_size=384, intermediate_size=1536, num_hidden_layers=6, num_attention_heads=6)
 MEDIUM_TEXT = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                    num_key_value_heads=3, head_dim=64)
+# --scale large: SmolLM2-360M's text widths, a SigLIP-B-like tower; with the expert below, ~400M parameters.
+LARGE_VISION = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12)
+LARGE_TEXT = dict(hidden_size=960, intermediate_size=2560, num_hidden_layers=32, num_attention_heads=15,
+                  num_key_value_heads=5, head_dim=64)
+EXPERT = {"tiny": (128, 4, 4), "medium": (384, 6, 6), "large": (1024, 8, 8)}  # flow width, depth, heads per scale
+
+
+def head_fields(head: str, scale: str) -> dict[str, Any]:
+    """VLAConfig fields of a benchmark head name (``flow-k4-noise``: flow, 4 steps, Flow-Noise)."""
+    if not head.startswith("flow"):
+        return {"action_head": head}
+    parts = head.split("-")
+    width, depth, heads = EXPERT[scale]
+    return {"action_head": "flow", "flow_steps": int(parts[1][1:]), "flow_logprob": parts[2] if len(parts) > 2 else "sde",
+            "flow_width": width, "flow_depth": depth, "flow_heads": heads}
 
 
 @dataclass
@@ -93,6 +116,7 @@ class StepRow:
     head: str
     batch: int
     step_s: float  # median seconds per PPO minibatch step
+    evaluate_s: float  # median seconds of policy.evaluate alone (no_grad)
     trainable: int  # trainable parameters
 
     @property
@@ -131,8 +155,8 @@ def medians(fns: dict[str, Callable[[], Any]], device: torch.device, repeats: in
 # -- models and inputs -------------------------------------------------------------------------
 
 
-def build_medium_smolvlm(out_dir: Path, seed: int = 0) -> Path:
-    """tiny.py's SmolVLM config with wider, deeper towers (``MEDIUM_*``), saved with save_pretrained."""
+def build_medium_smolvlm(out_dir: Path, seed: int = 0, scale: str = "medium") -> Path:
+    """tiny.py's SmolVLM config with wider, deeper towers (``MEDIUM_*`` or ``LARGE_*``), saved with save_pretrained."""
     from transformers import AutoModelForImageTextToText
 
     from embodied.policies.vla.tiny import TINY_BACKBONES, quiet_transformers, train_tokenizer
@@ -142,8 +166,8 @@ def build_medium_smolvlm(out_dir: Path, seed: int = 0) -> Path:
     tokenizer = train_tokenizer(family)
     tiny = make_config(tokenizer)
     cfg = tiny.to_dict()
-    cfg["vision_config"].update(MEDIUM_VISION)
-    cfg["text_config"].update(MEDIUM_TEXT)
+    cfg["vision_config"].update(MEDIUM_VISION if scale == "medium" else LARGE_VISION)
+    cfg["text_config"].update(MEDIUM_TEXT if scale == "medium" else LARGE_TEXT)
     config = type(tiny).from_dict(cfg)
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(config)
@@ -160,8 +184,8 @@ def make_policy(args: argparse.Namespace, model_path: str, head: str) -> Any:
     spec = PolicySpec(state_dim=0, image_shape=(side, side, 3), action_dim=args.action_dim,
                       action_low=(-1.0,) * args.action_dim, action_high=(1.0,) * args.action_dim,
                       wrist_image_shape=(side, side, 3))
-    config = VLAConfig(model_path=model_path, action_head=head, action_chunk=args.chunk, lora_rank=args.lora_rank,
-                       device=args.device, dtype=args.dtype)
+    config = VLAConfig(model_path=model_path, action_chunk=args.chunk, lora_rank=args.lora_rank,
+                       device=args.device, dtype=args.dtype, **head_fields(head, args.scale))
     torch.manual_seed(args.seed)
     return VLAPolicy(config, spec)
 
@@ -236,9 +260,17 @@ def raw_cached_decode(policy: Any, inputs: dict[str, Any], steps: int) -> Callab
     return run
 
 
+def raw_prefix_pass(policy: Any, inputs: dict[str, Any]) -> Callable[[], Any]:
+    """One forward over the prompt returning every layer's hidden states (what the flow expert reads)."""
+    kwargs = {**inputs, "use_cache": False, "output_hidden_states": True, **_keep(policy.backbone, 1)}
+    return lambda: policy.backbone(**kwargs).hidden_states
+
+
 def raw_pass(policy: Any, head: str, obs: Obs) -> tuple[Callable[[], Any], str]:
     """The raw transformers work ``head`` needs for ``obs``, and a short description of it."""
     size = policy.chunk * policy.action_dim
+    if head.startswith("flow"):
+        return raw_prefix_pass(policy, raw_inputs(policy, obs, 0)), "1 prompt forward, all hidden states"
     if head == "autoregressive":
         return raw_cached_decode(policy, raw_inputs(policy, obs, 0), size), f"prompt+{size - 1} cached steps"
     keep = size if head == "tokens" else 1
@@ -282,9 +314,14 @@ def bench_ppo_step(policy: Any, head: str, batch: int, args: argparse.Namespace)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
 
-    step_s = medians({"step": step}, dev, args.repeats)["step"]
-    row = StepRow(head, batch, step_s, sum(p.numel() for p in params))
-    print(f"  {head:15s} PPO step, batch {batch}: {1e3 * step_s:.1f} ms", flush=True)
+    def evaluate() -> None:
+        with torch.no_grad():
+            policy.evaluate(out.forward_inputs, out.actions)
+
+    t = medians({"step": step, "evaluate": evaluate}, dev, args.repeats)
+    row = StepRow(head, batch, t["step"], t["evaluate"], sum(p.numel() for p in params))
+    print(f"  {head:15s} PPO step, batch {batch}: {1e3 * row.step_s:.1f} ms, evaluate {1e3 * row.evaluate_s:.1f} ms",
+          flush=True)
     return row
 
 
@@ -306,10 +343,11 @@ def table(act_rows: list[ActRow], step_rows: list[StepRow]) -> str:
     lines = [f"{'head':15s} {'batch':>5s} {'act chunks/s':>13s} {'raw chunks/s':>13s} {'act/raw':>8s}  raw pass"]
     for r in act_rows:
         lines.append(f"{r.head:15s} {r.batch:5d} {r.act_rate:13.1f} {r.raw_rate:13.1f} {r.ratio:8.2f}  {r.reference}")
-    lines += ["", "PPO minibatch step (evaluate + ppo_loss + backward + clip + Adam)",
-              f"{'head':15s} {'batch':>5s} {'ms/step':>10s} {'samples/s':>10s} {'trainable':>12s}"]
+    lines += ["", "PPO minibatch step (evaluate + ppo_loss + backward + clip + Adam), and evaluate alone (no_grad)",
+              f"{'head':15s} {'batch':>5s} {'ms/step':>10s} {'samples/s':>10s} {'evaluate ms':>12s} {'trainable':>12s}"]
     for s in step_rows:
-        lines.append(f"{s.head:15s} {s.batch:5d} {1e3 * s.step_s:10.1f} {s.samples_per_s:10.1f} {s.trainable:12,d}")
+        lines.append(f"{s.head:15s} {s.batch:5d} {1e3 * s.step_s:10.1f} {s.samples_per_s:10.1f} "
+                     f"{1e3 * s.evaluate_s:12.1f} {s.trainable:12,d}")
     return "\n".join(lines)
 
 
@@ -341,6 +379,7 @@ def plot(act_rows: list[ActRow], step_rows: list[StepRow], title: str, out: Path
     ratio_ax.set(ylabel="act / raw throughput", title="framework / raw")
     step_ax.bar([s.head for s in step_rows], [1e3 * s.step_s for s in step_rows],
                 color=[f"C{HEADS.index(s.head)}" for s in step_rows])
+    step_ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     batch = step_rows[0].batch if step_rows else 0
     step_ax.set(ylabel="ms per step", title=f"PPO minibatch step, batch {batch}")
     rate_ax.legend(fontsize=7)
@@ -356,12 +395,12 @@ def plot(act_rows: list[ActRow], step_rows: list[StepRow], title: str, out: Path
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--backbone", default="smolvlm-tiny", choices=["smolvlm-tiny", "qwen2_5_vl-tiny"],
+    p.add_argument("--backbone", default="smolvlm-tiny", choices=["smolvlm-tiny", "qwen2_5_vl-tiny", "paligemma-tiny"],
                    help="named tiny backbone (built offline on first use)")
     p.add_argument("--model-path", default=None, help="a save_pretrained folder instead (e.g. SmolVLM-256M)")
-    p.add_argument("--scale", default="tiny", choices=["tiny", "medium"],
-                   help="medium: build a ~119M-parameter Idefics3 (SmolVLM) into a temporary folder")
-    p.add_argument("--heads", default=",".join(HEADS), help="action heads, comma-separated")
+    p.add_argument("--scale", default="tiny", choices=["tiny", "medium", "large"],
+                   help="medium / large: build a ~119M / ~400M-parameter Idefics3 (SmolVLM) into a temporary folder")
+    p.add_argument("--heads", default=",".join(DEFAULT_HEADS), help=f"action heads, comma-separated ({', '.join(HEADS)})")
     p.add_argument("--batches", default="8,32,128", help="act() batch sizes, comma-separated")
     p.add_argument("--ppo-batch", type=int, default=32, help="batch of the PPO minibatch step")
     p.add_argument("--device", default="auto", choices=["cpu", "cuda", "auto"])
@@ -387,14 +426,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.batches, args.ppo_batch, args.repeats = [2], 2, 1
     if min(args.batches + [args.ppo_batch, args.chunk, args.action_dim, args.repeats]) < 1:
         p.error("--batches, --ppo-batch, --chunk, --action-dim and --repeats must be >= 1")
-    if args.scale == "medium" and (args.model_path or args.backbone != "smolvlm-tiny"):
-        p.error("--scale medium builds its own SmolVLM (Idefics3); drop --model-path / --backbone")
+    if args.scale != "tiny" and (args.model_path or args.backbone != "smolvlm-tiny"):
+        p.error(f"--scale {args.scale} builds its own SmolVLM (Idefics3); drop --model-path / --backbone")
     return args
 
 
 def run_head(args: argparse.Namespace, model_path: str, head: str) -> tuple[list[ActRow], StepRow, str]:
     """Build the policy for ``head``, time act/raw at every batch size, then the PPO step."""
     policy = make_policy(args, model_path, head)
+    print(f"{head}: {policy.describe()}", flush=True)
     try:
         text = header(policy, args, model_path)
         rows = bench_act(policy, head, args.batches, args)
@@ -413,9 +453,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="vla-bench-") as tmp:
-        if args.scale == "medium":
-            print("building the medium SmolVLM (Idefics3) ...", flush=True)
-            model_path = str(build_medium_smolvlm(Path(tmp) / "smolvlm-medium", args.seed))
+        if args.scale != "tiny":
+            print(f"building the {args.scale} SmolVLM (Idefics3) ...", flush=True)
+            model_path = str(build_medium_smolvlm(Path(tmp) / f"smolvlm-{args.scale}", args.seed, args.scale))
         else:
             model_path = args.model_path or f"tiny:{args.backbone}"
         act_rows, step_rows, text = [], [], ""

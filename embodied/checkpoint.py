@@ -275,13 +275,16 @@ def load_resume_point(path: str | Path) -> ResumePoint:
                        state["actor"], state.get("wandb_id"), state)
 
 
-def check_init_from(path: str, policy_type: str, action_chunk: int) -> Path:
-    """The checkpoint ``policy.init_from`` names, if its policy fits this config (else ``ValueError``).
+def check_init_from(path: str, policy: Any) -> Path:
+    """The checkpoint ``policy.init_from`` names, if its policy fits ``policy`` (a ``PolicyConfig``;
+    else ``ValueError``).
 
     Checked in the driver before any worker starts: the checkpoint exists and holds a policy of
-    the same type and chunk length. The action dimension is checked against the env's when the
-    actor loads it (``check_policy_spec``).
+    the same type and chunk length, and the same value of each of the config's
+    ``architecture_fields`` (a VLA's action head, say). The action dimension is checked against the
+    env's when the actor loads it (``check_policy_spec``).
     """
+    policy_type, action_chunk = policy.type, policy.action_chunk
     try:
         checkpoint = find_checkpoint(path)
         state = load_checkpoint(checkpoint)
@@ -293,9 +296,23 @@ def check_init_from(path: str, policy_type: str, action_chunk: int) -> Path:
         problems.append(f"it holds a policy.type={saved['type']!r} policy, this config trains {policy_type!r}")
     if saved.get("action_chunk", action_chunk) != action_chunk:
         problems.append(f"its policy.action_chunk is {saved['action_chunk']}, this config's is {action_chunk}")
+    if not problems:
+        for name in type(policy).architecture_fields:
+            mine = getattr(policy, name)
+            theirs = saved.get(name, _default_of(type(policy), name))
+            if theirs != mine:
+                problems.append(f"its policy.{name} is {theirs!r}, this config's is {mine!r}")
     if problems:
         raise ValueError(f"policy.init_from: checkpoint {checkpoint} does not fit: {'; '.join(problems)}")
     return checkpoint
+
+
+def _default_of(config_class: type, name: str) -> Any:
+    """A config field's default (what a checkpoint saved before the field existed had)."""
+    for f in dataclasses.fields(config_class):
+        if f.name == name and f.default is not dataclasses.MISSING:
+            return f.default
+    return None
 
 
 def check_policy_spec(state: dict[str, Any], action_dim: int, where: str) -> None:

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                    add_help=False)  # listed here; embodied.check_env parses its own arguments, --help included
     p_tiny = sub.add_parser("make-tiny-vla", help="build a tiny VLA backbone offline (save_pretrained folder)")
     p_tiny.add_argument("out_dir", help="folder to write (AutoModelForImageTextToText.from_pretrained reads it)")
-    p_tiny.add_argument("--backbone", default="smolvlm-tiny", help="smolvlm-tiny (default) or qwen2_5_vl-tiny")
+    p_tiny.add_argument("--backbone", default="smolvlm-tiny", help="smolvlm-tiny (default), qwen2_5_vl-tiny or paligemma-tiny")
     p_tiny.add_argument("--seed", type=int, default=0, help="seed of the random initial weights")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["check-env"]:

@@ -40,6 +40,9 @@ class PolicyConfig:
     init_from: str | None = None  # checkpoint (folder or run dir) whose policy weights training starts from, e.g. SFT's
 
     model_class: ClassVar[str] = ""  # "module:attr" of the Policy subclass built from this config
+    # Fields that shape the weights (besides type and action_chunk): a checkpoint whose policy
+    # differs in one of them cannot be loaded by policy.init_from, which says so up front.
+    architecture_fields: ClassVar[tuple[str, ...]] = ()
 
     def required_observations(self) -> set[str]:
         """What the env must give: a subset of {"states", "images"} (checked against env.obs_mode up front)."""
@@ -83,6 +86,31 @@ class Policy(nn.Module, abc.ABC):
     @abc.abstractmethod
     def value(self, obs: Obs) -> torch.Tensor:
         """V(obs), float32 [B]; used to bootstrap truncated episodes."""
+
+    def supervised_loss(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor,
+                        executed: torch.Tensor) -> torch.Tensor:
+        """The loss ``embodied sft`` minimizes on demonstrated chunks ``actions`` [B, C, A], with
+        ``executed`` [B, C] False past an episode's end.
+
+        By default the negative log-likelihood under ``evaluate``, averaged over executed sub-steps:
+        per chunk [B] (weighted by its executed sub-steps), per action [B, C] or per token [B, C, A]
+        (masked by ``executed``). A policy without a tractable likelihood (a flow-matching head)
+        overrides it with its own objective.
+        """
+        logprobs, _, _ = self.evaluate(forward_inputs, actions)
+        executed = executed.to(logprobs.device)
+        if logprobs.dim() == 1:
+            weight = executed.float().sum(-1) / executed.shape[-1]
+            return -(logprobs * weight).sum() / weight.sum().clamp_min(1e-8)
+        mask = executed if logprobs.dim() == 2 else executed.unsqueeze(-1).expand_as(logprobs)
+        mask = mask.float()
+        return -(logprobs * mask).sum() / mask.sum().clamp_min(1e-8)
+
+    def describe(self) -> str:
+        """One line printed when training starts: what the policy is and its parameter counts."""
+        total = sum(p.numel() for p in self.parameters())
+        trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
+        return f"policy: {type(self).__name__}, {total / 1e6:.3f}M parameters, {trainable / 1e6:.3f}M trainable"
 
     def value_head_parameters(self) -> list[nn.Parameter]:
         """The trainable parameters named by ``value_head_prefixes`` (what critic warm-up steps)."""

@@ -116,7 +116,7 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
         preflight_run(cfg, video=cfg.runner.eval_video != "none")
     if cfg.policy.init_from:
         try:
-            check_init_from(cfg.policy.init_from, cfg.policy.type, cfg.policy.action_chunk)
+            check_init_from(cfg.policy.init_from, cfg.policy)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     resume = resume_point(cfg)

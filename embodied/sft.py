@@ -4,10 +4,10 @@
     embodied sft configs/pick_place_mlp_sft.yaml                      # sft.dataset: data/pick_place
     embodied train configs/pick_place_mlp_ppo.yaml policy.init_from=runs/pick_place_mlp_sft-...
 
-The loss is the negative log-likelihood of the demonstrated action chunks under the policy,
-``-policy.evaluate(forward_inputs(obs), actions)`` averaged over executed sub-steps: cross-entropy
-on the action tokens for the VLA (same bins and statistics as RL), the Gaussian log-likelihood
-for the MLP and CNN. Success is measured with the same ``Evaluator`` as RL, metrics go to the
+The loss is ``policy.supervised_loss``: the negative log-likelihood of the demonstrated action
+chunks, ``-policy.evaluate(forward_inputs(obs), actions)`` averaged over executed sub-steps
+(cross-entropy on the action tokens for the VLA, same bins and statistics as RL; the Gaussian
+log-likelihood for the MLP and CNN), or the flow-matching loss of the VLA's flow head. Success is measured with the same ``Evaluator`` as RL, metrics go to the
 same sinks and ``learning_curves.png``, and the checkpoint is the same folder format, so
 ``policy.init_from`` and ``embodied eval`` read it as they read an RL checkpoint.
 """
@@ -48,7 +48,7 @@ def sft(cfg: Config) -> SFTResult:
     data = open_dataset(cfg)
     if cfg.policy.init_from:  # continue SFT, or fine-tune a checkpoint on new demonstrations
         try:
-            check_init_from(cfg.policy.init_from, cfg.policy.type, cfg.policy.action_chunk)
+            check_init_from(cfg.policy.init_from, cfg.policy)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     seed_everything(cfg.experiment.seed)
@@ -64,6 +64,7 @@ def sft(cfg: Config) -> SFTResult:
         evaluator = Evaluator.start(cfg, backend)
         spec = backend.wait(evaluator.envs.group.call("spec"))[0]
         policy = build_policy(cfg.policy, spec)
+        print(policy.describe())
         if cfg.policy.init_from:
             state = load_checkpoint(find_checkpoint(cfg.policy.init_from))
             check_policy_spec(state, spec.action_dim, "policy.init_from")
@@ -155,19 +156,9 @@ def fit_input_statistics(policy: Policy, train_set: Subset, batch_size: int) -> 
 
 
 def bc_loss(policy: Policy, obs: dict, actions: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
-    """Negative log-likelihood of the demonstrated chunks, averaged over executed sub-steps.
-
-    Log-probs come at the policy's granularity: per chunk [B] (weighted by its executed
-    sub-steps), per action [B, C] or per token [B, C, A] (masked by ``executed``).
-    """
-    logprobs, _, _ = policy.evaluate(policy.forward_inputs(obs), actions)
-    executed = executed.to(logprobs.device)
-    if logprobs.dim() == 1:
-        weight = executed.float().sum(-1) / executed.shape[-1]
-        return -(logprobs * weight).sum() / weight.sum().clamp_min(1e-8)
-    mask = executed if logprobs.dim() == 2 else executed.unsqueeze(-1).expand_as(logprobs)
-    mask = mask.float()
-    return -(logprobs * mask).sum() / mask.sum().clamp_min(1e-8)
+    """The policy's supervised loss on demonstrated chunks (``Policy.supervised_loss``): the negative
+    log-likelihood averaged over executed sub-steps, or a flow-matching head's own loss."""
+    return policy.supervised_loss(policy.forward_inputs(obs), actions, executed)
 
 
 @torch.no_grad()

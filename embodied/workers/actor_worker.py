@@ -29,6 +29,7 @@ class ActorWorker:
         self.algo, self.cfg, self.total_iterations, self.spec = algorithm, actor, total_iterations, spec
         self.algorithm: Algorithm = ALGORITHMS.resolve(algorithm.name)(algorithm)
         self.policy: Policy = build_policy(policy_cfg, spec)
+        print(self.policy.describe(), flush=True)  # once per run: the actor is the one copy that trains
         if policy_cfg.init_from:  # e.g. an SFT checkpoint; the driver checked its type and chunk already
             state = load_checkpoint(find_checkpoint(policy_cfg.init_from))
             check_policy_spec(state, spec.action_dim, "policy.init_from")

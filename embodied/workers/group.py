@@ -261,7 +261,7 @@ class Evaluator:
             with self.submit:
                 env_handles = self.envs.group.call("eval_epoch", chunk_steps, seed, episode_ids, video_dir, options,
                                                    record)
-                handles = self.rollout_group.call("eval_epoch", chunk_steps, seed if sample else None)
+                handles = self.rollout_group.call("eval_epoch", chunk_steps, seed, sample)
             try:
                 return exchange(self.backend, handles, self.envs, env_handles)
             except WorkerFailure as failure:

@@ -98,18 +98,19 @@ class MultiStepRolloutWorker:
         return self._trajectory(recorded, self.policy.value(obs).float())
 
     @torch.no_grad()
-    def eval_epoch(self, chunk_steps: int, sample_seed: int | None = None) -> list[EpisodeStats]:
+    def eval_epoch(self, chunk_steps: int, seed: int, sample: bool = False) -> list[EpisodeStats]:
         """``chunk_steps`` greedy chunk steps over the eval envs; the episodes that ended.
 
-        With ``sample_seed`` the actions are sampled instead (the stochastic policy that RL trains),
-        from torch's RNG seeded with ``sample_seed + rank``, so a sampled eval repeats itself too.
+        With ``sample`` the actions are sampled instead (the stochastic policy that RL trains).
+        Either way torch's RNG is seeded with ``seed + rank`` for the round and restored after it, so
+        a sampled eval repeats itself, a greedy policy that still draws (a flow head's starting
+        noise) gives the same numbers for the same checkpoint, and training's draws are untouched.
         """
         if self.evaluation is None:
             raise RuntimeError(f"rollout rank {self.rank} has no eval envs")
-        if sample_seed is not None:
-            torch.manual_seed(sample_seed + self.rank)
-        with self._failure_sent_to_peers(self.evaluation):
-            steps, _ = self._run(self.evaluation, chunk_steps, deterministic=sample_seed is None)
+        with self._failure_sent_to_peers(self.evaluation), torch.random.fork_rng(devices=_cuda_devices()):
+            torch.manual_seed(seed + self.rank)
+            steps, _ = self._run(self.evaluation, chunk_steps, deterministic=not sample)
         return [e for _, result in steps for e in result.episodes]
 
     def _run(self, link: Link, chunk_steps: int, deterministic: bool,
@@ -265,3 +266,8 @@ def _obs_in_env_order(stages: list[list[Shard]], obs: list[Obs]) -> Obs:
     if len(stages) == 1:
         return obs[0]
     return obs_concat([obs_slice(obs[i], a, b) for i, a, b in _pieces(stages)])
+
+
+def _cuda_devices() -> list[int]:
+    """The CUDA devices whose RNG an eval round forks (none on a CPU-only machine)."""
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []

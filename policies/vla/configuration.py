@@ -2,8 +2,8 @@
 
 The backbone is any transformers image-text-to-text model in a local folder (``model_path``,
 read by ``AutoModelForImageTextToText.from_pretrained``) or a named tiny one (``tiny:smolvlm-tiny``,
-``tiny:qwen2_5_vl-tiny``) built offline on first use. Two families have prompt and image code:
-SmolVLM / Idefics3 and Qwen2-VL / Qwen2.5-VL / Qwen3-VL.
+``tiny:qwen2_5_vl-tiny``, ``tiny:paligemma-tiny``) built offline on first use. Three families have
+prompt and image code: SmolVLM / Idefics3, PaliGemma (π0's backbone) and Qwen2-VL / Qwen2.5-VL / Qwen3-VL.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from typing import ClassVar, Literal
 from embodied.policy import PolicyConfig
 
 TINY_PREFIX = "tiny:"
-TINY_NAMES = ("smolvlm-tiny", "qwen2_5_vl-tiny")
+TINY_NAMES = ("smolvlm-tiny", "qwen2_5_vl-tiny", "paligemma-tiny")
 
 
 @dataclass
 class VLAConfig(PolicyConfig):
     type: str = "vla"  # registered policy name
     model_path: str = "tiny:smolvlm-tiny"  # local model folder, or tiny:NAME (built offline into the cache)
-    action_head: Literal["tokens", "autoregressive", "gaussian"] = "tokens"  # how actions come out (see heads.py)
-    action_bins: int = 256  # uniform bins over [-1, 1] per action dimension, the last ids of the vocabulary
+    action_head: Literal["tokens", "autoregressive", "gaussian", "flow"] = "tokens"  # how actions come out (see heads.py, flow.py)
+    action_bins: int | None = None  # token heads: uniform bins over [-1, 1] per action dimension, the last ids of the vocabulary (null: 256)
     action_norm: Literal["env_bounds", "model_stats"] = "env_bounds"  # [-1, 1] <-> env actions: the action space's bounds, or q01/q99 of <model_path>/action_stats.json
     image_size: int | None = None  # pixels per side the images are resized to (null: the family's default)
     use_wrist_image: bool = True  # add the wrist camera image to the prompt when the env has one
@@ -31,6 +31,14 @@ class VLAConfig(PolicyConfig):
     max_instruction_tokens: int = 32  # instruction tokens kept in the fixed-length prompt (longer is an error)
     temperature: float = 1.0  # sampling temperature of the token heads during training (eval is greedy)
     init_log_std: float = -1.0  # gaussian head: initial log standard deviation (normalized action units)
+    flow_steps: int = 10  # flow head: Euler denoising steps per chunk (πRL trains with 3-4)
+    flow_logprob: Literal["sde", "noise"] = "sde"  # flow head under RL: Flow-SDE (one noisy step per chunk) or Flow-Noise (learned std, every step)
+    flow_noise_level: float = 0.5  # flow head, sde: a in sigma_t = a * sqrt(t / (1 - t))
+    flow_noise_std_min: float = 0.08  # flow head, noise: lower bound of the learned std (normalized action units)
+    flow_noise_std_max: float = 0.16  # flow head, noise: upper bound of the learned std
+    flow_width: int = 256  # flow head: the action expert's width
+    flow_depth: int = 4  # flow head: the action expert's layers (each cross-attends to a backbone layer)
+    flow_heads: int = 4  # flow head: attention heads of the action expert (divides flow_width)
     value_hidden: int = 256  # width of the value head's hidden layer
     lora_rank: int = 0  # LoRA rank through peft; 0 trains the whole backbone
     lora_alpha: float = 16.0  # LoRA scaling numerator (scale = alpha / rank)
@@ -39,6 +47,14 @@ class VLAConfig(PolicyConfig):
     dtype: Literal["float32", "bfloat16"] = "float32"  # backbone weights and activations (heads stay float32)
 
     model_class: ClassVar[str] = "embodied.policies.vla.modeling:VLAPolicy"
+    # flow_logprob is not one: an SFT checkpoint (no noise head) starts Flow-Noise RL with a fresh noise head.
+    architecture_fields: ClassVar[tuple[str, ...]] = ("action_head", "use_states", "flow_width", "flow_depth",
+                                                      "flow_heads")
+
+    @property
+    def bins(self) -> int:
+        """Action bins of the token heads (and of the action tokenizer's normalization for the others)."""
+        return 256 if self.action_bins is None else self.action_bins
 
     def required_observations(self) -> set[str]:
         return {"images", "states"} if self.use_states else {"images"}
@@ -53,8 +69,9 @@ class VLAConfig(PolicyConfig):
                          f"{', '.join(TINY_PREFIX + n for n in TINY_NAMES)}")
         else:
             p += model_dir_problems(Path(self.model_path).expanduser(), self.action_norm)
-        if not 2 <= self.action_bins <= 4096:
+        if not 2 <= self.bins <= 4096:
             p.append(f"policy.action_bins: must be in [2, 4096], got {self.action_bins}")
+        p += self._flow_problems()
         if self.image_size is not None and self.image_size < 8:
             p.append(f"policy.image_size: must be >= 8 pixels, got {self.image_size}")
         if self.max_instruction_tokens < 1:
@@ -70,6 +87,30 @@ class VLAConfig(PolicyConfig):
 
             if not torch.cuda.is_available():
                 p.append("policy.device: 'cuda' but torch sees no CUDA device here (use cpu or auto)")
+        return p
+
+    def _flow_problems(self) -> list[str]:
+        p: list[str] = []
+        if self.action_head != "flow":
+            return p
+        if self.action_bins is not None:
+            p.append("policy.action_bins: only the token heads have bins; action_head=flow predicts continuous "
+                     "actions (remove action_bins)")
+        if self.temperature != 1.0:
+            p.append("policy.temperature: only the token heads sample with a temperature; action_head=flow draws "
+                     "its noise from flow_logprob (flow_noise_level / flow_noise_std_*)")
+        if self.flow_steps < 1:
+            p.append(f"policy.flow_steps: must be >= 1 Euler step, got {self.flow_steps}")
+        if not self.flow_noise_level > 0:
+            p.append(f"policy.flow_noise_level: must be > 0 (a in sigma_t = a * sqrt(t / (1 - t))), got "
+                     f"{self.flow_noise_level}")
+        if not 0 < self.flow_noise_std_min <= self.flow_noise_std_max:
+            p.append(f"policy.flow_noise_std_min / flow_noise_std_max: need 0 < min <= max, got "
+                     f"{self.flow_noise_std_min} > {self.flow_noise_std_max}" if self.flow_noise_std_min > 0 else
+                     f"policy.flow_noise_std_min: must be > 0, got {self.flow_noise_std_min}")
+        if self.flow_width < 1 or self.flow_depth < 1 or self.flow_heads < 1 or self.flow_width % self.flow_heads:
+            p.append(f"policy.flow_width / flow_depth / flow_heads: need positive sizes with flow_heads dividing "
+                     f"flow_width, got {self.flow_width} / {self.flow_depth} / {self.flow_heads}")
         return p
 
 

@@ -1,11 +1,13 @@
 """Action heads of the VLA policy, chosen by ``policy.action_head``, behind one interface.
 
-A head turns the backbone into action chunks. It gets ``run(extra_ids, extra_embeds) -> hidden
-[B, L + k, H]`` (one forward pass over the prompt plus ``k`` appended token ids, whose input
-embeddings get ``extra_embeds`` [k, H] added when given), ``decode`` (one cached step,
-for the autoregressive head) and ``bin_logits(hidden) -> [.., n_bins]`` (the language-model head
-restricted to the action-bin ids, i.e. logits masked to the action bins). Every head returns the
-hidden state of the last prompt token too, which the value head reads.
+A head turns the backbone into action chunks. It gets a :class:`Backbone`: ``run(extra_ids,
+extra_embeds) -> hidden [B, L + k, H]`` (one forward pass over the prompt plus ``k`` appended token
+ids, whose input embeddings get ``extra_embeds`` [k, H] added when given), ``decode`` (one cached
+step, for the autoregressive head), ``bin_logits(hidden) -> [.., n_bins]`` (the language-model head
+restricted to the action-bin ids, i.e. logits masked to the action bins) and ``prefix()`` (every
+layer's hidden states over the prompt, for the flow head). Every head returns the hidden state of
+the last prompt token too, which the value head reads, and may return tensors to ``record`` in the
+forward inputs, which ``evaluate`` gets back to replay ``act``.
 
 - ``tokens`` (OpenVLA-OFT style): ``K = C x A`` placeholder tokens after the prompt, all decoded in
   one forward pass; position ``j`` scores the bin of action entry ``j``. Log-probs ``[B, C, A]``.
@@ -16,12 +18,13 @@ hidden state of the last prompt token too, which the value head reads.
 - ``gaussian`` (OFT regression, StarVLA's OFT head): a linear map per placeholder (slot embeddings as
   above) of its hidden state is that entry's mean in normalized units, with a learned
   state-independent log-std. Log-probs ``[B, C]``.
+- ``flow`` (π0 / SmolVLA): a flow-matching action expert; see ``flow.py``. Log-probs ``[B, C]``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -31,13 +34,34 @@ Run = Callable[..., torch.Tensor]  # run(extra_ids [B, k] | None, extra_embeds [
 
 
 @dataclass
+class Prefix:
+    """The backbone over the prompt alone: every layer's hidden states and where the tokens are."""
+
+    hidden: tuple[torch.Tensor, ...]  # [B, L, H] each: the embeddings, then layer 1 ... N (the last normed)
+    mask: torch.Tensor  # [B, L], 0 on left padding
+
+
+@dataclass
+class Backbone:
+    """The calls into the backbone a head may make, over one batch of forward inputs."""
+
+    run: Run
+    decode: Callable[..., tuple[torch.Tensor, object]]  # decode(ids [B, 1] | None, past, step) -> (hidden, past)
+    bin_logits: Callable[[torch.Tensor], torch.Tensor]
+    prefix: Callable[[], Prefix]
+    first_bin_id: int
+    temperature: float
+
+
+@dataclass
 class HeadOutput:
-    """What a head returns for a batch; actions are bins (token heads) or normalized values (gaussian)."""
+    """What a head returns for a batch; actions are bins (token heads) or normalized values (continuous)."""
 
     actions: torch.Tensor  # long bins [B, C, A] or float normalized [B, C, A]
     logprobs: torch.Tensor  # [B, C, A] (token) or [B, C] (action)
     entropy: torch.Tensor  # same shape as logprobs
     prompt_hidden: torch.Tensor  # [B, H], hidden state of the last prompt token
+    record: dict[str, torch.Tensor] = field(default_factory=dict)  # added to forward_inputs for evaluate
 
 
 class ActionHead(nn.Module):
@@ -55,6 +79,13 @@ class ActionHead(nn.Module):
     def placeholders(self, batch: int, device: torch.device) -> torch.Tensor:
         return torch.full((batch, self.size), self.placeholder_id, dtype=torch.long, device=device)
 
+    def act(self, backbone: Backbone, batch: int, device: torch.device, deterministic: bool) -> HeadOutput:
+        raise NotImplementedError
+
+    def evaluate(self, backbone: Backbone, actions: torch.Tensor, inputs: dict[str, torch.Tensor]) -> HeadOutput:
+        """Score ``actions`` (bins or normalized values) given the forward inputs ``act`` recorded."""
+        raise NotImplementedError
+
 
 class SlotHead(ActionHead):
     """A head that decodes ``K`` placeholders in one pass, each with its own learned slot embedding."""
@@ -69,14 +100,6 @@ class SlotHead(ActionHead):
         prompt_len = hidden.shape[1] - self.size
         return hidden[:, prompt_len:], hidden[:, prompt_len - 1]
 
-    def act(self, run: Run, decode: Callable, bin_logits: Callable, batch: int, device: torch.device,
-            deterministic: bool, temperature: float) -> HeadOutput:
-        raise NotImplementedError
-
-    def evaluate(self, run: Run, bin_logits: Callable, actions: torch.Tensor, first_bin_id: int,
-                 temperature: float) -> HeadOutput:
-        raise NotImplementedError
-
 
 def _categorical(logits: torch.Tensor, temperature: float) -> Categorical:
     return Categorical(logits=logits.float() / temperature)
@@ -85,20 +108,19 @@ def _categorical(logits: torch.Tensor, temperature: float) -> Categorical:
 class TokenHead(SlotHead):
     """All action tokens from one forward pass over placeholders (parallel decoding)."""
 
-    def _dist(self, run: Run, bin_logits: Callable, batch: int, device: torch.device,
-              temperature: float) -> tuple[Categorical, torch.Tensor]:
-        slots, h = self._slot_hidden(run, batch, device)
-        return _categorical(bin_logits(slots), temperature), h
+    def _dist(self, backbone: Backbone, batch: int, device: torch.device) -> tuple[Categorical, torch.Tensor]:
+        slots, h = self._slot_hidden(backbone.run, batch, device)
+        return _categorical(backbone.bin_logits(slots), backbone.temperature), h
 
-    def act(self, run, decode, bin_logits, batch, device, deterministic, temperature):
-        dist, h = self._dist(run, bin_logits, batch, device, temperature)
+    def act(self, backbone, batch, device, deterministic):
+        dist, h = self._dist(backbone, batch, device)
         bins = dist.logits.argmax(-1) if deterministic else dist.sample()
         shape = (batch, self.chunk, self.action_dim)
         return HeadOutput(bins.view(shape), dist.log_prob(bins).view(shape), dist.entropy().view(shape), h)
 
-    def evaluate(self, run, bin_logits, actions, first_bin_id, temperature):
+    def evaluate(self, backbone, actions, inputs):
         batch = actions.shape[0]
-        dist, h = self._dist(run, bin_logits, batch, actions.device, temperature)
+        dist, h = self._dist(backbone, batch, actions.device)
         bins = actions.reshape(batch, -1)
         return HeadOutput(actions, dist.log_prob(bins).view(actions.shape), dist.entropy().view(actions.shape), h)
 
@@ -106,12 +128,13 @@ class TokenHead(SlotHead):
 class AutoregressiveHead(ActionHead):
     """One bin token at a time with the KV cache; replayed teacher-forced in one pass."""
 
-    def act(self, run, decode, bin_logits, batch, device, deterministic, temperature):
+    def act(self, backbone, batch, device, deterministic):
+        decode = backbone.decode
         hidden, past = decode(None, None, 0)  # the prompt, filling the cache
         h = prompt_hidden = hidden[:, -1]
         bins, logps, ents = [], [], []
         for k in range(self.size):
-            dist = _categorical(bin_logits(h), temperature)
+            dist = _categorical(backbone.bin_logits(h), backbone.temperature)
             b = dist.logits.argmax(-1) if deterministic else dist.sample()
             bins.append(b), logps.append(dist.log_prob(b)), ents.append(dist.entropy())
             if k + 1 < self.size:
@@ -121,12 +144,12 @@ class AutoregressiveHead(ActionHead):
         return HeadOutput(torch.stack(bins, 1).view(shape), torch.stack(logps, 1).view(shape),
                           torch.stack(ents, 1).view(shape), prompt_hidden)
 
-    def evaluate(self, run, bin_logits, actions, first_bin_id, temperature):
+    def evaluate(self, backbone, actions, inputs):
         batch = actions.shape[0]
         bins = actions.reshape(batch, -1)
-        hidden = run(first_bin_id + bins[:, :-1])  # [B, L + K - 1, H]
+        hidden = backbone.run(backbone.first_bin_id + bins[:, :-1])  # [B, L + K - 1, H]
         prompt_len = hidden.shape[1] - (self.size - 1)
-        dist = _categorical(bin_logits(hidden[:, prompt_len - 1:]), temperature)
+        dist = _categorical(backbone.bin_logits(hidden[:, prompt_len - 1:]), backbone.temperature)
         return HeadOutput(actions, dist.log_prob(bins).view(actions.shape), dist.entropy().view(actions.shape),
                           hidden[:, prompt_len - 1])
 
@@ -144,33 +167,23 @@ class GaussianHead(SlotHead):
         self.mean_bias = nn.Parameter(torch.zeros(self.size))
         self.log_std = nn.Parameter(torch.full((self.size,), float(init_log_std)))
 
-    def _dist(self, run: Run, batch: int, device: torch.device) -> tuple[Normal, torch.Tensor]:
-        slots, h = self._slot_hidden(run, batch, device)
+    def _dist(self, backbone: Backbone, batch: int, device: torch.device) -> tuple[Normal, torch.Tensor]:
+        slots, h = self._slot_hidden(backbone.run, batch, device)
         mean = (slots.float() * self.mean_weight).sum(-1) + self.mean_bias  # [B, K]
         return Normal(mean, self.log_std.exp().expand_as(mean)), h
 
     def _shape(self, x: torch.Tensor) -> torch.Tensor:
         return x.view(x.shape[0], self.chunk, self.action_dim)
 
-    def act(self, run, decode, bin_logits, batch, device, deterministic, temperature):
-        dist, h = self._dist(run, batch, device)
+    def act(self, backbone, batch, device, deterministic):
+        dist, h = self._dist(backbone, batch, device)
         flat = dist.mean if deterministic else dist.sample()
         return HeadOutput(self._shape(flat), self._shape(dist.log_prob(flat)).sum(-1),
                           self._shape(dist.entropy()).sum(-1), h)
 
-    def evaluate(self, run, bin_logits, actions, first_bin_id, temperature):
-        dist, h = self._dist(run, actions.shape[0], actions.device)
+    def evaluate(self, backbone, actions, inputs):
+        dist, h = self._dist(backbone, actions.shape[0], actions.device)
         flat = actions.reshape(actions.shape[0], -1).float()
         return HeadOutput(actions, self._shape(dist.log_prob(flat)).sum(-1), self._shape(dist.entropy()).sum(-1), h)
 
 
-def make_head(name: str, chunk: int, action_dim: int, placeholder_id: int, hidden_size: int,
-              init_log_std: float) -> ActionHead:
-    """The head ``policy.action_head`` names."""
-    if name == "tokens":
-        return TokenHead(chunk, action_dim, placeholder_id, hidden_size)
-    if name == "autoregressive":
-        return AutoregressiveHead(chunk, action_dim, placeholder_id)
-    if name == "gaussian":
-        return GaussianHead(chunk, action_dim, placeholder_id, hidden_size, init_log_std)
-    raise ValueError(f"policy.action_head: unknown head {name!r}; known: tokens, autoregressive, gaussian")

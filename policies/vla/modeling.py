@@ -29,7 +29,9 @@ from embodied.policy import Policy, PolicySpec
 from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, Obs, PolicyOutput
 from embodied.policies.vla.action_tokenizer import ActionTokenizer, stats_bounds
 from embodied.policies.vla.configuration import VLAConfig
-from embodied.policies.vla.heads import ActionHead, make_head
+from embodied.policies.vla.flow import ExpertShape, FlowHead
+from embodied.policies.vla.heads import (ActionHead, AutoregressiveHead, Backbone, GaussianHead, Prefix,
+                                         TokenHead)
 from embodied.policies.vla.processing import VLAProcessor, family_of
 from embodied.policies.vla.tiny import quiet_transformers, resolve_model_path
 
@@ -38,6 +40,7 @@ POLICY_FILE = "embodied_policy.json"  # the policy config and the resolved image
 DEFAULT_LORA_TARGETS = {  # the language model's attention and MLP projections (not the vision tower)
     "smolvlm": r".*text_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)",
     "qwen": r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)",
+    "paligemma": r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)",
 }
 
 
@@ -80,8 +83,7 @@ class VLAPolicy(Policy):
                                       max_instruction_tokens=config.max_instruction_tokens)
         hidden = int(backbone.config.get_text_config().hidden_size)
         self.chunk, self.action_dim = config.action_chunk, spec.action_dim
-        self.head: ActionHead = make_head(config.action_head, self.chunk, self.action_dim, self.processor.pad_id,
-                                          hidden, config.init_log_std)
+        self.head: ActionHead = make_head(config, self.chunk, self.action_dim, self.processor.pad_id, hidden)
         self.logprob_granularity = self.head.granularity  # per instance: it depends on the head
         self.value_head = nn.Sequential(nn.Linear(hidden, config.value_hidden), nn.Tanh(),
                                         nn.Linear(config.value_hidden, 1))
@@ -109,7 +111,7 @@ class VLAPolicy(Policy):
                                  f"dimensions but the env's action space has {spec.action_dim}")
         else:
             low, high = list(spec.action_low), list(spec.action_high)
-        return ActionTokenizer(config.action_bins, vocab, low, high)
+        return ActionTokenizer(config.bins, vocab, low, high)
 
     def _add_lora(self, config: VLAConfig) -> None:
         from peft import LoraConfig, get_peft_model
@@ -138,10 +140,22 @@ class VLAPolicy(Policy):
 
     # -- the policy interface ----------------------------------------------------------------
 
+    def describe(self) -> str:
+        total = sum(p.numel() for p in self.parameters())
+        trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
+        head = sum(p.numel() for p in self.head.parameters())
+        line = (f"policy: VLA ({self.family}, {self.config.action_head} head), {total / 1e6:.2f}M parameters, "
+                f"{trainable / 1e6:.2f}M trainable; action head {head / 1e6:.2f}M")
+        if isinstance(self.head, FlowHead):
+            c = self.config
+            line += (f" (flow expert: width {c.flow_width}, depth {c.flow_depth}, {c.flow_heads} heads, "
+                     f"{c.flow_steps} Euler steps, log-probs {c.flow_logprob})")
+        return line
+
     def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
         inputs = self.forward_inputs(obs)
-        out = self.head.act(*self._runners(inputs), self._bin_logits, inputs["input_ids"].shape[0], self.device_,
-                            deterministic, self.config.temperature)
+        out = self.head.act(self._backbone(inputs), inputs["input_ids"].shape[0], self.device_, deterministic)
+        inputs |= {k: v.detach().cpu() for k, v in out.record.items()}
         if self.head.continuous:
             actions = self.action_tokenizer.denormalize(out.actions.double()).float()
         else:
@@ -150,20 +164,27 @@ class VLAPolicy(Policy):
                             values=self._value(out.prompt_hidden).cpu(), forward_inputs=inputs)
 
     def evaluate(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor):
-        run, _ = self._runners(forward_inputs)
+        out = self.head.evaluate(self._backbone(forward_inputs), self._head_actions(actions), forward_inputs)
+        return out.logprobs.float(), out.entropy.float(), self._value(out.prompt_hidden)
+
+    def supervised_loss(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor,
+                        executed: torch.Tensor) -> torch.Tensor:
+        """The flow head's flow-matching loss; the other heads' negative log-likelihood."""
+        if isinstance(self.head, FlowHead):
+            return self.head.flow_matching_loss(self._backbone(forward_inputs), self._head_actions(actions),
+                                                executed.to(self.device_))
+        return super().supervised_loss(forward_inputs, actions, executed)
+
+    def _head_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """Env actions as the head sees them: normalized values (continuous heads) or bins."""
         actions = actions.to(self.device_)
         if self.head.continuous:
-            target = self.action_tokenizer.normalize(actions.double()).float()
-        else:
-            target = self.action_tokenizer.encode(actions)
-        out = self.head.evaluate(run, self._bin_logits, target, self.action_tokenizer.first_token_id,
-                                 self.config.temperature)
-        return out.logprobs.float(), out.entropy.float(), self._value(out.prompt_hidden)
+            return self.action_tokenizer.normalize(actions.double()).float()
+        return self.action_tokenizer.encode(actions)
 
     @torch.no_grad()
     def value(self, obs: Obs) -> torch.Tensor:
-        run, _ = self._runners(self.forward_inputs(obs))
-        hidden = run(None)
+        hidden = self._backbone(self.forward_inputs(obs)).run(None)
         return self._value(hidden[:, -1]).cpu()
 
     # -- inputs ------------------------------------------------------------------------------
@@ -183,8 +204,9 @@ class VLAPolicy(Policy):
             inputs[STATES] = torch.as_tensor(np.asarray(obs[STATES]), dtype=torch.float32)
         return inputs
 
-    def _runners(self, inputs: dict[str, torch.Tensor]):
-        """``run(extra_ids)`` (one forward pass) and ``decode(ids, past, step)`` (cached) over a batch."""
+    def _backbone(self, inputs: dict[str, torch.Tensor]) -> Backbone:
+        """The calls a head makes over a batch: ``run(extra_ids)`` (one forward pass), ``decode(ids,
+        past, step)`` (cached), ``prefix()`` (every layer's hidden states over the prompt)."""
         dev = self.device_
         ids, mask = inputs["input_ids"].to(dev), inputs["attention_mask"].to(dev)
         images = [inputs[MAIN_IMAGES]] + ([inputs[WRIST_IMAGES]] if self.use_wrist else [])
@@ -218,14 +240,21 @@ class VLAPolicy(Policy):
             if token is None:  # the prompt, filling the cache
                 out = self._inner(inputs_embeds=embed(ids, True), attention_mask=mask, position_ids=positions,
                                   use_cache=True, **pixels)
-                return out.last_hidden_state, out.past_key_values
+                return out.last_hidden_state, out.cache
             full_mask = torch.cat([mask, torch.ones(mask.shape[0], step + 1, dtype=mask.dtype, device=dev)], 1)
             pos = self.processor.next_positions(positions, step + 1)[..., -1:]
             out = self._inner(inputs_embeds=embed(self.action_tokenizer.first_token_id + token, False),
-                              attention_mask=full_mask, position_ids=pos, past_key_values=past, use_cache=True)
-            return out.last_hidden_state, out.past_key_values
+                              attention_mask=full_mask, position_ids=pos, cache=past, use_cache=True)
+            return out.last_hidden_state, out.cache
 
-        return run, decode
+        def prefix() -> Prefix:
+            out = self._inner(inputs_embeds=embed(ids, True), attention_mask=mask, position_ids=positions,
+                              use_cache=False, output_hidden_states=True, **pixels)
+            hidden = tuple(out.hidden_states[:-1]) + (out.last_hidden_state,)  # the last one normed
+            return Prefix(hidden, mask)
+
+        return Backbone(run, decode, self._bin_logits, prefix, self.action_tokenizer.first_token_id,
+                        self.config.temperature)
 
     @property
     def _inner(self) -> Any:
@@ -310,8 +339,30 @@ class VLAPolicy(Policy):
         missing = [name for name in self._head_modules() if name not in state]
         for name, module in self._head_modules().items():
             if name in state:
-                module.load_state_dict(state[name])
+                saved = state[name]
+                if isinstance(module, FlowHead):  # sde <-> noise: Flow-Noise's std head starts fresh, or is left out
+                    own = module.state_dict()
+                    saved = {k: v for k, v in own.items() if k.startswith("noise_std.")} | {
+                        k: v for k, v in saved.items() if k in own or not k.startswith("noise_std.")}
+                module.load_state_dict(saved)
         return missing
+
+
+def make_head(config: VLAConfig, chunk: int, action_dim: int, placeholder_id: int, hidden_size: int) -> ActionHead:
+    """The head ``policy.action_head`` names."""
+    name = config.action_head
+    if name == "tokens":
+        return TokenHead(chunk, action_dim, placeholder_id, hidden_size)
+    if name == "autoregressive":
+        return AutoregressiveHead(chunk, action_dim, placeholder_id)
+    if name == "gaussian":
+        return GaussianHead(chunk, action_dim, placeholder_id, hidden_size, config.init_log_std)
+    if name == "flow":
+        shape = ExpertShape(config.flow_width, config.flow_depth, config.flow_heads)
+        return FlowHead(chunk, action_dim, placeholder_id, hidden_size, shape, config.flow_steps,
+                        config.flow_logprob, config.flow_noise_level,
+                        (config.flow_noise_std_min, config.flow_noise_std_max))
+    raise ValueError(f"policy.action_head: unknown head {name!r}; known: tokens, autoregressive, gaussian, flow")
 
 
 def _uint8(images: Any) -> torch.Tensor:

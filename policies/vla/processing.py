@@ -6,6 +6,10 @@ Every prompt has one fixed length ``L`` (left-padded), so prompts of a rollout s
 - SmolVLM / Idefics3: ``<|im_start|>User:`` + per image ``<fake_token_around_image><global-img>``
   ``<image> x n <fake_token_around_image>`` + instruction (+ state token) + ``<end_of_utterance>\\nAssistant:``.
   Images are resized to the vision encoder's size (no image splitting), ``n = (S/patch)^2 / scale^2``.
+- PaliGemma (π0 / π0.5's backbone): ``<image> x n`` per image + ``<bos>`` + instruction (+ state token)
+  + ``\n``, as PaliGemma's processor lays it out. Images are resized to the SigLIP tower's size,
+  ``n = (S/patch)^2``; positions start at 1 as PaliGemma's do. Attention stays causal (no
+  ``token_type_ids``), so every head reads the same prefix as the value head.
 - Qwen2-VL / Qwen2.5-VL / Qwen3-VL: ``<|im_start|>user\\n`` + per image ``<|vision_start|><|image_pad|> x n``
   ``<|vision_end|>`` + instruction (+ state token) + ``<|im_end|>\\n<|im_start|>assistant\\n``. Images are
   resized to ``S`` (a multiple of patch x merge), patchified as Qwen's processor does, with
@@ -25,15 +29,17 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-FAMILIES = {"idefics3": "smolvlm", "smolvlm": "smolvlm", "qwen2_vl": "qwen", "qwen2_5_vl": "qwen", "qwen3_vl": "qwen"}
+FAMILIES = {"idefics3": "smolvlm", "smolvlm": "smolvlm", "qwen2_vl": "qwen", "qwen2_5_vl": "qwen", "qwen3_vl": "qwen",
+            "paligemma": "paligemma"}
 DEFAULT_MEAN_STD = {
     "smolvlm": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+    "paligemma": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
     "qwen": ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)),
 }
 
 
 def family_of(model_config: Any) -> str:
-    """``smolvlm`` or ``qwen``, from the backbone config's ``model_type``."""
+    """``smolvlm``, ``paligemma`` or ``qwen``, from the backbone config's ``model_type``."""
     model_type = getattr(model_config, "model_type", "?")
     if model_type not in FAMILIES:
         raise ValueError(f"policy.model_path: backbone model_type {model_type!r} has no prompt/image code; "
@@ -67,6 +73,12 @@ class VLAProcessor:
             if self.image_size > int(vision.image_size):
                 raise ValueError(f"policy.image_size: {self.image_size} exceeds the vision encoder's "
                                  f"{vision.image_size} (images are not split into crops)")
+        elif self.family == "paligemma":
+            self.patch, self.merge = int(vision.patch_size), 1
+            self.image_size = int(image_size or vision.image_size)
+            if self.image_size != int(vision.image_size):
+                raise ValueError(f"policy.image_size: PaliGemma's SigLIP tower takes {vision.image_size} pixels "
+                                 f"per side (its position embeddings are fixed), got {self.image_size}")
         else:
             self.patch, self.merge = int(vision.patch_size), int(vision.spatial_merge_size)
             self.temporal = int(getattr(vision, "temporal_patch_size", 2))
@@ -104,6 +116,9 @@ class VLAProcessor:
             image = [fake, glob] + [self.image_token_id] * n + [fake]
             prefix = [self._special("<|im_start|>")] + self._ids("User:") + image * self.num_images
             suffix = [self._special("<end_of_utterance>")] + self._ids("\nAssistant:")
+        elif self.family == "paligemma":
+            prefix = [self.image_token_id] * n * self.num_images + [self._special("<bos>")]
+            suffix = self._ids("\n")
         else:
             start, end = self._special("<|vision_start|>"), self._special("<|vision_end|>")
             image = [start] + [self.image_token_id] * n + [end]
@@ -148,6 +163,8 @@ class VLAProcessor:
         x = (x - self.mean.to(device)) / self.std.to(device)
         if self.family == "smolvlm":
             return {"pixel_values": x.view(b, self.num_images, 3, self.image_size, self.image_size).to(dtype)}
+        if self.family == "paligemma":  # every image through SigLIP, in prompt order
+            return {"pixel_values": x.to(dtype)}
         return {"pixel_values": self._patchify(x).to(dtype),
                 "image_grid_thw": torch.tensor([[1, self.grid, self.grid]] * x.shape[0], device=device)}
 
@@ -162,9 +179,12 @@ class VLAProcessor:
 
     def positions(self, inner_model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   pixels: dict[str, Any]) -> torch.Tensor:
-        """Position ids of a full sequence: 1-D for SmolVLM, Qwen's 3-D rope ids ``[3, B, L]``."""
+        """Position ids of a full sequence: 1-D for SmolVLM (from 0) and PaliGemma (from 1), Qwen's
+        3-D rope ids ``[3, B, L]``."""
         if self.family == "smolvlm":
             return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
+        if self.family == "paligemma":
+            return attention_mask.long().cumsum(-1).clamp_min(1)
         mm_types = (input_ids == self.image_token_id).int()
         positions, _ = inner_model.get_rope_index(input_ids, mm_token_type_ids=mm_types,
                                                   image_grid_thw=pixels["image_grid_thw"],

@@ -43,6 +43,7 @@ CORPUS = [
 SPECIAL_TOKENS = {
     "smolvlm": ["<|endoftext|>", "<|im_start|>", "<end_of_utterance>", "<fake_token_around_image>", "<global-img>",
                 "<image>"],
+    "paligemma": ["<|endoftext|>", "<bos>", "<image>"],
     "qwen2_5_vl": ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
                    "<|image_pad|>", "<|video_pad|>"],
 }
@@ -113,10 +114,43 @@ def _qwen2_5_vl_config(tokenizer: Any) -> Any:
     )
 
 
+def _paligemma_config(tokenizer: Any) -> Any:
+    from transformers import PaliGemmaConfig
+
+    vocab = len(tokenizer) + ACTION_BINS
+    return PaliGemmaConfig(
+        vision_config=dict(model_type="siglip_vision_model", hidden_size=96, intermediate_size=192,
+                           num_hidden_layers=2, num_attention_heads=2, image_size=64, patch_size=16,
+                           projection_dim=192),
+        text_config=dict(model_type="gemma", vocab_size=vocab, hidden_size=192, intermediate_size=512,
+                         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=1, head_dim=48,
+                         max_position_embeddings=1024, pad_token_id=tokenizer.pad_token_id,
+                         bos_token_id=tokenizer.convert_tokens_to_ids("<bos>"), eos_token_id=tokenizer.eos_token_id),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"), projection_dim=192, hidden_size=192,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def paligemma_3b_config() -> Any:
+    """PaliGemma-3B's shapes (SigLIP-So400m/14 at 224, Gemma-2B, 257k vocabulary), π0's backbone;
+    for construction checks (on the meta device), since its weights cannot be downloaded here."""
+    from transformers import PaliGemmaConfig
+
+    return PaliGemmaConfig(
+        vision_config=dict(model_type="siglip_vision_model", hidden_size=1152, intermediate_size=4304,
+                           num_hidden_layers=27, num_attention_heads=16, image_size=224, patch_size=14,
+                           projection_dim=2048),
+        text_config=dict(model_type="gemma", vocab_size=257152, hidden_size=2048, intermediate_size=16384,
+                         num_hidden_layers=18, num_attention_heads=8, num_key_value_heads=1, head_dim=256),
+        image_token_id=257152, projection_dim=2048, hidden_size=2048,
+    )
+
+
 # Named tiny backbones: family of the prompt format, and its config builder.
 TINY_BACKBONES: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "smolvlm-tiny": ("smolvlm", _smolvlm_config),
     "qwen2_5_vl-tiny": ("qwen2_5_vl", _qwen2_5_vl_config),
+    "paligemma-tiny": ("paligemma", _paligemma_config),
 }
 
 

@@ -24,7 +24,8 @@ def test_quick_run_prints_every_head_and_writes_the_png(tmp_path, capsys):
     assert [r.head for r in result["act"]] == list(HEADS) and [s.head for s in result["ppo_step"]] == list(HEADS)
     for r in result["act"]:
         assert math.isfinite(r.ratio) and r.act_rate > 0 and r.raw_rate > 0
-    assert all(s.step_s > 0 for s in result["ppo_step"])
+    assert all(s.step_s > 0 and s.evaluate_s > 0 for s in result["ppo_step"])
+    assert "flow expert: width" in text and "evaluate ms" in text
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

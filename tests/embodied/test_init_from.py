@@ -8,6 +8,7 @@ import torch
 import embodied.runner as runner
 from embodied.checkpoint import check_init_from, load_checkpoint
 from embodied.config import ConfigError
+from embodied.policies.vla.configuration import VLAConfig
 from tests.embodied.test_resume import toy_config
 
 
@@ -38,7 +39,7 @@ def test_a_checkpoint_of_another_chunk_length_is_refused_before_any_worker(tmp_p
 
 def test_a_checkpoint_of_another_policy_type_is_refused(first):
     with pytest.raises(ValueError, match="it holds a policy.type='mlp' policy, this config trains 'vla'"):
-        check_init_from(str(first.run_dir), "vla", 2)
+        check_init_from(str(first.run_dir), VLAConfig(action_chunk=2))
 
 
 def test_a_checkpoint_of_another_action_dimension_names_both(tmp_path, first):
