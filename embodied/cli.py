@@ -7,7 +7,8 @@
     embodied list envs
     embodied check-env Reach-v0 --steps 200
     embodied make-tiny-vla runs/tiny-smolvlm --backbone smolvlm-tiny
-    embodied collect configs/pick_place_mlp_sft.yaml --episodes 200 --out data/pick_place
+    embodied collect configs/pick_place_mlp_sft.yaml --episodes 200 --out data/pick_place [--format lerobot]
+    embodied data info data/pick_place
     embodied sft configs/pick_place_mlp_sft.yaml sft.dataset=data/pick_place
 """
 
@@ -50,6 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     p_collect.add_argument("--noise", type=float, default=0.0,
                            help="execute the expert's actions with Gaussian noise of this fraction of half the "
                                 "action range, recording the expert's own (DART; default 0)")
+    p_collect.add_argument("--format", choices=["arrow", "lerobot"], default="arrow", dest="data_format",
+                           help="arrow: embodied's dataset, a row per chunk step (default); lerobot: a LeRobot v3.0 "
+                                "folder, a row per control step, cameras as AV1 mp4 (docs/lerobot.md)")
+    p_data = sub.add_parser("data", help="inspect demonstration datasets (embodied's or LeRobot's)")
+    data_sub = p_data.add_subparsers(dest="data_command", required=True)
+    p_info = data_sub.add_parser("info", help="episodes, frames, fps, features, tasks and disk size of a dataset")
+    p_info.add_argument("path", help="a dataset folder: embodied's (meta.json) or LeRobot's (meta/info.json)")
     p_plot = sub.add_parser("plot", help="draw learning_curves.png from a run dir's metrics.jsonl")
     p_plot.add_argument("run_dir", nargs="+", help="a run dir (its learning_curves.png), or several to compare")
     p_plot.add_argument("--out", help="with several runs: the comparison PNG (default: compare.png here)")
@@ -84,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         return _eval(args)
     if args.command == "collect":
         return _collect(args)
+    if args.command == "data":
+        return _data_info(args.path)
     if args.command == "bench":
         return _bench(args.quick, Path(args.out))
     if args.command == "sft":
@@ -117,6 +127,7 @@ def _train(path: str, overrides: list[str]) -> int:
 
     from embodied.atomic import DiskFullError
     from embodied.checkpoint import CheckpointError
+    from embodied.placement import ClusterLostError
 
     try:
         result = train(load_config(path, overrides))
@@ -124,6 +135,11 @@ def _train(path: str, overrides: list[str]) -> int:
         return _error(exc)
     except (DiskFullError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except ClusterLostError as exc:  # the runner named the last checkpoint; here, the command to go on
+        resume = shlex.join(["embodied", "train", path, *[o for o in overrides if not o.startswith("runner.resume_from=")],
+                             f"runner.resume_from={getattr(exc, 'run_dir', 'RUN_DIR')}"])
+        print(f"error: {exc}\nresume with: {resume}", file=sys.stderr)
         return 1
     except Exception as exc:
         return _env_error(exc)
@@ -161,16 +177,28 @@ def _collect(args: argparse.Namespace) -> int:
         command = ["embodied", "collect", args.config, *args.overrides, "--episodes", str(args.episodes),
                    "--out", args.out]
         command += ["--all"] * args.all + ["--noise", str(args.noise)] * bool(args.noise)
+        command += ["--format", args.data_format] * (args.data_format != "arrow")
         report = collect(load_config(args.config, args.overrides), args.episodes, Path(args.out), args.all,
-                         shlex.join(command), args.noise)
+                         shlex.join(command), args.noise, args.data_format)
     except (ConfigError, CollectError) as exc:
         return _error(exc)
     except Exception as exc:
         return _env_error(exc)
     short = f" (asked for {args.episodes}: the expert failed too often)" if report.episodes < args.episodes else ""
-    print(f"wrote {report.episodes} episodes{short}, {report.rows} chunk steps, to {report.path} "
+    rows = "chunk steps" if report.data_format == "arrow" else "frames (LeRobot v3.0)"
+    print(f"wrote {report.episodes} episodes{short}, {report.rows} {rows}, to {report.path} "
           f"in {report.seconds:.1f} s ({report.attempted / report.seconds:.1f} episodes/s)")
     print(f"the expert succeeded in {report.successes} of {report.attempted} episodes run")
+    return 0
+
+
+def _data_info(path: str) -> int:
+    from embodied.data.info import format_summary, summarize
+
+    try:
+        print(format_summary(summarize(path)))
+    except (FileNotFoundError, ValueError) as exc:
+        return _error(exc)
     return 0
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import collections.abc
 import inspect
 import os
+import sys
+import time
 import types
 import typing
 from collections.abc import Callable
@@ -32,6 +34,7 @@ from embodied.envs.batched import BatchedEnv, is_batched
 from embodied.envs.chunked import ChunkedVectorEnv
 
 KNOWN_KEYS: tuple[str, ...] = (STATES, MAIN_IMAGES, WRIST_IMAGES)
+MAX_BACKOFF_S = 30.0  # the longest wait between two tries of an env constructor
 
 
 def make_vector_env(cfg: EnvConfig, num_envs: int, section: str = "env", render_mode: str | None = None,
@@ -49,21 +52,23 @@ own refusals: raised as they are, not as a crash inside the env).
     A constructor that names ``env_index`` gets each env's index in the whole batch
     (``first_index + i``): a suite of several tasks spreads them over the batch without rebuilding.
     A class declaring a ``footprint`` (``embodied.types.EnvFootprint``) of 1 s or more to build has
-    its envs built on threads, with a progress bar.
+    its envs built on threads, with a progress bar. A constructor that raises is tried again with
+    backoff (``build_with_retries``: ``env.build_retries``, ``env.build_backoff_s``).
     """
     target = ENVS.resolve(cfg.id)
     kwargs = _call_kwargs(cfg, render_mode)
     if is_batched(target):
         kwargs |= {"num_envs": num_envs, "auto_reset": cfg.auto_reset}
         _check_signature(target, kwargs, cfg, section)
-        return target(**kwargs)
+        return build_with_retries(partial(target, **kwargs), cfg, section, f"{name or cfg.id} ({num_envs} envs)")
     _check_signature(target, kwargs, cfg, section)
     indexed = takes_env_index(target)
     per_env = [kwargs | ({"env_index": first_index + i} if indexed else {}) for i in range(num_envs)]
     if adapted_target(target) is None and not (isinstance(target, type) and issubclass(target, GymnasiumEnv)):
-        fns = [partial(_build_checked, target, k, cfg.id) for k in per_env]
+        builds = [partial(_build_checked, target, k, cfg.id) for k in per_env]
     else:
-        fns = [partial(target, **k) for k in per_env]
+        builds = [partial(target, **k) for k in per_env]
+    fns = [partial(build_with_retries, b, cfg, section, f"{name or cfg.id} env {i}") for i, b in enumerate(builds)]
     footprint = footprint_of(target)
     heavy = footprint is not None and footprint.heavy
     try:
@@ -73,6 +78,52 @@ own refusals: raised as they are, not as a crash inside the env).
         if isinstance(exc.__cause__, PluginError):  # the framework's own finding, not a crash in the env's code
             raise exc.__cause__ from None
         raise
+
+
+def build_with_retries(build: Callable[[], Any], cfg: EnvConfig, section: str, what: str) -> Any:
+    """``build()``, tried again ``cfg.build_retries`` times when it raises, after ``cfg.build_backoff_s`` seconds,
+    then twice as long each time (at most ``MAX_BACKOFF_S``): EGL or GL initialisation, a model compile or a file
+    lock fail now and then, and pass on a second try. What no retry mends is raised at once: the framework's own
+    refusals (``PluginError``, ``ConfigError``), a ``TypeError`` (arguments that do not fit) and an ``ImportError``
+    (a package missing). A failure that persists is raised with a note saying how often it was tried."""
+    delay = cfg.build_backoff_s
+    for attempt in range(cfg.build_retries + 1):
+        try:
+            return build()
+        except (PluginError, ConfigError, TypeError, ImportError):
+            raise
+        except Exception as exc:
+            if attempt == cfg.build_retries:
+                if attempt > 0:
+                    exc.add_note(f"{what}: the constructor failed on all {attempt + 1} attempts ({section}."
+                                 f"build_retries={cfg.build_retries}, {section}.build_backoff_s="
+                                 f"{cfg.build_backoff_s:g}): not a transient failure")
+                raise
+            print(f"[env build] {what}: the constructor raised {type(exc).__name__}: {exc}; trying again in "
+                  f"{delay:g} s ({attempt + 1}/{cfg.build_retries})", file=sys.stderr, flush=True)
+            time.sleep(delay)
+            delay = min(2 * delay, MAX_BACKOFF_S)
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def control_frequency(cfg: EnvConfig) -> float | None:
+    """How many actions a second of simulated time the env of ``cfg`` applies, or None if it does not say.
+
+    Gymnasium has no field for it but ``metadata["render_fps"]``, which gymnasium's MuJoCo envs and
+    embodied's built-in tasks set to 1 / (timestep x frame_skip), and adapters copy from the env
+    they wrap (LIBERO: 20). It can depend on ``env.kwargs`` (``frame_skip``), so one env is built
+    (and closed) to read it.
+    """
+    import dataclasses
+
+    venv = make_vector_env(dataclasses.replace(cfg, num_envs=1), 1)
+    try:
+        envs = getattr(venv, "envs", None)
+        metadata = envs[0].unwrapped.metadata if envs else getattr(venv, "metadata", None)
+        fps = (metadata or {}).get("render_fps")
+        return float(fps) if fps else None
+    finally:
+        venv.close()
 
 
 def check_env_config(cfg: EnvConfig, section: str = "env", render_mode: str | None = None) -> None:

@@ -29,7 +29,7 @@ from embodied.atomic import atomic_path
 from embodied.checkpoint import check_env_fits, load_checkpoint
 from embodied.config import Config
 from embodied.eval_plan import env_eval_episodes
-from embodied.placement import make_backend
+from embodied.placement import ClusterLostError, make_backend
 from embodied.preflight import preflight
 from embodied.types import EpisodeStats
 from embodied.workers.group import Evaluator, Workers
@@ -131,6 +131,8 @@ class PeriodicEval:
         try:
             self.workers.sync_weights()
             episodes = [e for e in self.workers.evaluate(n, video_dir) if e.env_index < n]
+        except ClusterLostError:
+            raise  # the run stops (embodied.runner says where it can go on from)
         except Exception as exc:  # noqa: BLE001 - training goes on without eval
             warnings.warn(f"eval at iteration {iteration} failed, periodic eval switched off: {exc!r}", stacklevel=2)
             self.failed = True

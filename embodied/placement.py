@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future
@@ -19,6 +20,7 @@ from concurrent.futures import wait as futures_wait
 from typing import Any, Protocol
 
 from embodied.channels import Channel, LocalChannel
+from embodied.channels.ray_channel import RSS_METHOD
 from embodied.config import ClusterConfig, ConfigError
 from embodied.config.schema import Resources
 
@@ -37,6 +39,9 @@ class WorkerGroup(Protocol):
     def restart(self, rank: int, args: tuple) -> None:
         """Replace rank ``rank`` (failed, dead or hung) by a new worker built from ``args``."""
 
+    def rss_mib(self) -> list[Any]:
+        """Handles of each rank's process resident memory in MiB ([] when the ranks are this process)."""
+
 
 class Backend(Protocol):
     def create(self, cls: type, args_per_rank: list[tuple], resources: Resources | None = None) -> WorkerGroup: ...
@@ -47,7 +52,17 @@ class Backend(Protocol):
         """Every handle's result (raises the first error); ``TimeoutError`` after ``timeout`` seconds."""
     def wait_any(self, handles: list[Any]) -> list[Any]:
         """Block until at least one of ``handles`` is done (result or error); the done ones."""
+    def check_connected(self) -> None:
+        """Raise ``ClusterLostError`` if the cluster the workers run on can no longer be reached."""
     def shutdown(self) -> None: ...
+
+
+class ClusterLostError(RuntimeError):
+    """The driver lost its connection to the Ray cluster its workers run on (the workers, and what they held,
+    are gone with it); ``embodied.runner`` adds the run's last checkpoint and how to resume."""
+
+
+CLOSE_TIMEOUT_S = 60.0  # how long a replaced local worker may take to close before it is left to itself
 
 
 class _WorkerThread:
@@ -61,12 +76,25 @@ class _WorkerThread:
         self._calls: queue.SimpleQueue[tuple[Future, Any, tuple] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self.busy = False  # a call is running (a hung env step keeps it so)
+        self._unfinished = 0  # calls submitted and not yet done (running or queued)
+        self._lock = threading.Lock()
         self._thread.start()
+
+    @property
+    def idle(self) -> bool:
+        """No call is running or waiting to run."""
+        return self._unfinished == 0
 
     def submit(self, fn: Any, *args: Any) -> Future:
         future: Future = Future()
+        with self._lock:
+            self._unfinished += 1
         self._calls.put((future, fn, args))
         return future
+
+    def _done(self) -> None:
+        with self._lock:
+            self._unfinished -= 1
 
     def join(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the thread to end (after ``shutdown``)."""
@@ -81,19 +109,26 @@ class _WorkerThread:
                 break
             if call is not None:
                 call[0].cancel()
+                self._done()
         self._calls.put(None)
 
     def _serve(self) -> None:
         while (call := self._calls.get()) is not None:
             future, fn, args = call
             if not future.set_running_or_notify_cancel():
+                self._done()
                 continue
             self.busy = True
             try:
-                future.set_result(fn(*args))
+                result, error = fn(*args), None
             except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
-                future.set_exception(exc)
-            self.busy = False
+                result, error = None, exc
+            self.busy = False  # before the future is done: whoever waits on it sees the thread idle
+            self._done()
+            if error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
 
 
 class LocalGroup:
@@ -124,15 +159,35 @@ class LocalGroup:
                 for w, t, a in zip(self.workers, self._threads, args_per_rank)]
 
     def restart(self, rank: int, args: tuple) -> None:
-        """Replace rank ``rank`` by a new worker built from ``args`` on a new thread.
+        """Replace rank ``rank`` by a new worker built from ``args``.
 
-        The old thread cannot be killed (Python has no way to stop a thread stuck in an env
-        step): it is abandoned, keeps what it holds until it returns, and never blocks exit.
+        An idle old worker (it raised) is closed first, on its own thread (an env's GL context is freed on
+        the thread it belongs to; left to the garbage collector, its watchdog thread would keep it, envs and
+        GL contexts included, alive for good), and the new one is built on that same thread: a new thread
+        per restart would also get a new malloc arena, which keeps what it freed. A hung one cannot be:
+        Python has no way to stop a thread stuck in an env step, so it is abandoned on its thread, keeps
+        what it holds until it returns, and never blocks exit; the new worker gets a new thread.
         """
-        self._threads[rank].shutdown()
+        old, thread = self.workers[rank], self._threads[rank]
+        if thread.idle:
+            if callable(getattr(old, "close", None)):
+                try:
+                    thread.submit(old.close).result(timeout=CLOSE_TIMEOUT_S)
+                except Exception as exc:  # noqa: BLE001 - a failed worker may fail to close too; it is replaced anyway
+                    print(f"{self._cls.__name__} {rank}: closing the replaced worker failed: {exc!r}",
+                          file=sys.stderr, flush=True)
+            self.workers[rank] = None  # the old one goes before the new one is built
+            del old
+            self.workers[rank] = thread.submit(self._cls, *args).result()
+            return
+        thread.shutdown()
         thread = _WorkerThread(f"{self._cls.__name__}{rank}")
         self.workers[rank] = thread.submit(self._cls, *args).result()
         self._threads[rank] = thread
+
+    def rss_mib(self) -> list[Future]:
+        """[]: the workers are threads of this process, whose resident memory the driver's covers."""
+        return []
 
     def close(self, join_s: float = 10.0) -> None:
         """Stop every thread and wait (``join_s`` in all) for the idle ones to end, so that none is still
@@ -178,6 +233,9 @@ class LocalBackend:
         done, _ = futures_wait(handles, return_when=FIRST_COMPLETED)
         return list(done)
 
+    def check_connected(self) -> None:
+        pass  # the workers are threads of this process
+
     def shutdown(self) -> None:
         for group in self._groups:
             group.close()
@@ -206,9 +264,20 @@ class RayGroup:
             self._on_new(self.actors[rank])
         ray.get(self.actors[rank].__ray_ready__.remote())  # built (or its constructor's error raised) here
 
+    def rss_mib(self) -> list[Any]:
+        """Each actor's process resident memory (answered beside its running call: ``mailbox_actor``)."""
+        return [getattr(a, RSS_METHOD).remote() for a in self.actors]
+
 
 class RayBackend:
-    """Each worker a Ray actor; starts a local Ray for the run unless one is running or an address is given."""
+    """Each worker a Ray actor; starts a local Ray for the run unless one is running or an address is given.
+
+    Waits are sliced (``POLL_S``): while nothing is done, the cluster's GCS port is checked between slices,
+    so a cluster that goes away is noticed within seconds (``ClusterLostError``) instead of when Ray's
+    own reconnection gives up and ends the process.
+    """
+
+    POLL_S = 5.0  # seconds between two checks that the cluster is still there, while waiting
 
     def __init__(self, cluster: ClusterConfig) -> None:
         import ray
@@ -230,6 +299,8 @@ class RayBackend:
                                   "started with token authentication also needs RAY_AUTH_MODE=token and its token, "
                                   "RAY_AUTH_TOKEN, in this process's environment)") from None
             self._started = True
+        self.gcs_address = ray.get_runtime_context().gcs_address  # "host:port" of the cluster's head
+        self.lost: str | None = None  # why the cluster is considered gone (then shutdown only disconnects)
         self._actors: list[Any] = []
         self._channels: list[Any] = []
 
@@ -259,22 +330,65 @@ class RayBackend:
         return ch
 
     def wait(self, handles: list[Any], timeout: float | None = None) -> list[Any]:
-        try:
-            return self.ray.get(handles, timeout=timeout)
-        except self.ray.exceptions.GetTimeoutError as exc:
-            raise TimeoutError(str(exc)) from None
+        if not handles:
+            return []
+        deadline = None if timeout is None else time.monotonic() + timeout
+        unique = list(dict.fromkeys(handles))  # ray.wait refuses a ref listed twice
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            slice_s = self.POLL_S if left is None else min(self.POLL_S, left)
+            _, pending = self.ray.wait(unique, num_returns=len(unique), timeout=slice_s, fetch_local=False)
+            if not pending:
+                # Every one is done: their results, or the first error. Checked first: a task ended by the loss of
+                # the cluster has its error read from this node's object store, and Ray ends the process (no
+                # Python exception) when that store has gone with the cluster.
+                self.check_connected()
+                return self.ray.get(handles)
+            if left is not None and left <= 0:
+                raise TimeoutError(f"{len(pending)} of {len(handles)} Ray tasks not done within {timeout} s")
+            self.check_connected()
 
     def wait_any(self, handles: list[Any]) -> list[Any]:
-        ready, _ = self.ray.wait(handles, num_returns=1)  # a dead actor's task is ready, with its error
-        return ready
+        while True:  # a dead actor's task is ready, with its error
+            ready, _ = self.ray.wait(handles, num_returns=1, timeout=self.POLL_S, fetch_local=False)
+            if ready:
+                return ready
+            self.check_connected()
+
+    def check_connected(self) -> None:
+        """Raise ``ClusterLostError`` when the cluster's GCS port no longer accepts connections (tried twice, a
+        second apart: a blip is not a loss)."""
+        import socket
+
+        host, _, port = self.gcs_address.rpartition(":")
+        for attempt in range(2):
+            try:
+                socket.create_connection((host, int(port)), timeout=2.0).close()
+                return
+            except OSError as exc:
+                error = exc
+                if attempt == 0:
+                    time.sleep(1.0)
+        self.lost = f"the Ray cluster's head at {self.gcs_address} no longer accepts connections ({error})"
+        raise ClusterLostError(self.lost)
 
     def shutdown(self) -> None:
-        for actor in self._actors:
-            self.ray.kill(actor)
-        for ch in self._channels:
-            ch.close()
-        if self._started:
+        if self.lost is None:  # with the cluster gone, these would wait on it
+            for actor in self._actors:
+                self.ray.kill(actor)
+            for ch in self._channels:
+                ch.close()
+        if self._started or self.lost is not None:
             self.ray.shutdown()
+
+
+def process_rss_mib(pid: int | str = "self") -> float | None:
+    """The resident memory of process ``pid`` (this one by default) in MiB, from ``/proc``; None where unknown."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def memory_available_mib() -> float:

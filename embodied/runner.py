@@ -11,7 +11,8 @@ At the end: the last videos, ``learning_curves.png``.
 
 ``runner.resume_from`` (a checkpoint, a run dir: its newest valid checkpoint, or ``auto``: the
 newest run of the experiment) continues that run in its run dir: the actor (policy, optimizer,
-weight version), iteration, env-step count and wandb run go on; envs restart from their seeds.
+weight version), iteration, env-step count and wandb run go on, and the envs mid-episode when their
+snapshots verify with this user's key (``embodied.trust``; else they restart from their seeds).
 A checkpoint of another env, or of other spaces, is refused before training starts.
 """
 
@@ -40,10 +41,11 @@ from embodied.config import Config, ConfigError, to_dict
 from embodied.env_factory import check_env_config
 from embodied.evaluation import PeriodicEval, episode_metrics
 from embodied.logger import MetricLogger, read_wandb_id
-from embodied.placement import make_backend
+from embodied.placement import ClusterLostError, make_backend
 from embodied.plot import plot_run
 from embodied.stop import StopRequest
 from embodied.preflight import preflight_run
+from embodied.trust import sign, signing_key, snapshot_blobs, trusted
 from embodied.workers.group import Workers
 
 
@@ -120,6 +122,7 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     resume = resume_point(cfg)
+    signing_key()  # checkpoints sign their env snapshots: an unsafe key file fails here, before anything starts
     backend = make_backend(cfg.cluster)  # joins cluster.address (or fails) before a run dir exists
     try:
         run_dir = resume.run_dir if resume else make_run_dir(cfg)
@@ -142,8 +145,9 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
         if resume:
             check_env_fits(resume.state, cfg.env.id, workers.spec, "runner.resume_from")
             workers.load_actor_state(resume.actor)
-            restore_exact(workers, resume.state)
+            restore_exact(workers, resume.state, cfg.runner.trust_checkpoint, resume.checkpoint)
             workers.restarts.used = int(resume.state.get("worker_restarts", 0))  # the budget is per run
+            workers.restarts.episodes_dropped = int(resume.state.get("episodes_dropped", 0))
             if resume.state.get("async_in_flight"):
                 print(f"runner.resume_from: {resume.state['async_in_flight']} rollout(s) were in flight (async) when "
                       f"{resume.checkpoint} was saved; they are not trained on", file=sys.stderr)
@@ -162,6 +166,8 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
             discarded = iterations.close()
         logger.log_videos(evaluate.videos(wait=True), step=max(last, start))  # the last eval's, once encoded
         workers.close()
+    except ClusterLostError as exc:
+        raise cluster_lost(exc, checkpoint, run_dir) from None
     finally:
         stop.__exit__()
         if logger is not None:
@@ -170,6 +176,17 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
     final_eval = {k: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
     plot = draw_learning_curves(run_dir) if cfg.runner.plot else None
     return TrainResult(run_dir, final_eval, checkpoint, history, plot, stop.signal, stop.exit_code, discarded)
+
+
+def cluster_lost(exc: ClusterLostError, checkpoint: Path | None, run_dir: Path) -> ClusterLostError:
+    """``exc`` with what the run can go on from: its last checkpoint (the workers, and the state they held
+    since, are gone with the cluster); ``run_dir`` is kept on it for the resume command."""
+    saved = (f"its last checkpoint is {checkpoint}" if checkpoint is not None else
+             "it saved no checkpoint yet (runner.checkpoint_every)")
+    lost = ClusterLostError(f"{exc}; the run stopped: {saved}. Once the cluster is back, resume it with "
+                            f"runner.resume_from={run_dir}")
+    lost.run_dir = run_dir  # type: ignore[attr-defined]
+    return lost
 
 
 def iteration(it: int, iterations: Iterations, workers: Workers, cfg: Config, logger: MetricLogger,
@@ -181,6 +198,8 @@ def iteration(it: int, iterations: Iterations, workers: Workers, cfg: Config, lo
     env_steps += steps
     metrics["env_steps"] = env_steps
     metrics["workers/restarts"] = float(workers.restarts.used)
+    metrics["env/episodes_dropped"] = float(workers.restarts.episodes_dropped)  # by faults that replayed, in the run
+    metrics |= workers.rss_metrics()
     if due(it, cfg.runner.eval_every, last):
         metrics |= evaluate(it)
     logger.log(metrics, step=it, videos=evaluate.videos())
@@ -190,7 +209,8 @@ def iteration(it: int, iterations: Iterations, workers: Workers, cfg: Config, lo
         checkpoint = workers.save_checkpoint(run_dir / "checkpoints" / f"iter_{it:06d}", {
             "iteration": it, "env_steps": env_steps, "config": to_dict(cfg), "wandb_id": logger.wandb_id,
             "rng": process_rng_state(), "workers": resume_state(workers, warned),
-            "worker_restarts": workers.restarts.used, **in_flight,
+            "worker_restarts": workers.restarts.used, "episodes_dropped": workers.restarts.episodes_dropped,
+            **in_flight,
         })
         iterations.resume()
         prune_checkpoints(run_dir, cfg.runner.keep_checkpoints)
@@ -200,8 +220,10 @@ def iteration(it: int, iterations: Iterations, workers: Workers, cfg: Config, lo
 
 
 def resume_state(workers: Workers, warned: set[str]) -> dict:
-    """``workers.resume_state()``; says once if the envs cannot be saved (resume then reseeds them)."""
+    """``workers.resume_state()``, its env snapshots signed with this user's key (``embodied.trust``); says
+    once if the envs cannot be saved (resume then reseeds them)."""
     state = workers.resume_state()
+    state["envs_signature"] = sign(snapshot_blobs(state["envs"]), signing_key())
     reasons = [s for rank in state["envs"] for s in rank if isinstance(s, str)]
     if reasons and not warned:
         warned.add(reasons[0])
@@ -210,11 +232,12 @@ def resume_state(workers: Workers, warned: set[str]) -> dict:
     return state
 
 
-def restore_exact(workers: Workers, state: dict) -> None:
-    """RNG streams and envs as the checkpoint left them, so a resumed run goes on as if never stopped."""
+def restore_exact(workers: Workers, state: dict, trust: bool = False, checkpoint: Path | None = None) -> None:
+    """RNG streams and envs as the checkpoint left them, so a resumed run goes on as if never stopped; the
+    env snapshots only if they verify with this user's key, or ``trust`` (``runner.trust_checkpoint``)."""
     if "rng" in state:
         set_process_rng_state(state["rng"])
-    problems = workers.restore(state.get("workers") or {})
+    problems = workers.restore(trusted(state.get("workers") or {}, trust, checkpoint))
     if problems:
         warnings.warn(f"resume is not exact: {'; '.join(problems)}; the envs restart from their seeds", stacklevel=3)
 

@@ -4,6 +4,9 @@
     embodied sft configs/pick_place_mlp_sft.yaml                      # sft.dataset: data/pick_place
     embodied train configs/pick_place_mlp_ppo.yaml policy.init_from=runs/pick_place_mlp_sft-...
 
+``sft.dataset`` is either format: embodied's own (``embodied collect``) or a LeRobot folder, whose
+per-frame rows become chunks of ``policy.action_chunk`` actions at load time (docs/lerobot.md).
+
 The loss is ``policy.supervised_loss``: the negative log-likelihood of the demonstrated action
 chunks, ``-policy.evaluate(forward_inputs(obs), actions)`` averaged over executed sub-steps
 (cross-entropy on the action tokens for the VLA, same bins and statistics as RL; the Gaussian
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,8 +29,9 @@ from torch.utils.data import DataLoader, Subset, WeightedRandomSampler
 
 from embodied.checkpoint import (check_init_from, check_policy_spec, find_checkpoint, load_checkpoint,
                                  load_policy_state, save_policy_checkpoint)
-from embodied.config import Config, ConfigError, to_dict
-from embodied.data import DemoDataset, check_compatible, collate
+from embodied.config import Config, ConfigError, EnvConfig, to_dict
+from embodied.data import Demonstrations, ReadOptions, collate, open_demonstrations
+from embodied.env_factory import control_frequency
 from embodied.evaluation import eval_metrics
 from embodied.logger import MetricLogger
 from embodied.placement import make_backend
@@ -69,8 +74,10 @@ def sft(cfg: Config) -> SFTResult:
             state = load_checkpoint(find_checkpoint(cfg.policy.init_from))
             check_policy_spec(state, spec.action_dim, "policy.init_from")
             load_policy_state(policy, state["actor"])
-        check_compatible(data.meta, cfg.policy.action_chunk, spec.action_dim, cfg.policy.required_observations(),
-                         spec.image_shape)
+        try:
+            data.fit(spec, cfg.policy.action_chunk, cfg.policy.required_observations())
+        except ValueError as exc:
+            raise dataset_error(exc) from None
         fit_input_statistics(policy, train_set, cfg.sft.batch_size)
         params = [p for p in policy.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=cfg.sft.lr, weight_decay=cfg.sft.weight_decay)
@@ -110,19 +117,44 @@ def sft(cfg: Config) -> SFTResult:
     return SFTResult(run_dir, checkpoint, final, history)
 
 
-def open_dataset(cfg: Config) -> DemoDataset:
-    """The demonstrations ``sft.dataset`` names, checked before any worker starts."""
+def open_dataset(cfg: Config) -> Demonstrations:
+    """The demonstrations ``sft.dataset`` names (either format), checked before any worker starts."""
     if not cfg.sft.dataset:
-        raise ConfigError("sft.dataset: no dataset named; set it to a folder written by `embodied collect`")
+        raise ConfigError("sft.dataset: no dataset named; set it to a folder written by `embodied collect` or a "
+                          "LeRobot dataset folder")
+    options = ReadOptions(cfg.policy.action_chunk, cfg.sft.features, cfg.sft.frame_cache_mb)
     try:
-        data = DemoDataset(cfg.sft.dataset)
-        check_compatible(data.meta, cfg.policy.action_chunk, None, cfg.policy.required_observations())
+        data = open_demonstrations(cfg.sft.dataset, options)
+        data.check(cfg.policy.action_chunk, cfg.policy.required_observations())
     except (FileNotFoundError, ValueError) as exc:
-        raise ConfigError(f"sft.dataset: {exc}") from None
+        raise dataset_error(exc) from None
+    warn_frame_rate(data, cfg.env)
     return data
 
 
-def split_by_episode(data: DemoDataset, val_fraction: float, seed: int) -> tuple[Subset, Subset]:
+def dataset_error(exc: Exception) -> ConfigError:
+    """A dataset that cannot serve the policy, as a ``ConfigError`` naming the field: ``sft.dataset``, unless
+    the message names its own (a feature-mapping error names ``sft.features.<key>``)."""
+    message = str(exc)
+    return ConfigError(message if message.startswith("sft.") else f"sft.dataset: {message}")
+
+
+def warn_frame_rate(data: Demonstrations, env: EnvConfig) -> None:
+    """Warn when the demonstrations were recorded at another rate than the env applies actions: a
+    demonstrated action then lasts another time in the env than it did when recorded."""
+    if data.fps is None:  # embodied's format: recorded by the env itself
+        return
+    env_fps = control_frequency(env)
+    if env_fps is None:
+        warnings.warn(f"sft.dataset: {data.path} was recorded at {data.fps:g} fps; env.id {env.id} does not say "
+                      "its control frequency (metadata['render_fps']), so the two are not compared", stacklevel=2)
+    elif abs(env_fps - data.fps) > 1e-6 * env_fps:
+        warnings.warn(f"sft.dataset: {data.path} was recorded at {data.fps:g} fps, env.id {env.id} acts at "
+                      f"{env_fps:g} Hz (its control frequency): each demonstrated action will last "
+                      f"{data.fps / env_fps:g}x as long as it did in the demonstrations", stacklevel=2)
+
+
+def split_by_episode(data: Demonstrations, val_fraction: float, seed: int) -> tuple[Subset, Subset]:
     """Rows of a random ``val_fraction`` of the episodes held out (whole episodes: no leakage)."""
     episodes = sorted(set(int(e) for e in data.episode_indices))
     random.Random(seed).shuffle(episodes)
@@ -133,7 +165,7 @@ def split_by_episode(data: DemoDataset, val_fraction: float, seed: int) -> tuple
     return Subset(data, train.tolist()), Subset(data, val.tolist())
 
 
-def train_loader(data: DemoDataset, train_set: Subset, batch_size: int, first_step_weight: float,
+def train_loader(data: Demonstrations, train_set: Subset, batch_size: int, first_step_weight: float,
                  seed: int) -> DataLoader:
     """Shuffled batches of the training rows; with ``first_step_weight != 1``, an epoch draws as
     many rows with replacement, each episode's first chunk step that many times as likely as the

@@ -131,9 +131,10 @@ class ChunkedVectorEnv:
         self._finished = np.zeros(self.num_envs, dtype=bool)
         self._recorder = _Recorder(name)
         self._experts: list | None = None  # scripted experts, made on the first expert_chunk_step
-        # (time.monotonic(), env index, sub-step or -1 for a reset) of the env call in progress or last
-        # made: an env worker's watchdog reads it to name the env that hangs (env.step_timeout_s).
-        self.progress: tuple[float, int, int] | None = None
+        # (time.monotonic(), env index, sub-step or -1 outside a chunk, "step" | "reset" | "render") of the env
+        # call in progress or last made: an env worker's watchdog reads it to name the env that hangs
+        # (env.step_timeout_s), a render() for a video frame included.
+        self.progress: tuple[float, int, int, str] | None = None
 
     @property
     def num_envs(self) -> int:
@@ -271,7 +272,7 @@ class ChunkedVectorEnv:
                 continue  # auto_reset off: a done env executes nothing until reset()
             for c in range(chunk):
                 action = action_for(i, c)
-                self.progress = (time.monotonic(), i, c)
+                self.progress = (time.monotonic(), i, c, "step")
                 try:
                     obs, reward, terminated, truncated, info = env.step(action)
                 except Exception as exc:
@@ -287,6 +288,7 @@ class ChunkedVectorEnv:
                 self._obs[i] = obs
                 success = bool(info.get("success", False))
                 self._episodes[i].record(float(reward), success, unstable)
+                self._rendering(i, c)
                 self._recorder.add(i, env, float(reward), success)
                 if terminated or truncated:
                     dones[i] = True
@@ -319,6 +321,7 @@ class ChunkedVectorEnv:
         """
         self._recorder.watch(envs)
         for i in sorted(self._recorder.watched):
+            self._rendering(i, -1)
             self._recorder.start(i, self.envs[i], self._episodes[i].task, self._episodes[i].success_last)
 
     def take_recordings(self) -> list[EpisodeFrames]:
@@ -339,15 +342,21 @@ class ChunkedVectorEnv:
 
     def _reset_one(self, i: int, seed: int | None, options: dict[str, Any] | None = None) -> dict:
         env = self.envs[i]
-        self.progress = (time.monotonic(), i, -1)
+        self.progress = (time.monotonic(), i, -1, "reset")
         extra = {} if options is None else {"options": options}  # envs that take no options still reset
         obs, info = self._guard(i, f"reset(seed={seed}{f', options={options}' if extra else ''})", env.reset,
                                 seed=seed, **extra)
         if self._experts is not None:
             self._experts[i].reset(env.unwrapped)
         self._episodes[i] = _Episode(task=str(getattr(env.unwrapped, "task_description", "")))
+        self._rendering(i, -1)
         self._recorder.start(i, env, self._episodes[i].task, bool(info.get("success", False)))
         return obs
+
+    def _rendering(self, i: int, sub_step: int) -> None:
+        """Mark a video frame of env ``i`` about to be rendered (if it is recorded), for the watchdog."""
+        if i in self._recorder.active or i in self._recorder.watched:
+            self.progress = (time.monotonic(), i, sub_step, "render")
 
     def _guard(self, i: int, during: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         """``fn(...)`` for env ``i``; an exception becomes an ``EnvError`` carrying the env's own traceback."""

@@ -136,6 +136,39 @@ class OffscreenRenderer:
             self._gl = None
 
 
+class MjDataState:
+    """An ``MjData`` as its integration state (``mjSTATE_INTEGRATION``: what makes the next ``mj_step``
+    exact) plus its warning counters, which ``mujoco_unstable`` reads.
+
+    Pickling the ``MjData`` itself is exact too, but MuJoCo 3.3's bindings leak every unpickled one
+    (about its size: 0.1 MiB for Reach-v0, a few MiB for a LIBERO scene), once per env at every
+    exact restart or resume. ``restore`` rebuilds it from the model and recomputes the positions
+    (bodies, sites, cameras) the env and its renderer read before the next step.
+    """
+
+    SPEC = mujoco.mjtState.mjSTATE_INTEGRATION
+
+    def __init__(self, values: np.ndarray, warnings: np.ndarray) -> None:
+        self.values, self.warnings = values, warnings  # float64 [mj_stateSize]; int64 [mjNWARNING, 2]
+
+    @classmethod
+    def of(cls, model: mujoco.MjModel, data: mujoco.MjData) -> MjDataState:
+        values = np.empty(mujoco.mj_stateSize(model, cls.SPEC))
+        mujoco.mj_getState(model, data, values, cls.SPEC)
+        warnings = np.array([(w.number, w.lastinfo) for w in data.warning], dtype=np.int64)
+        return cls(values, warnings)
+
+    def restore(self, model: mujoco.MjModel) -> mujoco.MjData:
+        data = mujoco.MjData(model)
+        mujoco.mj_setState(model, data, self.values, self.SPEC)
+        for warning, (number, lastinfo) in zip(data.warning, self.warnings):
+            warning.number, warning.lastinfo = int(number), int(lastinfo)
+        mujoco.mj_kinematics(model, data)  # positions only: the integration state stays as saved
+        mujoco.mj_comPos(model, data)
+        mujoco.mj_camlight(model, data)
+        return data
+
+
 class TableTopEnv(gym.Env):
     """Base of the table-top tasks: a mocap gripper above a table, driven by delta TCP actions.
 
@@ -364,11 +397,18 @@ class TableTopEnv(gym.Env):
 
     def __getstate__(self) -> dict[str, Any]:
         """Everything but the GL context (remade on the next frame): the env pickles mid-episode,
-        model, data, RNG and task included, so a checkpoint can hold it (exact resume)."""
+        model, data, RNG and task included, so a checkpoint can hold it (exact resume). The data
+        travels as its integration state (``MjDataState``): unpickling an ``MjData`` leaks it."""
         state = self.__dict__.copy()
         state["_renderer"] = None
         state.pop("_renderer_finalizer", None)
+        state["data"] = MjDataState.of(self.model, self.data)
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if isinstance(self.data, MjDataState):  # (an env pickled before MjDataState holds an MjData)
+            self.data = self.data.restore(self.model)
 
     def render(self) -> np.ndarray | None:  # type: ignore[override]
         """The ``main`` camera at ``render_size`` (with shadows) when ``render_mode="rgb_array"``."""

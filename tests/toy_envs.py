@@ -118,22 +118,37 @@ class CrashingEnv(CountingEnv):
 
 
 class FaultyEnv(CountingEnv):
-    """A CountingEnv that fails once per run, at its ``fault_at``-th step since construction: the first env
-    to get there creates the file ``marker`` (atomically, so one env in one process wins) and then
-    ``fault``s: "raise" (ZeroDivisionError), "hang" (blocks forever in step) or "kill" (SIGKILLs its
-    own process: a Ray env worker killed mid-epoch). With ``marker`` already present it never fails,
-    which makes the same run without the fault."""
+    """A CountingEnv that fails once per run, at its ``fault_at``-th call of ``fault_in`` ("step", "reset" or
+    "render") since construction: the first env to get there creates the file ``marker`` (atomically, so one
+    env in one process wins) and then ``fault``s: "raise" (ZeroDivisionError), "hang" (blocks forever) or
+    "kill" (SIGKILLs its own process: a Ray env worker killed mid-epoch). With ``marker`` already present it
+    never fails, which makes the same run without the fault."""
 
-    def __init__(self, fault: str = "raise", fault_at: int = 3, marker: str = "", **kwargs) -> None:
+    def __init__(self, fault: str = "raise", fault_at: int = 3, marker: str = "", fault_in: str = "step",
+                 **kwargs) -> None:
         super().__init__(**kwargs)
-        self.fault, self.fault_at, self.marker = fault, fault_at, marker
-        self.steps = 0  # since construction (a restored env goes on counting from its snapshot)
+        self.fault, self.fault_at, self.marker, self.fault_in = fault, fault_at, marker, fault_in
+        self.calls = 0  # of fault_in, since construction (a restored env goes on counting from its snapshot)
 
     def step(self, action):
-        self.steps += 1
-        if self.steps == self.fault_at and self.marker and self._claim():
+        self._maybe_fail("step")
+        return super().step(action)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        self._maybe_fail("reset")
+        return super().reset(seed=seed, options=options)
+
+    def render(self):
+        self._maybe_fail("render")
+        return super().render()
+
+    def _maybe_fail(self, call: str) -> None:
+        if call != self.fault_in:
+            return
+        self.calls += 1
+        if self.calls == self.fault_at and self.marker and self._claim():
             if self.fault == "raise":
-                return self._broken_physics()
+                self._broken_physics()
             if self.fault == "hang":
                 import threading
 
@@ -143,7 +158,6 @@ class FaultyEnv(CountingEnv):
                 import signal
 
                 os.kill(os.getpid(), signal.SIGKILL)
-        return super().step(action)
 
     def _claim(self) -> bool:
         import os
@@ -156,6 +170,55 @@ class FaultyEnv(CountingEnv):
 
     def _broken_physics(self):
         return 1 / 0
+
+
+class ReplayFaultEnv(CountingEnv):
+    """A CountingEnv that raises at its ``fail_at``-th step after a reset with seed ``fail_seed``: a bug of the
+    simulator from that initial state (a configuration that explodes). The count is the env's own state, so
+    every replay from a snapshot taken before fails the same way; an env reset from another seed never does."""
+
+    def __init__(self, fail_seed: int = 1, fail_at: int = 11, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.fail_seed, self.fail_at = fail_seed, fail_at
+        self.seeded, self.since_seeded = None, 0  # the last reset seed given, and the steps since
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if seed is not None:
+            self.seeded, self.since_seeded = seed, 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.since_seeded += 1
+        if self.seeded == self.fail_seed and self.since_seeded == self.fail_at:
+            return self._broken_physics()
+        return super().step(action)
+
+    def _broken_physics(self):
+        return 1 / 0  # the same line on every replay
+
+
+class FlakyBuildEnv(CountingEnv):
+    """A CountingEnv whose constructor raises (as an EGL initialisation that loses a race does) on the first
+    ``fail_builds`` constructions counted in the file ``counter`` (shared by all its envs and processes)."""
+
+    def __init__(self, counter: str = "", fail_builds: int = 1, **kwargs) -> None:
+        from pathlib import Path
+
+        path = Path(counter)
+        built = int(path.read_text()) if path.exists() else 0
+        path.write_text(str(built + 1))
+        if built < fail_builds:
+            raise RuntimeError(f"eglInitialize failed (EGL_NOT_INITIALIZED), construction {built + 1}")
+        super().__init__(**kwargs)
+
+
+class BallastEnv(CountingEnv):
+    """A CountingEnv holding ``mib`` MiB of its own (a simulator's model and buffers), to make a leak of
+    whole envs show in the process's memory."""
+
+    def __init__(self, mib: int = 8, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.ballast = np.ones(mib * 2**20, dtype=np.uint8)  # touched: resident, not just reserved
 
 
 class SlowEnv(CountingEnv):

@@ -56,6 +56,11 @@ class Channel(Protocol):
         """Number of items currently queued under ``key`` (0 for an unknown key)."""
         ...
 
+    def discard(self, key: str) -> None:
+        """Forget ``key`` and drop the items queued under it: a key nobody uses again (what a failed worker left
+        under its generation's keys)."""
+        ...
+
 
 def check_timeout(timeout: float | None) -> None:
     """Reject negative timeouts the same way in every backend."""

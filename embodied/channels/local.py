@@ -79,6 +79,11 @@ class LocalChannel:
             await asyncio.sleep(nap)
             nap = min(nap * 2, _POLL_MAX_S)
 
+    def discard(self, key: str) -> None:
+        """Forget ``key`` and the items queued under it."""
+        with self._lock:
+            self._queues.pop(key, None)
+
     def qsize(self, key: str) -> int:
         """Approximate number of items queued under ``key``."""
         with self._lock:

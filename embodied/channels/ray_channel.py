@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from ray.actor import ActorHandle
 
 DELIVER = "_embodied_deliver"  # the method a mailbox actor receives items on
+RSS_METHOD = "_embodied_rss_mib"  # a mailbox actor's process resident memory (MiB), answered beside its work
 MAILBOX_GROUP = "embodied_mailbox"  # its concurrency group: deliveries never wait for the worker's own calls
 
 
@@ -116,7 +117,8 @@ def _inbox(channel_id: str, key: str) -> _Inbox:
 
 def mailbox_actor(cls: type, **options: Any) -> Any:
     """``ray.remote(**options)`` of ``cls`` with a ``_embodied_deliver`` method in its own concurrency
-    group, so a ``RayChannel`` can hand it items while it runs (or waits in) its other methods."""
+    group, so a ``RayChannel`` can hand it items while it runs (or waits in) its other methods; in the
+    same group ``_embodied_rss_mib`` reports the process's memory (the runner logs it every iteration)."""
     import ray
 
     # The class travels by value (cloudpickle), with copies of the globals it names; its methods
@@ -133,6 +135,12 @@ def mailbox_actor(cls: type, **options: Any) -> Any:
             from embodied.channels import ray_channel
 
             ray_channel._inbox(channel_id, key).add(sender, seq, item)
+
+        @ray.method(concurrency_group=MAILBOX_GROUP)
+        def _embodied_rss_mib(self) -> float | None:
+            from embodied.placement import process_rss_mib
+
+            return process_rss_mib()
 
     Mailbox.__name__, Mailbox.__qualname__ = cls.__name__, cls.__qualname__
     groups = {**options.pop("concurrency_groups", {}), MAILBOX_GROUP: 1}
@@ -175,6 +183,15 @@ class _Directory:
         self._queues.pop(key, None)
         self._order.pop(key, None)
         return self._parked.pop(key, [])
+
+    async def forget(self, key: str, sender: str, sent: int) -> None:
+        """Drop ``key``: its consumer and any items parked for it, once the ``sent`` items the caller
+        (``sender``) put under it have arrived (they would be parked again after)."""
+        order = self._order.setdefault(key, _Reorder())
+        async with self._arrived:
+            await self._arrived.wait_for(lambda: order.released(sender) >= sent)
+        for table in (self._consumers, self._parked, self._order, self._queues):
+            table.pop(key, None)
 
     async def consumer(self, key: str) -> Any:
         return self._consumers.get(key)
@@ -339,6 +356,17 @@ class RayChannel:
         if key in self._claimed:
             return _inbox(self._id, key).size(self._sender, sent)
         return ray.get(self._directory.qsize.remote(key, self._sender, sent))
+
+    def discard(self, key: str) -> None:
+        """Forget ``key`` in this process (its inbox, sequence numbers, route) and in the directory (without
+        waiting); items still on their way to a consumer are dropped where they land."""
+        with self._lock:
+            sent = self._seq.pop(key, 0)
+            self._routes.pop(key, None)
+            self._claimed.discard(key)
+        with _INBOXES_LOCK:
+            _INBOXES.pop((self._id, key), None)
+        self._directory.forget.remote(key, self._sender, sent)
 
     def close(self, wait_s: float = 10.0) -> None:
         """Kill the directory actor; items parked there are dropped and later calls fail.

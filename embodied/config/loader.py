@@ -274,6 +274,20 @@ def _algorithm_problems(cfg: Config) -> list[str]:
     return problems
 
 
+SFT_FEATURE_KEYS = ("states", "main_images", "wrist_images", "actions")
+
+
+def _sft_feature_problems(features: dict[str, Any]) -> list[str]:
+    """sft.features maps our keys to dataset feature names (a string) or to null (not read)."""
+    problems = []
+    for key, name in features.items():
+        if key not in SFT_FEATURE_KEYS:
+            problems.append(f"sft.features.{key}: unknown key; the keys are {', '.join(SFT_FEATURE_KEYS)}")
+        elif name is not None and (not isinstance(name, str) or not name):
+            problems.append(f"sft.features.{key}: a feature name (string) or null, got {name!r}")
+    return problems
+
+
 def _non_finite(cfg: Any, path: str = "") -> list[str]:
     """Every float field that is NaN or infinite (range checks alone let ``inf`` through)."""
     problems = []
@@ -319,6 +333,9 @@ def validate(cfg: Config) -> list[str]:
     s = cfg.env.step_timeout_s
     need(s is None or (math.isfinite(s) and s > 0),
          f"env.step_timeout_s: must be a positive number of seconds (or null: no limit), got {s}")
+    need(cfg.env.build_retries >= 0, f"env.build_retries: must be >= 0 (0: no retry), got {cfg.env.build_retries}")
+    b = cfg.env.build_backoff_s
+    need(math.isfinite(b) and b >= 0, f"env.build_backoff_s: must be a number of seconds >= 0, got {b}")
     t = cfg.cluster.connect_timeout_s
     need(math.isfinite(t) and t > 0, f"cluster.connect_timeout_s: must be a positive number of seconds, got {t}")
     need(cfg.cluster.torch_threads >= 1, f"cluster.torch_threads: must be >= 1, got {cfg.cluster.torch_threads}")
@@ -365,6 +382,8 @@ def validate(cfg: Config) -> list[str]:
     need(t.first_step_weight > 0, f"sft.first_step_weight: must be > 0 (1: uniform), got {t.first_step_weight}")
     need(t.eval_every >= 0, f"sft.eval_every: must be >= 0, got {t.eval_every}")
     need(t.log_every >= 1, f"sft.log_every: must be >= 1, got {t.log_every}")
+    need(t.frame_cache_mb >= 0, f"sft.frame_cache_mb: must be >= 0 (0: no cache), got {t.frame_cache_mb}")
+    p += _sft_feature_problems(t.features)
     v = cfg.logger.video
     need(v.fps >= 1, f"logger.video.fps: must be >= 1, got {v.fps}")
     need(v.size >= 16 and v.size % 2 == 0, f"logger.video.size: must be even and >= 16 (video codecs), got {v.size}")

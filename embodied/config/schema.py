@@ -55,6 +55,8 @@ class EnvConfig:
     preflight: bool = True  # run check-env's fast checks on one env in the driver before any worker starts
     # An env step (or reset) that takes longer is a failure: its env worker is restarted (runner.max_worker_restarts).
     step_timeout_s: float | None = 120.0  # null: no limit
+    build_retries: int = 2  # an env constructor that raises is tried again this often (EGL, a model compile, a file lock)
+    build_backoff_s: float = 1.0  # seconds before the first retry of a constructor, doubled for each next one
 
 
 @dataclass
@@ -127,6 +129,9 @@ class RunnerConfig:
     # Env workers that fail (an env raises, hangs past env.step_timeout_s, or its process dies) are restarted
     # and the rollout epoch redone from its start, this many times per run (0: the first failure stops the run).
     max_worker_restarts: int = 3
+    # Resume a checkpoint's env snapshots (pickles) even when they do not carry a signature made with your own key
+    # (embodied.trust): only for a run folder you trust, e.g. one you made on another machine.
+    trust_checkpoint: bool = False
     plot: bool = True  # write learning_curves.png into the run dir at the end of training
 
 
@@ -134,7 +139,12 @@ class RunnerConfig:
 class SFTConfig:
     """Behaviour cloning from demonstrations (``embodied sft``); the result starts RL via policy.init_from."""
 
-    dataset: str | None = None  # folder written by `embodied collect`
+    dataset: str | None = None  # folder written by `embodied collect`, or a LeRobot dataset folder (docs/lerobot.md)
+    # LeRobot datasets: our key (states, main_images, wrist_images, actions) -> the dataset's feature name, e.g.
+    # {main_images: observation.images.top}. A key left out is looked up among the usual names (LIBERO's, ALOHA's,
+    # embodied's own); null: not read (the policy does not use it).
+    features: dict[str, str | None] = field(default_factory=dict)
+    frame_cache_mb: float = 1024.0  # LeRobot datasets: decoded camera frames kept in memory (least recently used go)
     epochs: int = 20  # passes over the training episodes
     batch_size: int = 256  # chunk steps per gradient step
     lr: float = 1e-3  # Adam learning rate
@@ -196,4 +206,6 @@ class Config:
             kwargs=dict(o.kwargs if o.kwargs is not None else e.kwargs),
             preflight=e.preflight,
             step_timeout_s=e.step_timeout_s,
+            build_retries=e.build_retries,
+            build_backoff_s=e.build_backoff_s,
         )

@@ -1,20 +1,25 @@
-"""Demonstrations: collected through the env workers, stored as a Hugging Face dataset, read back.
+"""Demonstrations: collected through the env workers, stored as a Hugging Face dataset or a LeRobot folder, read back.
 
     embodied collect configs/pick_place_mlp_sft.yaml --episodes 200 --out data/pick_place
+    embodied collect configs/pick_place_mlp_sft.yaml --episodes 200 --out data/pp_lerobot --format lerobot
+    embodied data info data/pp_lerobot
 
-    from embodied.data import DemoDataset, collate
-    data = DemoDataset("data/pick_place")              # datasets.load_from_disk reads it too
+    from embodied.data import collate, open_demonstrations
+    data = open_demonstrations("data/pick_place")        # either format; datasets.load_from_disk reads ours too
     obs, actions, executed = collate([data[0], data[1]])  # obs as Policy.act takes it
 
-``embodied.data.format`` documents the on-disk layout (and why ``datasets``),
+``embodied.data.format`` documents embodied's on-disk layout (and why ``datasets``),
+``embodied.data.lerobot`` LeRobot's (read and written), ``embodied.data.demonstrations`` the one
+interface SFT reads both through, ``embodied.data.info`` what ``embodied data info`` prints,
 ``embodied.data.collect`` how ``embodied collect`` records scripted-expert episodes, and
-``embodied.data.dataset`` the reader.
+``embodied.data.dataset`` the reader of embodied's format.
 """
 
 from __future__ import annotations
 
 from embodied.data.dataset import DemoBatch, DemoDataset, DemoSample, check_compatible, collate
+from embodied.data.demonstrations import Demonstrations, ReadOptions, detect_format, open_demonstrations
 from embodied.data.format import FORMAT_VERSION, META_FILE, DemoEpisode, Meta, read_meta
 
-__all__ = ["FORMAT_VERSION", "META_FILE", "DemoBatch", "DemoDataset", "DemoEpisode", "DemoSample", "Meta",
-           "check_compatible", "collate", "read_meta"]
+__all__ = ["FORMAT_VERSION", "META_FILE", "DemoBatch", "DemoDataset", "DemoEpisode", "DemoSample", "Demonstrations",
+           "Meta", "ReadOptions", "check_compatible", "collate", "detect_format", "open_demonstrations", "read_meta"]

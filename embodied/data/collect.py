@@ -1,6 +1,7 @@
 """``embodied collect``: scripted-expert episodes recorded through the env workers, written as a dataset.
 
     report = collect(load_config("configs/pick_place_mlp_sft.yaml"), episodes=200, out=Path("data/pp"))
+    report = collect(cfg, episodes=200, out=Path("data/pp_lerobot"), data_format="lerobot")
 
 The training env config (``cfg.env``: any task with a scripted expert, any obs mode) runs in the
 same ``EnvWorker``s as RL, on the backend ``cluster`` names, with auto-reset off. Each round every
@@ -10,6 +11,12 @@ lets their experts (``embodied.envs.experts``, closed loop per sub-step) play ch
 ``policy.action_chunk`` sub-steps until every episode ends, and hands back the episodes. Only
 successful ones are kept unless ``keep_failed``. Nothing is written until the end, and then into a
 temp folder renamed when complete, so an interrupted collect leaves no dataset behind.
+
+``data_format="lerobot"`` writes a LeRobot v3.0 folder instead (``embodied.data.lerobot.writer``):
+its rows are frames, one per control step, so the experts play chunks of one sub-step (they pick
+every sub-action from the state then, so the episodes are those of any chunk length; with ``noise``
+its draws come in another order, so noisy episodes differ) and ``fps`` is the env's control
+frequency (``env_factory.control_frequency``).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from pathlib import Path
 
 from embodied import __version__
 from embodied.config import Config, ConfigError, EnvConfig
+from embodied.data.demonstrations import Format
 from embodied.data.format import IMAGE_KEYS, DemoEpisode, Meta, write_dataset
 from embodied.placement import make_backend
 from embodied.registry import ENVS
@@ -40,9 +48,10 @@ class CollectReport:
     episodes: int  # episodes written
     attempted: int  # episodes the expert ran
     successes: int  # successful episodes among those run
-    rows: int  # chunk steps written
+    rows: int  # rows written: chunk steps (embodied's format) or frames (LeRobot)
     seconds: float  # wall-clock of the collection (workers up to dataset written)
     meta: Meta | None = None
+    data_format: Format = "arrow"
 
 
 def expert_tasks() -> list[str]:
@@ -70,8 +79,10 @@ def check_expert(cfg: Config) -> None:
 
 
 def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False,
-            created_by: str = "embodied.data.collect.collect()", noise: float = 0.0) -> CollectReport:
-    """Record ``episodes`` expert episodes of ``cfg.env`` (successful ones unless ``keep_failed``) into ``out``.
+            created_by: str = "embodied.data.collect.collect()", noise: float = 0.0,
+            data_format: Format = "arrow") -> CollectReport:
+    """Record ``episodes`` expert episodes of ``cfg.env`` (successful ones unless ``keep_failed``) into ``out``,
+    as embodied's Arrow dataset or (``data_format="lerobot"``) a LeRobot v3.0 folder.
 
     ``noise`` > 0 perturbs the executed actions (DART): the env runs the expert's action plus
     Gaussian noise of ``noise`` x half the action range, the dataset records the expert's action,
@@ -92,11 +103,14 @@ def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False,
         raise ConfigError(f"--episodes must be >= 1, got {episodes}")
     if not 0.0 <= noise <= 1.0:
         raise ConfigError(f"--noise must be in [0, 1] (a fraction of half the action range), got {noise}")
+    if data_format not in ("arrow", "lerobot"):
+        raise ConfigError(f"--format must be arrow or lerobot, got {data_format!r}")
     if out.exists():
         raise ConfigError(f"--out {str(out)!r} exists; choose a new folder (a dataset is never overwritten)")
     check_expert(cfg)
     env_cfg = collection_env(cfg, episodes)
-    chunk = cfg.policy.action_chunk
+    fps = lerobot_fps(env_cfg) if data_format == "lerobot" else None
+    chunk = cfg.policy.action_chunk if fps is None else 1  # LeRobot rows are control steps
     chunk_steps = math.ceil(env_cfg.max_episode_steps / chunk)
     backend = make_backend(cfg.cluster)
     kept: list[DemoEpisode] = []
@@ -133,8 +147,29 @@ def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False,
         tasks=sorted({ep.task for ep in kept}), env_kwargs=dict(env_cfg.kwargs),
         created_by=f"{created_by} (embodied {__version__})", action_noise=noise,
     )
-    write_dataset(out, kept, meta)
-    return CollectReport(out, meta.episodes, attempted, successes, meta.rows, time.perf_counter() - t0, meta)
+    if fps is None:
+        write_dataset(out, kept, meta)
+    else:
+        from embodied.data.lerobot import write_lerobot
+
+        write_lerobot(out, kept, meta, fps)
+    return CollectReport(out, meta.episodes, attempted, successes, meta.rows, time.perf_counter() - t0, meta,
+                         data_format)
+
+
+def lerobot_fps(env_cfg: EnvConfig) -> int:
+    """The fps of a LeRobot folder of ``env_cfg``'s episodes: the env's control frequency (an integer, as
+    LeRobot stores it); ``ConfigError`` if the env does not say it or it is not whole."""
+    from embodied.env_factory import control_frequency
+
+    fps = control_frequency(env_cfg)
+    if fps is None:
+        raise ConfigError(f"--format lerobot: env.id {env_cfg.id!r} does not say its control frequency "
+                          "(metadata['render_fps']), which a LeRobot dataset records as its fps")
+    if abs(fps - round(fps)) > 1e-6:
+        raise ConfigError(f"--format lerobot: env.id {env_cfg.id!r} acts at {fps:g} Hz; LeRobot records a whole "
+                          "number of frames per second")
+    return int(round(fps))
 
 
 def collection_env(cfg: Config, episodes: int) -> EnvConfig:

@@ -9,14 +9,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
 
 from embodied.data.format import IMAGE_KEYS, OBS_KEYS, Meta, read_meta
 from embodied.types import MAIN_IMAGES, TASK_DESCRIPTIONS, Obs
+
+if TYPE_CHECKING:
+    from embodied.policy import PolicySpec
 
 
 class DemoSample(NamedTuple):
@@ -41,7 +45,10 @@ class DemoDataset(torch.utils.data.Dataset):
     The columns are read once from the (memory-mapped) Arrow files into numpy arrays of their own
     dtypes (images stay uint8), so indexing is cheap. ``meta`` is ``meta.json`` (``Meta``);
     ``episode_indices`` [N] says which episode each row belongs to (split by episode, not by row).
+    ``fps`` is None: the rows are chunk steps of the env that collected them.
     """
+
+    fps: float | None = None
 
     def __init__(self, path: str | Path) -> None:
         from datasets import disable_progress_bars, load_from_disk
@@ -82,6 +89,14 @@ class DemoDataset(torch.utils.data.Dataset):
         obs[TASK_DESCRIPTIONS] = self.tasks[i]
         return DemoSample(obs, torch.from_numpy(self.columns["actions"][i]),
                           torch.from_numpy(self.columns["executed"][i]))
+
+    def check(self, action_chunk: int, needed: Iterable[str]) -> None:
+        """``check_compatible`` without the env: the chunk length and the observations the policy needs."""
+        check_compatible(self.meta, action_chunk, None, set(needed))
+
+    def fit(self, spec: PolicySpec, action_chunk: int, needed: Iterable[str]) -> None:
+        """``check_compatible`` against the env: also the action dimension and the image size."""
+        check_compatible(self.meta, action_chunk, spec.action_dim, set(needed), spec.image_shape)
 
 
 def collate(samples: list[DemoSample]) -> DemoBatch:

@@ -52,8 +52,10 @@ class EnvWorker:
     the first ``video.max_videos`` episodes of the eval set; a background ``VideoWriter`` encodes them.
     """
 
-    def __init__(self, rank: int, env_cfg: EnvConfig, link: Link, seed: int, torch_threads: int = 1,
+    def __init__(self, rank: int, env_cfg: EnvConfig, link: Link, seed: int | None, torch_threads: int = 1,
                  section: str = "env", video: VideoConfig | None = None) -> None:
+        """Build the envs of ``link``'s shards and reset them from ``seed`` (None: not reset, a replacement
+        worker whose envs ``restore`` sets)."""
         torch.set_num_threads(torch_threads)
         # A segfault in a simulator prints the Python stack of every thread (Ray runs env methods on
         # threads of its own; Ray's own handler shows only the main thread's).
@@ -78,9 +80,12 @@ class EnvWorker:
         self._video_errors: list[str] = []
         self._reported: set[str] = set()  # each video problem is reported once
         # A step that runs past env.step_timeout_s is reported by this watchdog: the hung thread cannot.
+        # (on_hang holds the link, not this worker: a cycle through the watchdog would leave a replaced worker,
+        # its envs and their GL contexts, to the garbage collector's next full pass)
         self.watch = StepWatch(env_cfg.step_timeout_s, env_cfg.id, rank,
-                               lambda error: self.link.fail(self.link.to_rollout, PeerFailure(str(error), error)))
-        self._reset(seed)
+                               lambda error: link.fail(link.to_rollout, PeerFailure(str(error), error)))
+        if seed is not None:
+            self._reset(seed)
 
     @property
     def venv(self) -> BatchedEnv:
@@ -112,7 +117,8 @@ class EnvWorker:
         mine = episode_ids[lo:hi]
         with self._failure_sent_to_peers():
             self._reset(reset_seed, options=None if options is None else options[lo:hi])
-            recorded = self._start_recording(mine, record) if video_dir is not None else []
+            with self.watch.watching(self.venv, lo, "starting eval videos (render())"):  # a render() may hang
+                recorded = self._start_recording(mine, record) if video_dir is not None else []
             executed = self._exchange(chunk_steps, f"eval episodes from {mine[0]}")
         if recorded:
             self._queue_videos(Path(video_dir), mine)
@@ -186,22 +192,26 @@ class EnvWorker:
             venv_state, stage.obs = pickle.loads(state)  # noqa: S301 - the run's own checkpoint
             stage.venv.set_state(venv_state)
 
-    def restore(self, states: list[bytes | str], generation: int, seed: int) -> bool:
+    def restore(self, states: list[bytes | str] | str, generation: int, seed: int) -> bool:
         """After a restart: exchange on keys of ``generation``, and put each stage's envs back to what
-        ``get_state`` saved; a stage that could not be saved (a str) is reset from ``seed`` instead.
-        Returns whether every stage was restored."""
-        self.link.generation = generation
+        ``get_state`` saved; a stage that could not be saved (a str), or every stage when ``states`` is
+        a str (why: e.g. a fault that replayed), is reset from ``seed`` instead. Returns whether every
+        stage was restored."""
+        self.link.move_to(generation)
+        if isinstance(states, str):
+            states = [states] * len(self.stages)
         for stage, state in zip(self.stages, states, strict=True):
             if isinstance(state, bytes):
                 venv_state, stage.obs = pickle.loads(state)  # noqa: S301 - this run's own snapshot
                 stage.venv.set_state(venv_state)
             else:
-                stage.obs = stage.venv.reset(seed=seed + stage.start)
+                with self.watch.watching(stage.venv, stage.start, f"reset seed {seed} after a restart"):
+                    stage.obs = stage.venv.reset(seed=seed + stage.start)
         return all(isinstance(state, bytes) for state in states)
 
     def relink(self, generation: int) -> None:
         """Exchange on the keys of ``generation`` (after failed workers of the group were replaced)."""
-        self.link.generation = generation
+        self.link.move_to(generation)
 
     def close(self) -> None:
         self.watch.close()
@@ -214,8 +224,9 @@ class EnvWorker:
     def _reset(self, seed: int, group_size: int = 1, options: list[dict[str, Any] | None] | None = None) -> None:
         """Reset every stage; global env ``i`` gets ``seed + i // group_size`` (and ``options``, one per env of
         this worker, with one stage: eval)."""
+        where = f"reset seed {seed}"
         for stage in self.stages:
-            with self.watch.watching(stage.venv, stage.start, f"reset seed {seed}"):
+            with self.watch.watching(stage.venv, stage.start, where), self._located(stage, where):
                 if options is not None:
                     stage.obs = stage.venv.reset(seed=seed + stage.start, options=options)
                 elif group_size == 1:
@@ -242,17 +253,24 @@ class EnvWorker:
         for t in range(chunk_steps):
             for stage in self.stages:
                 actions = np.concatenate([self._get_actions(s) for s in stage.shards])
-                try:
-                    with self.watch.watching(stage.venv, stage.start, f"{label}, chunk step {t}"):
-                        result = stage.venv.chunk_step(actions)
-                except EnvError as exc:  # say where in the run it happened; the env's traceback stays
-                    raise exc.located(stage.start, f"env worker {self.rank}, {label}, chunk step {t}") from None
+                where = f"{label}, chunk step {t}"
+                with self.watch.watching(stage.venv, stage.start, where), self._located(stage, where):
+                    result = stage.venv.chunk_step(actions)
                 check_env_result(result, self.env_id, stage.start, f"env worker {self.rank}, {label}, chunk step {t}")
                 for shard in stage.shards:
                     self.link.to_rollout.put(self.link.key(shard), result.slice(*stage.rows(shard)))
                 stage.obs = result.obs
                 executed += int(result.executed.sum())
         return executed
+
+    @contextmanager
+    def _located(self, stage: _Stage, where: str) -> Iterator[None]:
+        """Say where in the run an env error happened (global env index, this worker, ``where``); the env's
+        traceback stays."""
+        try:
+            yield
+        except EnvError as exc:
+            raise exc.located(stage.start, f"env worker {self.rank}, {where}") from None
 
     @contextmanager
     def _failure_sent_to_peers(self) -> Iterator[None]:

@@ -9,10 +9,15 @@ An env worker fails in three ways, each seen within seconds:
 
 ``Workers`` then replaces the failed worker and redoes the rollout epoch from the state every
 worker had at its start (``RestartBudget`` counts the restarts; see ``embodied.workers.group``).
+
+A fault that comes back on that exact replay (``same_fault``: the same worker, env, place in the
+epoch and exception: ``WorkerFailure.signature``) is a deterministic bug of the env from that state;
+replaying it again would only repeat it, so the failed worker's envs restart from fresh seeds instead.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -70,8 +75,9 @@ class StepWatch:
         started, venv, first_env, context, thread = call
         progress = getattr(venv, "progress", None)  # ChunkedVectorEnv: the env call in progress
         if progress is not None and progress[0] >= started:
-            since, index, sub_step = progress
-            during = "reset()" if sub_step < 0 else f"step() at sub-step {sub_step} of the chunk"
+            since, index, sub_step = progress[:3]
+            call = progress[3] if len(progress) > 3 else "reset" if sub_step < 0 else "step"  # or "render"
+            during = f"{call}() at sub-step {sub_step} of the chunk" if sub_step >= 0 else f"{call}()"
         else:  # a batched env of the user's: only the whole call is known
             since, index, during = started, 0, f"{type(venv).__name__}.chunk_step() (which of its envs is unknown)"
         if time.monotonic() - since <= self.timeout_s:
@@ -109,6 +115,21 @@ class WorkerFailure(Exception):
         return f"{self.section} worker {rank} ({self.env_id}, envs {a}-{b - 1}) {how}: {summary(self.cause)}"
 
     @property
+    def signature(self) -> tuple:
+        """What two failures share when they are the same fault: the worker, and for an env error the env
+        index, the call, where in the epoch (iteration, chunk step) and the exception's last line (with
+        memory addresses blanked: a replacement process puts objects elsewhere); a dead process has only
+        its worker."""
+        rank = min(self.ranks)
+        env_error = find_env_error(self.cause)
+        if env_error is None:
+            return (self.section, rank, "died" if died(self.cause) else type(self.cause).__name__)
+        lines = [line for line in env_error.env_traceback.strip().splitlines() if line.strip()]
+        last = "hang" if isinstance(env_error, EnvStepTimeoutError) or not lines else lines[-1].strip()
+        return (self.section, rank, env_error.index, env_error.during, env_error.context,
+                re.sub(r"0x[0-9a-fA-F]+", "0x?", last))
+
+    @property
     def restartable(self) -> bool:
         """An env that raised, hung or whose process died; not an env that returned non-finite numbers
         (a bug of the env or task that a restart from the same state would only repeat)."""
@@ -144,14 +165,25 @@ def is_hang(exc: BaseException) -> EnvStepTimeoutError | None:
 
 @dataclass
 class RestartBudget:
-    """``runner.max_worker_restarts`` for a whole run, shared by training and eval env workers."""
+    """``runner.max_worker_restarts`` for a whole run, shared by training and eval env workers;
+    ``episodes_dropped`` counts the episodes given up on faults that replayed (``env/episodes_dropped``)."""
 
     limit: int
     used: int = 0
+    episodes_dropped: int = 0
+    explained: bool = False  # why a replayed fault drops episodes was printed (once a run)
 
-    def spend(self, failure: WorkerFailure, where: str) -> None:
+    def __post_init__(self) -> None:
+        if self.limit < 0:
+            raise ValueError(f"runner.max_worker_restarts: must be >= 0 (0: no restarts), got {self.limit}")
+
+    def spend(self, failure: WorkerFailure, where: str, fresh_seed: int | None = None, dropped: int = 0) -> None:
         """Account one restart for ``failure`` (at ``where``: "iteration 7") and report it on the console;
-        raises the failure's cause instead when it is not restartable or the budget is spent."""
+        raises the failure's cause instead when it is not restartable or the budget is spent.
+
+        ``fresh_seed``: the fault replayed, so the failed worker's envs restart from that seed and their
+        ``dropped`` episodes in progress are given up (the first time, the console says why).
+        """
         failure.cause.__suppress_context__ = True  # raised as it is: the WorkerFailure wrapper is noise
         if not failure.restartable:
             raise failure.cause
@@ -160,7 +192,19 @@ class RestartBudget:
                                    f"{self.used} of runner.max_worker_restarts={self.limit}")
             raise failure.cause
         self.used += 1
-        print(f"[restart {self.used}/{self.limit}] {where}: {failure.describe()}; replacing "
-              f"{'it' if len(failure.ranks) == 1 else f'ranks {sorted(failure.ranks)}'} and redoing from the "
-              f"start of the {'rollout epoch' if failure.section == 'env' else 'eval round'}",
-              file=sys.stderr, flush=True)
+        who = "it" if len(failure.ranks) == 1 else f"ranks {sorted(failure.ranks)}"
+        redo = f"the start of the {'rollout epoch' if failure.section == 'env' else 'eval round'}"
+        if fresh_seed is None:
+            print(f"[restart {self.used}/{self.limit}] {where}: {failure.describe()}; replacing {who} and redoing "
+                  f"from {redo}", file=sys.stderr, flush=True)
+            return
+        self.episodes_dropped += dropped
+        why = "" if self.explained else (
+            " (the same fault on the exact replay of the epoch is a deterministic bug of the env from that state, "
+            "e.g. a configuration that explodes or an object that falls through the table: replaying it again "
+            "would only repeat it; the other workers still redo the epoch exactly, and env/episodes_dropped "
+            "counts what is given up)")
+        self.explained = True
+        print(f"[restart {self.used}/{self.limit}] {where}: {failure.describe()}, again on the exact replay; "
+              f"replacing {who} with envs reset from fresh seeds (base {fresh_seed}) and dropping its "
+              f"{dropped} episode(s) in progress{why}", file=sys.stderr, flush=True)

@@ -23,7 +23,7 @@ from embodied.checkpoint import PACKAGES, package_version
 from embodied.config import Config, EnvConfig
 from embodied.config.schema import VideoConfig
 from embodied.eval_plan import EvalPlan, env_eval_episodes
-from embodied.placement import Backend, LocalBackend, WorkerGroup
+from embodied.placement import Backend, ClusterLostError, LocalBackend, WorkerGroup, process_rss_mib
 from embodied.policy import Policy, PolicySpec
 from embodied.registry import ALGORITHMS, ENVS
 from embodied.types import EpisodeStats, EvalEpisode, PeerFailure, PeerFailureError, Trajectory
@@ -36,6 +36,7 @@ from embodied.workers.resources import check_resources
 from embodied.workers.rollout_worker import MultiStepRolloutWorker
 
 EVAL_SEED_OFFSET = 1_000_000  # eval initial states never coincide with training ones
+FRESH_SEED_OFFSET = 1_000_000_000  # nor do those of envs rebuilt after a replayed fault (``Workers.fresh_seed``)
 
 
 def exchange(backend: Backend, handles: list[Any], envs: EnvGroup, env_handles: list[Any]) -> list[Any]:
@@ -55,6 +56,8 @@ def exchange(backend: Backend, handles: list[Any], envs: EnvGroup, env_handles: 
             del pending[id(done)]
             try:
                 backend.wait([done])
+            except ClusterLostError:
+                raise  # nothing more to ask of the workers (Ray: nor to put into the lost cluster's object store)
             except Exception as exc:
                 if _peer_failure(exc):
                     continue  # the failure behind it shows up on another handle
@@ -83,6 +86,8 @@ def _settle(backend: Backend, handles: list[Any]) -> list[Any]:
     for h in handles:
         try:
             backend.wait([h])
+        except ClusterLostError:
+            raise
         except Exception as exc:  # noqa: BLE001 - consequences of the failure being raised
             if not _peer_failure(exc):
                 failed.append(h)
@@ -114,29 +119,34 @@ class EnvGroup:
         return ranges
 
     def replace(self, backend: Backend, rollout_group: WorkerGroup, failure: WorkerFailure,
-                states: list[Any] | None, seed: int) -> None:
+                states: list[Any] | None, seed: int, fresh: dict[int, int] | None = None) -> None:
         """Replace ``failure.ranks`` by new workers and move the whole exchange to fresh channel keys.
 
         With ``states`` (each rank's ``get_state()``, as handles) every env worker's envs go back to
-        them; otherwise the replaced ranks start from ``seed``. A hung local worker is abandoned
+        them, but the ranks of ``fresh`` (rank -> seed: a fault that replayed), whose envs restart from
+        that seed; without, the replaced ranks start from ``seed``. A hung local worker is abandoned
         (Python cannot stop a thread); on Ray its process is killed.
         """
         generation = self.rollout_links[0].generation + 1
         for link in self.rollout_links:
-            link.generation = generation  # the driver's copy (on the local backend, the workers' own)
+            link.move_to(generation)  # the driver's copy (on the local backend, the workers' own)
         for rank in sorted(failure.ranks):
             args = list(self.env_args[rank])
             args[2] = dataclasses.replace(args[2], generation=generation)
-            self.group.restart(rank, tuple(args))
             self.env_args[rank] = tuple(args)
+            args[3] = None  # no reset in the constructor: restore (or the eval round) sets the envs
+            self.group.restart(rank, tuple(args))
         backend.wait(rollout_group.call("relink", self.section, generation))
-        if states is not None:
-            restored = backend.wait(self.group.call_each("restore", [(s, generation, seed) for s in states]))
-            if not all(restored):
-                warnings.warn(f"{self.section}: envs that do not pickle were reset from seed {seed} instead of "
-                              f"restored; their episodes in progress are cut short", stacklevel=3)
-        else:
+        if states is None:
             backend.wait(self.group.call("relink", generation))
+            return
+        fresh = fresh or {}
+        restored = backend.wait(self.group.call_each("restore", [
+            ("fresh seeds: a fault replayed", generation, fresh[r]) if r in fresh else (state, generation, seed)
+            for r, state in enumerate(states)]))
+        if not all(ok for r, ok in enumerate(restored) if r not in fresh):
+            warnings.warn(f"{self.section}: envs that do not pickle were reset from seed {seed} instead of "
+                          f"restored; their episodes in progress are cut short", stacklevel=3)
 
     def close(self, backend: Backend) -> None:
         """Close every worker but the abandoned (hung) ones, which are left to the process's exit."""
@@ -265,6 +275,7 @@ class Evaluator:
             try:
                 return exchange(self.backend, handles, self.envs, env_handles)
             except WorkerFailure as failure:
+                self.backend.check_connected()  # a worker lost with its cluster is not restarted
                 where = f"eval episodes from {min(episode_ids)}" + (f" at iteration {self.iteration}" if self.iteration else "")
                 try:
                     self.restarts.spend(failure, where)
@@ -348,28 +359,64 @@ class Workers:
         ``runner.max_worker_restarts`` and the epoch redone from the start: every env worker's envs
         and every rollout worker's RNG go back to the snapshot taken before it, so the redone epoch
         is the one a run without the failure would have had, and nothing it did is counted twice.
+
+        A fault that comes back the same way on that replay (``WorkerFailure.signature``) would only
+        come back again: the failed worker's envs restart from ``fresh_seed`` instead (for the rest of
+        the epoch), their episodes in progress counted in ``restarts.episodes_dropped``; the other
+        workers still replay exactly, and only the returned (last) attempt's transitions are kept.
         """
         seed, group = (reset.seed, reset.group_size) if reset is not None else (None, 1)
         snapshot = None
         if self.restarts.used < self.restarts.limit:  # handles: Ray keeps the values, owned by this process
             snapshot = self.env_group.call("get_state"), self.rollout_group.call("rng_state")
+        fresh: dict[int, int] = {}  # env ranks whose envs restart from fresh seeds (a fault replayed) -> the seed
+        last = None  # the signature of this epoch's last failure
         while True:
+            seeds = [fresh.get(rank, seed) if seed is not None else None for rank in range(len(self.env_group))]
             with self.evaluator.submit:
-                env_handles = self.env_group.call("run_epoch", chunk_steps, seed, iteration, group)
+                env_handles = self.env_group.call_each("run_epoch", [(chunk_steps, s, iteration, group) for s in seeds])
                 handles = self.rollout_group.call("rollout_epoch", chunk_steps)
             try:
                 return exchange(self.backend, handles, self.train_envs, env_handles)
             except WorkerFailure as failure:
+                self.backend.check_connected()  # a worker lost with its cluster is not restarted
+                replayed, last = failure.signature == last, failure.signature
+                new_seed = self.fresh_seed(self.restarts.used + 1) if replayed else None
+                ranges = self.train_envs.env_ranges()
+                dropped = sum(ranges[r][1] - ranges[r][0] for r in failure.ranks - fresh.keys()) if replayed else 0
                 try:
-                    self.restarts.spend(failure, f"iteration {iteration}")
+                    self.restarts.spend(failure, f"iteration {iteration}", new_seed, dropped)
                 except BaseException:
                     self.train_envs.abandoned |= failure.hung
                     raise
+                if new_seed is not None:
+                    fresh |= dict.fromkeys(failure.ranks, new_seed)
                 assert snapshot is not None  # a restart left in the budget means one was taken
                 states, rngs = snapshot
                 self.train_envs.replace(self.backend, self.rollout_group, failure, states,
-                                        self.cfg.experiment.seed + 1_000_003 * self.restarts.used)
+                                        self.cfg.experiment.seed + 1_000_003 * self.restarts.used, fresh)
                 self.backend.wait(self.rollout_group.call_each("set_rng_state", [(r,) for r in rngs]))
+
+    def fresh_seed(self, restart: int) -> int:
+        """The reset seed (of global env 0) of envs rebuilt after a replayed fault at the run's ``restart``-th
+        restart: apart from the training and eval seeds, and the same in every run of the same seed."""
+        return self.cfg.experiment.seed + FRESH_SEED_OFFSET + 1_000_000 * restart
+
+    def rss_metrics(self, timeout_s: float = 5.0) -> dict[str, float]:
+        """``sys/rss_mib/<worker>``: the resident memory (MiB) of the driver and of every worker's process
+        (``env0``, ``eval_env0``, ``rollout0``, ``actor0``...; on the local backend the workers are threads of
+        the driver). A worker that does not answer within ``timeout_s`` (dead, or its process busy) is left out."""
+        metrics = {"sys/rss_mib/driver": process_rss_mib()}
+        for name, group in (("env", self.env_group), ("eval_env", self.evaluator.envs.group),
+                            ("rollout", self.rollout_group), ("actor", self.actor_group)):
+            for rank, handle in enumerate(group.rss_mib()):
+                try:
+                    metrics[f"sys/rss_mib/{name}{rank}"] = self.backend.wait([handle], timeout_s)[0]
+                except ClusterLostError:
+                    raise
+                except Exception:  # noqa: BLE001 - a metric never stops training; a failed worker shows elsewhere
+                    continue
+        return {k: float(v) for k, v in metrics.items() if v is not None}
 
     def update(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
         return self.backend.wait(self.actor_group.call("update", trajectories, iteration))[0]
@@ -393,12 +440,15 @@ class Workers:
                 "rollout_rng": self.backend.wait(self.rollout_group.call("rng_state"))}
 
     def restore(self, state: dict[str, Any]) -> list[str]:
-        """Put back ``resume_state()`` output; returns what could not be restored (and why)."""
+        """Put back ``resume_state()`` output (without ``envs``: the envs stay as they are); returns what could
+        not be restored (and why)."""
         problems = []
         envs = state.get("envs") or []
         reasons = [s for rank in envs for s in rank if isinstance(s, str)]
         stages = self.cfg.rollout.pipeline_stages
-        if reasons:
+        if "envs" not in state and "rollout_rng" in state:
+            pass  # left out on purpose (snapshots not trusted: ``embodied.trust.trusted`` said why)
+        elif reasons:
             problems.append(f"the envs were not saved ({reasons[0]})")
         elif len(envs) != len(self.env_group) or any(len(rank) != stages for rank in envs):
             problems.append(f"the envs were saved by {len(envs)} env workers, this run has {len(self.env_group)} "

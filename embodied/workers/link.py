@@ -19,6 +19,7 @@ class Link:
     # Bumped when failed workers are replaced: the exchange moves to fresh keys, so nothing a failed
     # or abandoned worker left in (or later puts into) the channels reaches the redone epoch.
     generation: int = 0
+    cleared: int = 0  # the keys of generations below this were discarded (``move_to``)
 
     @property
     def start(self) -> int:
@@ -31,7 +32,23 @@ class Link:
 
     def key(self, shard: Shard) -> str:
         """The channel key of ``shard``'s exchange (both directions) in this generation."""
-        return f"env{shard.env_rank}-rollout{shard.rollout_rank}/{self.generation}"
+        return self._key(shard, self.generation)
+
+    @staticmethod
+    def _key(shard: Shard, generation: int) -> str:
+        return f"env{shard.env_rank}-rollout{shard.rollout_rank}/{generation}"
+
+    def move_to(self, generation: int) -> None:
+        """Exchange on the keys of ``generation`` from now on, and discard this link's keys of every earlier
+        generation in both channels: what a failed worker left queued there (its last observations or
+        actions) would otherwise stay for the rest of the run, once per restart."""
+        self.generation = generation
+        for old in range(self.cleared, generation):
+            for shard in self.shards:
+                key = self._key(shard, old)
+                self.to_rollout.discard(key)
+                self.to_env.discard(key)
+        self.cleared = max(self.cleared, generation)
 
     def fail(self, channel: Channel, failure: object) -> None:
         """Put ``failure`` (a ``PeerFailure``) on every shard's key of ``channel``: the peers raise instead of waiting."""

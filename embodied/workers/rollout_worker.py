@@ -52,7 +52,7 @@ class MultiStepRolloutWorker:
         (after failed env workers were replaced)."""
         link = self.train if section == "env" else self.evaluation
         if link is not None:
-            link.generation = generation
+            link.move_to(generation)
 
     def rng_state(self) -> torch.Tensor:
         """The torch RNG the actions are sampled from (this process's), for exact resume."""

@@ -367,3 +367,12 @@ def test_mlp_policy_builds_from_the_batched_env_spec():
     out = policy.act(obs)
     result = venv.chunk_step(out.actions.numpy())
     assert result.rewards.shape == (4, 2)
+
+
+def test_control_frequency_is_the_envs_render_fps_or_none():
+    from embodied.config import EnvConfig
+    from embodied.env_factory import control_frequency
+
+    assert control_frequency(EnvConfig(id="Reach-v0")) == 20.0  # 1 / (timestep x frame_skip)
+    assert control_frequency(EnvConfig(id="tests.plain_envs:PointReach")) == 10.0  # through the adapter
+    assert control_frequency(EnvConfig(id="tests.toy_envs:CountingEnv")) is None  # declares none

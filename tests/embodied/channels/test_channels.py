@@ -63,6 +63,18 @@ def test_keys_are_independent(channel: Channel) -> None:
         channel.get("b", timeout=0.05)
 
 
+def test_discard_drops_a_keys_items_and_leaves_the_others(channel: Channel) -> None:
+    channel.put("old", "left behind by a failed worker")
+    channel.put("new", "n0")
+    channel.discard("old")
+    channel.discard("never-used")
+    deadline = time.monotonic() + 10  # Ray: the directory forgets without the caller waiting
+    while channel.qsize("old"):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert channel.get("new", timeout=5) == "n0"
+
+
 def test_get_blocks_until_another_thread_puts(channel: Channel) -> None:
     def produce() -> None:
         time.sleep(0.2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -372,3 +373,15 @@ def test_numeric_ranges_and_non_finite_numbers_are_refused_once(override, expect
     message = str(err.value)
     assert expected in message
     assert message.count(override.split("=")[0] + ":") == 1  # one problem per field, not one per check
+
+
+def test_sft_features_map_our_keys_to_dataset_feature_names_or_null():
+    cfg = load_config(None, ["sft.features.main_images=observation.images.top", "sft.features.wrist_images=null"])
+    assert cfg.sft.features == {"main_images": "observation.images.top", "wrist_images": None}
+    assert load_config(None).sft.features == {}  # the usual names are looked up
+    for override, expected in (("sft.features.camera=x", "sft.features.camera: unknown key; the keys are states, "
+                                                         "main_images, wrist_images, actions"),
+                               ("sft.features.states=3", "sft.features.states: a feature name (string) or null"),
+                               ("sft.frame_cache_mb=-1", "sft.frame_cache_mb: must be >= 0")):
+        with pytest.raises(ConfigError, match=re.escape(expected)):
+            load_config(None, [override])

@@ -1,0 +1,91 @@
+"""One interface over demonstrations on disk, whatever the format: what ``embodied sft`` trains on.
+
+    data = open_demonstrations("data/pick_place", ReadOptions(action_chunk=4))   # format detected
+    data.check(4, {"states"})                    # before any worker: what the policy needs is there
+    data.fit(spec, 4, {"states"})                # once the env is known: its keys, sizes, dimensions
+    obs, actions, executed = collate([data[0], data[1]])
+
+Two formats, told apart by their metadata file:
+
+- ``meta.json``: embodied's Arrow format (``embodied.data.format``), one row per chunk step,
+  chunks of the C the collection ran at;
+- ``meta/info.json``: a LeRobot folder (``embodied.data.lerobot``), one row per frame, chunks of
+  any C built at load time within each episode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol
+
+import numpy as np
+
+from embodied.data.dataset import DemoSample
+from embodied.data.format import META_FILE
+
+if TYPE_CHECKING:
+    from embodied.policy import PolicySpec
+
+Format = Literal["arrow", "lerobot"]
+LEROBOT_INFO = "meta/info.json"
+
+
+class Demonstrations(Protocol):
+    """What SFT reads: samples, their episodes, and the checks against the policy and the env."""
+
+    path: Path
+    fps: float | None  # frames per second the demonstrations were recorded at (None: not recorded)
+
+    @property
+    def episode_indices(self) -> np.ndarray:
+        """int [N]: the episode of every sample (splits are by episode)."""
+
+    @property
+    def steps(self) -> np.ndarray:
+        """int [N]: each sample's position in its episode (0 = its first)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int) -> DemoSample: ...
+
+    def check(self, action_chunk: int, needed: Iterable[str]) -> None:
+        """Raise ``ValueError`` naming what is wrong if the policy's chunk or needed observations
+        (``PolicyConfig.required_observations()``) cannot be served; cheap, before any worker starts."""
+
+    def fit(self, spec: PolicySpec, action_chunk: int, needed: Iterable[str]) -> None:
+        """Serve what the env gives (``spec``); raise ``ValueError`` naming both sides of any mismatch."""
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How to read a dataset; only per-frame formats (LeRobot) use them."""
+
+    action_chunk: int = 1  # C of the chunks built from per-frame rows
+    features: Mapping[str, str | None] = field(default_factory=dict)  # sft.features: our key -> feature name
+    frame_cache_mb: float = 1024.0  # decoded camera frames kept in memory
+
+
+def detect_format(path: str | Path) -> Format:
+    """``arrow`` (a ``meta.json``) or ``lerobot`` (a ``meta/info.json``); ``FileNotFoundError`` otherwise."""
+    path = Path(path)
+    if (path / META_FILE).is_file():
+        return "arrow"
+    if (path / LEROBOT_INFO).is_file():
+        return "lerobot"
+    if not path.exists():
+        raise FileNotFoundError(f"dataset {str(path)!r} does not exist")
+    raise FileNotFoundError(f"dataset {str(path)!r} has neither {META_FILE} (embodied's format, written by "
+                            f"`embodied collect`) nor {LEROBOT_INFO} (a LeRobot dataset): it is not a dataset")
+
+
+def open_demonstrations(path: str | Path, options: ReadOptions = ReadOptions()) -> Demonstrations:
+    """The demonstrations in ``path``, in whichever format they are (``detect_format``)."""
+    if detect_format(path) == "arrow":
+        from embodied.data.dataset import DemoDataset
+
+        return DemoDataset(path)
+    from embodied.data.lerobot import LeRobotDemos
+
+    return LeRobotDemos(path, options.action_chunk, options.features, options.frame_cache_mb)

@@ -1,0 +1,143 @@
+"""A fault that replays: the exact replay of an epoch fails in the same env with the same error.
+
+``ReplayFaultEnv`` raises at its 11th step after a reset with seed 1 (env 1 of the batch, in env
+worker 0): its own state, so every replay from the epoch's snapshot fails the same way. The second,
+identical failure makes the run rebuild worker 0's envs from fresh seeds, count their episodes in
+``env/episodes_dropped`` and go on; worker 1 still redoes the epoch exactly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import embodied.runner as runner
+from embodied.checkpoint import load_checkpoint
+from embodied.config import ConfigError, load_config
+from embodied.placement import LocalBackend
+from embodied.types import EnvError
+from embodied.workers.faults import RestartBudget, WorkerFailure
+from embodied.workers.group import FRESH_SEED_OFFSET, Workers
+
+REPLAY = "tests.toy_envs:ReplayFaultEnv"
+
+
+def replay_config(out: Path, *overrides: str):
+    """3 iterations of PPO on 4 envs, 2 env workers; 8 sub-steps per env per iteration, so env 1 (seed 1)
+    fails in iteration 2, at chunk step 1."""
+    return load_config(None, [
+        f"env.id={REPLAY}", "env.num_envs=4", "env.max_episode_steps=6", "eval_env.num_envs=2",
+        "env.kwargs={fail_seed: 1, fail_at: 11}", "eval_env.kwargs={fail_seed: -1}", "env.preflight=false",
+        "cluster.num_env_workers=2", "policy.type=mlp", "policy.hidden_sizes=[8]", "policy.action_chunk=2",
+        "rollout.chunk_steps=4", "algorithm.num_minibatches=2", "algorithm.update_epochs=2", "runner.iterations=3",
+        "runner.eval_every=0", "runner.eval_episodes=2", "runner.checkpoint_every=0", "logger.backends=[console]",
+        "logger.progress_bar=false", "runner.plot=false", f"experiment.output_dir={out}", *overrides,
+    ])
+
+
+def assert_same_params(a, b) -> None:
+    pa, pb = load_checkpoint(a.checkpoint)["actor"]["policy"], load_checkpoint(b.checkpoint)["actor"]["policy"]
+    assert pa.keys() == pb.keys() and all(torch.equal(pa[k], pb[k]) for k in pa)
+
+
+def check_replayed_run(tmp_path: Path, capfd, *overrides: str) -> list[dict[str, float]]:
+    """Two same-seed runs with the replaying fault: both complete, count the drop, and match; the first's metrics."""
+    first = runner.train(replay_config(tmp_path / "a", *overrides))
+    err = capfd.readouterr().err
+    second = runner.train(replay_config(tmp_path / "b", *overrides))
+    n = len(first.history)
+    assert [m["workers/restarts"] for m in first.history] == [0.0, 2.0, 2.0][:n]  # the replay, then fresh envs
+    assert [m["env/episodes_dropped"] for m in first.history] == [0.0, 2.0, 2.0][:n]  # worker 0's two envs
+    assert [m["env_steps"] for m in first.history] == [32.0, 64.0, 96.0][:n]  # every kept epoch whole
+    assert "[restart 1/3] iteration 2: env worker 0" in err and "ZeroDivisionError" in err
+    assert "[restart 2/3] iteration 2: env worker 0" in err and "again on the exact replay" in err
+    assert err.count("deterministic bug of the env") == 1  # the reason, once
+    assert load_checkpoint(first.checkpoint)["episodes_dropped"] == 2
+    assert_same_params(first, second)  # same seed, same run
+    for ma, mb in zip(first.history, second.history, strict=True):
+        kept = [k for k in ma if k.startswith(("env/", "train/", "eval/")) or k == "env_steps"]
+        assert {k: ma[k] for k in kept} == {k: mb[k] for k in kept}
+    return first.history
+
+
+def test_a_fault_that_replays_rebuilds_the_workers_envs_from_fresh_seeds_local(tmp_path, capfd):
+    check_replayed_run(tmp_path, capfd)
+
+
+@pytest.mark.slow
+def test_a_fault_that_replays_rebuilds_the_workers_envs_from_fresh_seeds_ray(tmp_path, capfd, ray_session):
+    """Two iterations (the fault is in the second); the runs also log each worker process's memory."""
+    history = check_replayed_run(tmp_path, capfd, "cluster.backend=ray", "cluster.placement=disaggregated",
+                                 "runner.iterations=2")
+    names = sorted(k.removeprefix("sys/rss_mib/") for k in history[-1] if k.startswith("sys/rss_mib/"))
+    assert names == ["actor0", "driver", "env0", "env1", "eval_env0", "eval_env1", "rollout0"]
+    assert all(50 < history[-1][f"sys/rss_mib/{n}"] < 1e5 for n in names)
+
+
+def test_under_grpo_the_failed_workers_groups_are_reset_from_the_fresh_seed(tmp_path, capfd):
+    """GRPO resets every env before each epoch (iteration 2: seed 2000 for group 0, envs 0-1); the redone
+    epoch resets the failed worker's envs from the fresh seed instead, group by group."""
+    from embodied.algorithms.grpo import GRPO_SEED_STRIDE
+
+    result = runner.train(replay_config(
+        tmp_path, f"env.kwargs={{fail_seed: {2 * GRPO_SEED_STRIDE}, fail_at: 3}}", "algorithm.name=grpo",
+        "algorithm.group_size=2", "env.auto_reset=false", "algorithm.num_minibatches=1"))
+    assert [(m["workers/restarts"], m["env/episodes_dropped"]) for m in result.history] == [(0, 0), (2, 2), (2, 2)]
+    assert "again on the exact replay" in capfd.readouterr().err
+
+
+def test_the_restart_budget_still_bounds_a_fault_that_replays(tmp_path, capfd):
+    with pytest.raises(EnvError) as info:
+        runner.train(replay_config(tmp_path, "runner.max_worker_restarts=1"))
+    assert "used 1 of runner.max_worker_restarts=1" in "\n".join(info.value.__notes__)
+    assert "[restart 2/" not in capfd.readouterr().err
+
+
+def test_a_negative_restart_budget_is_refused_naming_the_field():
+    with pytest.raises(ConfigError, match="runner.max_worker_restarts: must be >= 0"):
+        load_config(None, ["runner.max_worker_restarts=-1"])
+    with pytest.raises(ValueError, match="runner.max_worker_restarts: must be >= 0"):
+        RestartBudget(-1)  # built by code, not from a config
+
+
+def test_the_redone_epoch_keeps_the_other_workers_exact_and_starts_the_failed_ones_envs_afresh(tmp_path):
+    """Rows of the trajectory: envs 2-3 (worker 1) as in a run whose env never fails; envs 0-1 (worker 0)
+    new episodes from the fresh seeds, from their first step on; nothing of the failed attempts kept."""
+    def rollouts(fail_seed: int) -> tuple[list, Workers]:
+        cfg = replay_config(tmp_path, f"env.kwargs={{fail_seed: {fail_seed}, fail_at: 11}}")
+        backend = LocalBackend()
+        workers = Workers.start(cfg, backend)
+        try:
+            states = [workers.rollout(4, it)[0].forward_inputs["states"] for it in (1, 2)]
+        finally:
+            workers.close()
+            backend.shutdown()
+        return states, workers
+
+    (faulted1, faulted2), workers = rollouts(fail_seed=1)
+    (clean1, clean2), _ = rollouts(fail_seed=-1)
+    assert torch.equal(faulted1, clean1)
+    assert torch.equal(faulted2[:, 2:], clean2[:, 2:])  # [T, N, (t, episode, first seed)]
+    fresh = workers.fresh_seed(2)
+    assert fresh == FRESH_SEED_OFFSET + 2_000_000
+    assert faulted2[0, :2, 0].tolist() == [0.0, 0.0]  # step 0 of new episodes
+    # Seeded afresh (the state holds the first reset seed, as float32): the worker's envs 0 and 1.
+    assert torch.equal(faulted2[0, :2, 2], torch.tensor([fresh, fresh + 1], dtype=torch.float32))
+    assert clean2[0, :2, 2].tolist() == [0.0, 1.0]
+    assert workers.restarts.used == 2 and workers.restarts.episodes_dropped == 2
+
+
+def test_same_fault_compares_worker_env_place_and_error_but_not_addresses():
+    def failure(rank: int, index: int, step: int, line: str) -> WorkerFailure:
+        error = EnvError("Toy-v0", index, "step() at sub-step 0 of the chunk", f"Traceback ...\n{line}\n",
+                         f"env worker {rank}, iteration 2, chunk step {step}")
+        return WorkerFailure("env", "Toy-v0", {rank}, error)
+
+    same = failure(0, 1, 1, "ValueError: bad body <Body at 0x7f12>").signature
+    assert failure(0, 1, 1, "ValueError: bad body <Body at 0x7e99>").signature == same
+    assert failure(1, 1, 1, "ValueError: bad body <Body at 0x7f12>").signature != same  # another worker
+    assert failure(0, 0, 1, "ValueError: bad body <Body at 0x7f12>").signature != same  # another env
+    assert failure(0, 1, 2, "ValueError: bad body <Body at 0x7f12>").signature != same  # another chunk step
+    assert failure(0, 1, 1, "KeyError: 'x'").signature != same  # another error
