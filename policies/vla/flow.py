@@ -265,6 +265,11 @@ class FlowHead(ActionHead):
         else:
             raise ValueError(f"policy.flow_logprob: unknown mode {logprob!r}; known: sde, noise")
 
+    def describe(self) -> str:
+        e = self.expert
+        return (f" (flow expert: width {e.velocity.in_features}, depth {len(e.layers)}, "
+                f"{e.layers[0].self_attn.heads} heads, {self.steps} Euler steps, log-probs {self.logprob.name})")
+
     def _times(self, device: torch.device) -> torch.Tensor:
         return torch.linspace(1.0, 0.0, self.steps + 1, device=device)
 

@@ -79,6 +79,10 @@ class ActionHead(nn.Module):
     def placeholders(self, batch: int, device: torch.device) -> torch.Tensor:
         return torch.full((batch, self.size), self.placeholder_id, dtype=torch.long, device=device)
 
+    def describe(self) -> str:
+        """What the startup line adds about this head beyond its parameter count (nothing by default)."""
+        return ""
+
     def act(self, backbone: Backbone, batch: int, device: torch.device, deterministic: bool) -> HeadOutput:
         raise NotImplementedError
 

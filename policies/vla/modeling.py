@@ -141,16 +141,9 @@ class VLAPolicy(Policy):
     # -- the policy interface ----------------------------------------------------------------
 
     def describe(self) -> str:
-        total = sum(p.numel() for p in self.parameters())
-        trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
         head = sum(p.numel() for p in self.head.parameters())
-        line = (f"policy: VLA ({self.family}, {self.config.action_head} head), {total / 1e6:.2f}M parameters, "
-                f"{trainable / 1e6:.2f}M trainable; action head {head / 1e6:.2f}M")
-        if isinstance(self.head, FlowHead):
-            c = self.config
-            line += (f" (flow expert: width {c.flow_width}, depth {c.flow_depth}, {c.flow_heads} heads, "
-                     f"{c.flow_steps} Euler steps, log-probs {c.flow_logprob})")
-        return line
+        return (f"{super().describe()}; {self.family} backbone, {self.config.action_head} action head "
+                f"{head / 1e6:.2f}M{self.head.describe()}")
 
     def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
         inputs = self.forward_inputs(obs)
