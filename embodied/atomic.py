@@ -34,21 +34,32 @@ def atomic_dir(path: Path) -> Iterator[Path]:
     """Yield a fresh temp folder beside ``path``; on a clean exit it becomes ``path`` (replacing it).
 
     The temp name carries the process id, so two processes building the same folder never share
-    one; the loser of the final rename finds ``path`` complete and keeps it.
+    one; the last rename wins. A folder being replaced is renamed aside (``<name>.old.tmp<pid>``)
+    before the new one takes its name and only then deleted, so ``path`` is always either the old
+    folder whole or the new one whole, never a half-deleted one. A process killed in between leaves
+    temp folders only, which ``remove_stale_temps`` clears.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    old = path.with_name(f"{path.name}.old.tmp{os.getpid()}")
+    for leftover in (tmp, old):
+        shutil.rmtree(leftover, ignore_errors=True)
     tmp.mkdir()
     try:
         yield tmp
         fsync_tree(tmp)
         if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+            os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            if old.exists() and not path.exists():  # put the old folder back rather than leave none
+                os.replace(old, path)
+            raise
         fsync_tree(path.parent, recursive=False)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 TEMP_MARK = ".tmp"  # atomic_path and atomic_dir name their temp files <name>.tmp[<pid>]
@@ -79,6 +90,37 @@ def remove_temp_files(folder: Path) -> list[Path]:
     return found
 
 
+def remove_stale_temps(path: Path) -> list[Path]:
+    """Remove the temp folders that killed ``atomic_dir(path)`` writers left beside ``path``; returns them.
+
+    Those named after a process that is still running (another writer of the same folder) stay.
+    This process's own are removed: the caller is about to write, so none of them is in use.
+    """
+    if not path.parent.is_dir():
+        return []
+    name = re.compile(rf"{re.escape(path.name)}(?:\.old)?\.tmp(\d+)")
+    found = []
+    for p in sorted(path.parent.iterdir()):
+        match = name.fullmatch(p.name)
+        if match and not _running_elsewhere(int(match.group(1))):
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+            found.append(p)
+    return found
+
+
+def _running_elsewhere(pid: int) -> bool:
+    """Whether another process with this id is running (one of another user's counts: it may be writing)."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class DiskFullError(OSError):
     """No space left where the run writes; the message names the path."""
 
@@ -98,3 +140,23 @@ def disk_full(exc: BaseException, path: Path) -> bool:
         return shutil.disk_usage(folder).free < 16 * 2**20
     except (OSError, StopIteration):
         return False
+
+
+def free_mib(path: Path) -> float | None:
+    """MiB free on the filesystem of ``path`` (or of its nearest existing parent); None if unknown."""
+    try:
+        folder = next(p for p in (path, *path.parents) if p.exists())
+        return shutil.disk_usage(folder).free / 2**20
+    except (OSError, StopIteration):
+        return None
+
+
+def disk_full_error(what: str, path: Path, exc: BaseException, needed_bytes: int | None = None) -> DiskFullError:
+    """The ``DiskFullError`` for ``exc``, raised writing ``what`` (e.g. "dataset") to ``path``: it names the
+    path, the space free there now and, when the caller knows it, about how much the write needs."""
+    free = free_mib(path)
+    room = f"{free:.0f} MiB free" if free is not None else "free space unknown"
+    if needed_bytes:
+        room += f", about {needed_bytes / 2**20:.0f} MiB needed"
+    return DiskFullError(f"no space left on device writing {what} {path} ({room}); nothing was written there: "
+                         f"free some space or write elsewhere ({exc})")

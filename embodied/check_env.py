@@ -45,7 +45,7 @@ import numpy as np
 
 import embodied
 from embodied.config import ConfigError, EnvConfig
-from embodied.env_factory import make_vector_env
+from embodied.env_factory import batched_twin, make_vector_env
 from embodied.envs.adapters.gymnasium_env import GymnasiumEnv, adapted_target
 from embodied.envs.batched import is_batched
 from embodied.envs.chunked import sim_unstable
@@ -96,6 +96,10 @@ def check_env(cfg: EnvConfig, steps: int = 100, chunk: int = 4, seed: int = 0, f
         rows.target = target
         kind = _BatchedChecks if is_batched(target) else _SingleChecks
         kind(rows, cfg, target, stack, seed=seed, steps=steps, chunk=chunk, fast=fast, render=render).run_all()
+        twin = batched_twin(target, cfg)  # the path env workers take by default: its rows follow the per-env ones
+        if twin is not None and not rows.stopped:
+            _BatchedChecks(rows, cfg, twin, stack, seed=seed, steps=steps, chunk=chunk, fast=fast,
+                           render=render).run_all()
     return rows.results
 
 
@@ -160,6 +164,8 @@ def _resolve(cfg: EnvConfig) -> Any:
 
 def _build(cfg: EnvConfig, target: Any, num_envs: int, render_mode: str | None = None, **changes: Any) -> Any:
     """The vector env the env workers would build (``make_vector_env``); errors that stop every check are named."""
+    if not is_batched(target):  # a class with a batched twin is checked per env here, its twin on its own
+        changes = {"vectorization": "per_env", **changes}
     cfg = dataclasses.replace(cfg, **changes) if changes else cfg
     try:
         return make_vector_env(cfg, num_envs, render_mode=render_mode, name=cfg.id)

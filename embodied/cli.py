@@ -46,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     p_collect.add_argument("config", help="path to a YAML recipe (its env and policy.action_chunk are used)")
     p_collect.add_argument("overrides", nargs="*", help="section.field=value overrides")
     p_collect.add_argument("--episodes", type=int, required=True, help="episodes to keep")
-    p_collect.add_argument("--out", required=True, help="dataset folder to write (must not exist)")
+    p_collect.add_argument("--out", required=True, help="dataset folder to write (new or empty; see --overwrite)")
+    p_collect.add_argument("--overwrite", action="store_true",
+                           help="replace the dataset already in --out (once the new one is complete)")
     p_collect.add_argument("--all", action="store_true", help="keep failed episodes too (default: successes only)")
     p_collect.add_argument("--noise", type=float, default=0.0,
                            help="execute the expert's actions with Gaussian noise of this fraction of half the "
@@ -170,8 +172,9 @@ def _bench(quick: bool, out: Path) -> int:
 
 
 def _collect(args: argparse.Namespace) -> int:
+    from embodied.atomic import DiskFullError
     from embodied.config import ConfigError, load_config
-    from embodied.data.collect import CollectError, collect
+    from embodied.collect import CollectError, collect
 
     try:
         command = ["embodied", "collect", args.config, *args.overrides, "--episodes", str(args.episodes),
@@ -179,13 +182,20 @@ def _collect(args: argparse.Namespace) -> int:
         command += ["--all"] * args.all + ["--noise", str(args.noise)] * bool(args.noise)
         command += ["--format", args.data_format] * (args.data_format != "arrow")
         report = collect(load_config(args.config, args.overrides), args.episodes, Path(args.out), args.all,
-                         shlex.join(command), args.noise, args.data_format)
+                         shlex.join(command), args.noise, args.data_format, args.overwrite)
     except (ConfigError, CollectError) as exc:
         return _error(exc)
+    except DiskFullError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:
         return _env_error(exc)
     short = f" (asked for {args.episodes}: the expert failed too often)" if report.episodes < args.episodes else ""
     rows = "chunk steps" if report.data_format == "arrow" else "frames (LeRobot v3.0)"
+    for path in report.removed:
+        print(f"removed {path}: the unfinished write of a collect that was killed")
+    if report.replaced:
+        print(f"replaced the dataset that was in {report.path} (--overwrite)")
     print(f"wrote {report.episodes} episodes{short}, {report.rows} {rows}, to {report.path} "
           f"in {report.seconds:.1f} s ({report.attempted / report.seconds:.1f} episodes/s)")
     print(f"the expert succeeded in {report.successes} of {report.attempted} episodes run")

@@ -41,6 +41,8 @@ def make_vector_env(cfg: EnvConfig, num_envs: int, section: str = "env", render_
                     name: str | None = None, first_index: int = 0) -> BatchedEnv:
     """``num_envs`` envs of ``cfg.id`` behind the chunk-step contract.
 
+    An env class that offers a batched twin for ``cfg.obs_mode`` (``batched_twin(obs_mode)``, the built-in
+    tasks for ``state``) is built as that twin unless ``env.vectorization`` is ``per_env``.
     A ``BatchedEnv`` implementation (class attribute ``batched = True``) is built directly;
     any other entry point is a gymnasium env constructor, one per env, wrapped in a
     ``ChunkedVectorEnv``: called with ``obs_mode``, ``max_episode_steps`` (and ``render_mode``
@@ -57,6 +59,11 @@ own refusals: raised as they are, not as a crash inside the env).
     """
     target = ENVS.resolve(cfg.id)
     kwargs = _call_kwargs(cfg, render_mode)
+    twin = batched_twin(target, cfg)
+    if twin is not None:
+        _check_twin_signature(target, twin, kwargs, cfg, section)
+        kwargs |= {"num_envs": num_envs, "auto_reset": cfg.auto_reset}
+        return build_with_retries(partial(twin, **kwargs), cfg, section, f"{name or cfg.id} ({num_envs} envs)")
     if is_batched(target):
         kwargs |= {"num_envs": num_envs, "auto_reset": cfg.auto_reset}
         _check_signature(target, kwargs, cfg, section)
@@ -138,9 +145,34 @@ def check_env_config(cfg: EnvConfig, section: str = "env", render_mode: str | No
     except (ImportError, PluginError) as exc:
         raise ConfigError(f"{section}.id: {exc}") from None
     kwargs = _call_kwargs(cfg, render_mode)
+    twin = batched_twin(target, cfg)
+    if twin is not None:
+        _check_twin_signature(target, twin, kwargs, cfg, section)
+        return
     if is_batched(target):
         kwargs |= {"num_envs": 1, "auto_reset": cfg.auto_reset}
     _check_signature(target, kwargs, cfg, section)
+
+
+def batched_twin(target: Any, cfg: EnvConfig) -> type | None:
+    """The ``BatchedEnv`` class that steps ``target``'s envs natively for ``cfg``, or None (one env per env).
+
+    An env class offers one through a ``batched_twin(obs_mode)`` classmethod (the built-in tasks do for
+    ``state``, and answer None for ``rgb``); ``env.vectorization: per_env`` declines it.
+    """
+    offer = getattr(target, "batched_twin", None) if isinstance(target, type) and not is_batched(target) else None
+    if cfg.vectorization != "native" or not callable(offer):
+        return None
+    return offer(cfg.obs_mode)
+
+
+def _check_twin_signature(target: Any, twin: type, kwargs: dict, cfg: EnvConfig, section: str) -> None:
+    """``env.kwargs`` of a twin: its own options (e.g. ``nthread``) against it, the task's against ``target``."""
+    twin_params = inspect.signature(twin).parameters
+    task_params = inspect.signature(target).parameters
+    own = [k for k, p in twin_params.items() if k not in task_params and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    _check_types(twin, twin_params, cfg, section, only={k: v for k, v in cfg.kwargs.items() if k in own})
+    _check_signature(target, {k: v for k, v in kwargs.items() if k not in own}, cfg, section)
 
 
 def takes_env_index(target: Any) -> bool:

@@ -137,7 +137,8 @@ class PeriodicEval:
             warnings.warn(f"eval at iteration {iteration} failed, periodic eval switched off: {exc!r}", stacklevel=2)
             self.failed = True
             return {"eval/failed": 1.0}
-        return eval_metrics(episodes) | {"time/eval": time.perf_counter() - t0}
+        dropped = len(self.workers.evaluator.dropped)  # left out: their env's fault replayed (Evaluator.run)
+        return eval_metrics(episodes) | {"eval/episodes_dropped": float(dropped), "time/eval": time.perf_counter() - t0}
 
     def records(self, iteration: int) -> bool:
         """Whether the eval at ``iteration`` records videos (``runner.eval_video``)."""
@@ -187,6 +188,9 @@ class EvalReport:
     # What can move the numbers: the eval env's own provenance (versions, GL renderer, image size,
     # settle and max steps for LIBERO) and the framework's stack.
     provenance: dict[str, Any] = field(default_factory=dict)
+    # Eval episode indices left out: their env worker hit the same fault on the redo of their round (a
+    # deterministic bug of the env from that initial state), so they have no result. Not counted as failures.
+    dropped: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         options = self.options or [None] * len(self.episodes)
@@ -197,6 +201,7 @@ class EvalReport:
             "per_task": {t: asdict(s) for t, s in self.tasks.items()},
             "videos": self.videos,
             "provenance": self.provenance,
+            "episodes_dropped": self.dropped,
             "episodes": [{"episode": e.env_index, "seed": seed, "task": e.task, "return": e.episode_return,
                           "length": e.length, "success": e.success_once, "success_at_end": e.success_at_end,
                           **(opts or {})}
@@ -242,7 +247,8 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int | None, out
     result = EvalReport(str(checkpoint), int(state.get("iteration", 0)), cfg.resolved_eval_env().id,
                         [evaluator.eval_seed(e.env_index) for e in found], EvalSummary.of(found), per_task(found),
                         found, sorted(videos.paths), deterministic=not sample,
-                        options=[plan.options_of(e.env_index) for e in found], provenance=provenance)
+                        options=[plan.options_of(e.env_index) for e in found], provenance=provenance,
+                        dropped=list(evaluator.dropped))
     write_json(out_dir / "eval.json", result.to_json())
     return result
 
@@ -269,4 +275,8 @@ def format_table(report: EvalReport) -> str:
         seeds = f"{len(report.episodes)} episodes of the env's fixed eval set (eval.json lists each one's options)"
     head = f"eval of {report.checkpoint} (iteration {report.iteration}) on {report.env_id}, "
     head += f"{'greedy' if report.deterministic else 'sampled'}, {seeds}"
-    return "\n".join([head, lines[0], "-" * len(lines[0]), *lines[1:]])
+    tail = []
+    if report.dropped:
+        tail = [f"{len(report.dropped)} episode(s) left out, not counted as failures: their env raised the same error "
+                f"again on the redo (a bug of the env from that initial state): episodes {report.dropped}"]
+    return "\n".join([head, lines[0], "-" * len(lines[0]), *lines[1:], *tail])

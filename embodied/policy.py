@@ -60,6 +60,9 @@ class Policy(nn.Module, abc.ABC):
     """A torch module that acts on batched observations and replays its forward pass."""
 
     logprob_granularity: ClassVar[LogprobGranularity] = "chunk"
+    # The forward_inputs keys ``observe`` reads: with several actor ranks only these are gathered from every
+    # rank before ``observe`` (a policy that overrides it names them; the rest never travel).
+    observes: ClassVar[tuple[str, ...]] = ()
     # Parameter-name prefixes of the value head alone. Critic warm-up
     # (algorithm.critic_warmup_iterations) steps only these: a value loss that reached a shared
     # encoder or backbone would move the policy before its warm-up ends.
@@ -116,6 +119,11 @@ class Policy(nn.Module, abc.ABC):
         """The trainable parameters named by ``value_head_prefixes`` (what critic warm-up steps)."""
         return [p for name, p in self.named_parameters()
                 if p.requires_grad and name.startswith(self.value_head_prefixes)]
+
+    def fsdp_units(self) -> list[nn.Module]:
+        """Submodules that ``actor.strategy=fsdp`` shards each on its own (a backbone's layers: one layer's
+        weights gathered at a time); [] shards the policy as one unit."""
+        return []
 
     exports_pretrained: ClassVar[bool] = False  # checkpoints hold save_pretrained() output, not a state dict
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from embodied.envs.mujoco_base import TableTopEnv, check_positive
+from embodied.envs.mujoco_batched import TableTopBatchedEnv, free_pos, free_quat, robot_state
 
 
 class SingleCubeTask(TableTopEnv):
@@ -85,3 +86,24 @@ class SingleCubeTask(TableTopEnv):
         tcp, cube, goal = self.data.site_xpos[self._tcp], self.data.xpos[self._cube_body], self.goal_pos
         quat = self.data.xquat[self._cube_body]
         return np.concatenate([tcp, [self.finger_opening], cube, quat, goal, cube - tcp, goal - cube])
+
+
+class SingleCubeBatchedEnv(TableTopBatchedEnv):
+    """What the batched twins of Push and PickPlace share: the cube and the ``states`` layout."""
+
+    def __init__(self, num_envs: int, **kwargs: Any) -> None:
+        super().__init__(num_envs, **kwargs)
+        self._cube_adr = int(self.proto.model.jnt_qposadr[self.proto._cube_joint])
+
+    def _goal(self, mocap: np.ndarray) -> np.ndarray:
+        """:attr:`SingleCubeTask.goal_pos` [..., 3] of mocap positions [..., nmocap, 3]."""
+        raise NotImplementedError
+
+    def _cube(self, qpos: np.ndarray) -> np.ndarray:
+        return free_pos(qpos, self._cube_adr)
+
+    def _observe(self, qpos: np.ndarray, mocap: np.ndarray) -> np.ndarray:
+        tcp, opening = robot_state(self.proto, qpos)
+        cube, goal = self._cube(qpos), self._goal(mocap)
+        return np.concatenate([tcp, opening, cube, free_quat(qpos, self._cube_adr), goal, cube - tcp, goal - cube],
+                              axis=-1)

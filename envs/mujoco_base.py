@@ -191,6 +191,25 @@ class TableTopEnv(gym.Env):
     # Where the TCP starts each episode (a sub-box of the workspace).
     gripper_init_low: ClassVar[np.ndarray] = np.array([-0.15, -0.15, 0.1])
     gripper_init_high: ClassVar[np.ndarray] = np.array([0.15, 0.15, 0.3])
+    # The class's batched twin for state observations (envs/mujoco_batched.py), set in the task's file.
+    _batched_twin: ClassVar[type | None] = None
+
+    @classmethod
+    def batched_twin(cls, obs_mode: str) -> type | None:
+        """The ``BatchedEnv`` that steps this task natively for ``obs_mode``, or None: the per-env path.
+
+        ``rgb`` needs a renderer per env, so it stays per env. Only the class that names a twin has one:
+        a subclass may change what the twin would compute (rewards, observations), so it runs per env.
+        """
+        twin = cls.__dict__.get("_batched_twin")
+        return None if twin is None or "rgb" in obs_mode else twin
+
+    @classmethod
+    def physics_limit(cls, num_envs: int, chunk: int, steps: int) -> tuple[int, float]:
+        """Env steps and seconds of this task's physics alone, natively on every core (``embodied bench``)."""
+        from embodied.envs.mujoco_rollout import physics_limit
+
+        return physics_limit(cls(obs_mode="state"), num_envs, chunk, steps)
 
     def __init__(
         self,

@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from embodied.envs import mujoco_batched as vec
 from embodied.envs.mujoco_base import TableTopEnv, check_positive, staged_reward
 
 # Colour names of the instruction and the cubes' RGBA (chosen to stay apart under table light).
@@ -139,3 +140,58 @@ class PickColorEnv(TableTopEnv):
 
     def _is_success(self) -> bool:
         return self._lift() >= self.lift_height and self._is_grasped(self._geoms[self._target])
+
+
+class PickColorBatchedEnv(vec.TableTopBatchedEnv):
+    """:class:`PickColorEnv` for ``state`` observations, N envs stepped natively a chunk at a time.
+
+    Each env keeps the target and colours its reset drew; colours matter only to rendering.
+    """
+
+    TASK: ClassVar[type[TableTopEnv]] = PickColorEnv
+    CONTACTS: ClassVar[bool] = True  # grasping the target
+    _SAVED: ClassVar[tuple[str, ...]] = (*vec.TableTopBatchedEnv._SAVED, "_target", "_colors")
+
+    def __init__(self, num_envs: int, **kwargs: Any) -> None:
+        self._target = np.zeros(num_envs, dtype=np.int64)
+        self._colors: list[list[str]] = [list(COLORS)] * num_envs
+        super().__init__(num_envs, **kwargs)
+        m = self.proto.model
+        self._adrs = [int(m.jnt_qposadr[j]) for j in self.proto._joints]
+
+    def _capture(self, i: int) -> None:
+        self._target[i], self._colors[i] = self.proto._target, list(self.proto.cube_colors)
+
+    def _restore_visuals(self, i: int) -> None:
+        p = self.proto
+        p._target, p.cube_colors = int(self._target[i]), list(self._colors[i])
+        p.model.geom_rgba[p._geoms] = p._rgba[[list(COLORS).index(c) for c in self._colors[i]]]
+
+    def _contact_geoms(self) -> np.ndarray:
+        return self.proto._geoms[self._target]
+
+    def _cubes(self, qpos: np.ndarray) -> np.ndarray:
+        """Cube positions [..., 4, 3] in body order."""
+        return np.stack([vec.free_pos(qpos, adr) for adr in self._adrs], axis=-2)
+
+    def _observe(self, qpos: np.ndarray, mocap: np.ndarray) -> np.ndarray:
+        tcp, opening = vec.robot_state(self.proto, qpos)
+        cubes = self._cubes(qpos)
+        return np.concatenate([tcp, opening, cubes.reshape(cubes.shape[:-2] + (3 * self.proto.NUM_CUBES,))], axis=-1)
+
+    def _reward_success(self, qpos: np.ndarray, mocap: np.ndarray,
+                        contacts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        p = self.proto
+        tcp, _ = vec.robot_state(p, qpos)
+        index = self._target.reshape(-1, *([1] * (qpos.ndim - 2)), 1, 1)  # [N, 1, 1, 1]
+        target = np.take_along_axis(self._cubes(qpos), index, axis=-2)[..., 0, :]
+        lift = target[..., 2] - p.cube_half
+        grasped = contacts[..., 0] & contacts[..., 1]
+        success = (lift >= p.lift_height) & grasped
+        reach = vec.closeness(vec.distance(target, tcp), 0.2)
+        grasp = grasped.astype(np.float64)
+        lifted = grasp * np.clip(lift / p.lift_height, 0.0, 1.0)
+        return vec.staged_reward((reach + grasp + 2.0 * lifted) / 4.0, success), success
+
+
+PickColorEnv._batched_twin = PickColorBatchedEnv

@@ -6,8 +6,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from embodied.envs.cube_tasks import SingleCubeTask
-from embodied.envs.mujoco_base import closeness, staged_reward
+from embodied.envs import mujoco_batched as vec
+from embodied.envs.cube_tasks import SingleCubeBatchedEnv, SingleCubeTask
+from embodied.envs.mujoco_base import TableTopEnv, closeness, staged_reward
 
 
 class PickPlaceEnv(SingleCubeTask):
@@ -86,3 +87,30 @@ class PickPlaceEnv(SingleCubeTask):
 
     def _is_success(self) -> bool:
         return self._goal_distance() < self.success_threshold
+
+
+class PickPlaceBatchedEnv(SingleCubeBatchedEnv):
+    """:class:`PickPlaceEnv` for ``state`` observations, N envs stepped natively a chunk at a time."""
+
+    TASK: ClassVar[type[TableTopEnv]] = PickPlaceEnv
+    CONTACTS: ClassVar[bool] = True  # the grasp term
+
+    def _goal(self, mocap: np.ndarray) -> np.ndarray:
+        return mocap[..., self.proto._goal_mocap, :]
+
+    def _contact_geoms(self) -> np.ndarray:
+        return np.full(self.num_envs, self.proto._cube_geom)
+
+    def _reward_success(self, qpos: np.ndarray, mocap: np.ndarray,
+                        contacts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        tcp, _ = vec.robot_state(self.proto, qpos)
+        cube = self._cube(qpos)
+        goal_distance = vec.distance(cube, self._goal(mocap))
+        success = goal_distance < self.proto.success_threshold
+        reach = vec.closeness(vec.distance(cube, tcp), 0.2)
+        grasp = (contacts[..., 0] & contacts[..., 1]).astype(np.float64)
+        place = vec.closeness(goal_distance, 0.2)
+        return vec.staged_reward((reach + grasp + 2.0 * place) / 4.0, success), success
+
+
+PickPlaceEnv._batched_twin = PickPlaceBatchedEnv

@@ -6,8 +6,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from embodied.envs.cube_tasks import SingleCubeTask
-from embodied.envs.mujoco_base import closeness, staged_reward
+from embodied.envs import mujoco_batched as vec
+from embodied.envs.cube_tasks import SingleCubeBatchedEnv, SingleCubeTask
+from embodied.envs.mujoco_base import TableTopEnv, closeness, staged_reward
 
 
 class PushEnv(SingleCubeTask):
@@ -70,3 +71,26 @@ class PushEnv(SingleCubeTask):
     def _is_success(self) -> bool:
         on_table = self.data.xpos[self._cube_body][2] < self.cube_half + 0.01
         return bool(on_table and self._goal_distance() < self.success_threshold)
+
+
+class PushBatchedEnv(SingleCubeBatchedEnv):
+    """:class:`PushEnv` for ``state`` observations, N envs stepped natively a chunk at a time."""
+
+    TASK: ClassVar[type[TableTopEnv]] = PushEnv
+
+    def _goal(self, mocap: np.ndarray) -> np.ndarray:
+        xy = mocap[..., self.proto._goal_mocap, :2]
+        return np.concatenate([xy, np.full(xy.shape[:-1] + (1,), self.proto.cube_half)], axis=-1)
+
+    def _reward_success(self, qpos: np.ndarray, mocap: np.ndarray,
+                        contacts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        tcp, _ = vec.robot_state(self.proto, qpos)
+        cube = self._cube(qpos)
+        goal_distance = vec.distance(cube[..., :2], mocap[..., self.proto._goal_mocap, :2])
+        success = (cube[..., 2] < self.proto.cube_half + 0.01) & (goal_distance < self.proto.success_threshold)
+        reach = vec.closeness(vec.distance(cube, tcp), 0.2)
+        push = vec.closeness(goal_distance, 0.2)
+        return vec.staged_reward((reach + 2.0 * push) / 3.0, success), success
+
+
+PushEnv._batched_twin = PushBatchedEnv

@@ -7,6 +7,7 @@ from typing import ClassVar
 import numpy as np
 
 from embodied.envs.mujoco_base import TableTopEnv, check_positive
+from embodied.envs.mujoco_batched import TableTopBatchedEnv, distance, robot_state
 
 
 class ReachEnv(TableTopEnv):
@@ -78,3 +79,23 @@ class ReachEnv(TableTopEnv):
 
     def _is_success(self) -> bool:
         return self._distance() < self.success_threshold
+
+
+class ReachBatchedEnv(TableTopBatchedEnv):
+    """:class:`ReachEnv` for ``state`` observations, N envs stepped natively a chunk at a time."""
+
+    TASK: ClassVar[type[TableTopEnv]] = ReachEnv
+
+    def _observe(self, qpos: np.ndarray, mocap: np.ndarray) -> np.ndarray:
+        tcp, opening = robot_state(self.proto, qpos)
+        target = mocap[..., self.proto._target_mocap, :]
+        return np.concatenate([tcp, opening, target, target - tcp], axis=-1)
+
+    def _reward_success(self, qpos: np.ndarray, mocap: np.ndarray,
+                        contacts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        tcp, _ = robot_state(self.proto, qpos)
+        dist = distance(mocap[..., self.proto._target_mocap, :], tcp)
+        return -dist, dist < self.proto.success_threshold
+
+
+ReachEnv._batched_twin = ReachBatchedEnv

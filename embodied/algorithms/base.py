@@ -9,7 +9,9 @@ beside each algorithm (``gae.py``, ``ppo.py``, ``grpo.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 import torch
@@ -33,10 +35,85 @@ class RolloutReset:
     group_size: int = 1
 
 
+def expand_mask(executed: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The executed mask [B, C] at the granularity of ``like`` (log-probs [B], [B, C] or [B, C, A]):
+    a chunk counts if any of its sub-steps ran; per-dimension entries of a sub-step count if it ran."""
+    if like.dim() == 1:
+        return executed.any(-1)
+    if like.dim() == 2:
+        return executed
+    return executed.unsqueeze(-1).expand(*executed.shape, *like.shape[2:])
+
+
+def reduce_mask(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``mask`` reduced to the leading dims of ``x`` (an entry counts if any of its sub-entries does)."""
+    if mask.dim() <= x.dim():
+        return mask
+    return (mask != 0).flatten(start_dim=x.dim()).any(dim=-1)
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+@dataclass
+class Averages:
+    """Means over a whole minibatch whose loss is computed in parts: micro-batches (gradient accumulation)
+    and actor ranks (data parallel), so that the parts add up to the minibatch computed at once.
+
+    A part's masked mean is its masked *sum* divided by the whole minibatch's count, and advantages are
+    standardised with the whole minibatch's mean and std: the parts' losses, gradients and logged stats
+    then sum to the whole minibatch's. The counts depend only on ``executed`` and on the shape of what is
+    averaged (never on the model's outputs), so they are known before any part runs; ``total`` sums a
+    tensor over the actor ranks (the identity on one rank). An algorithm given ``averages=None`` computes
+    its means over the tensors it sees, as a single step does.
+    """
+
+    executed: torch.Tensor  # bool [B, C]: this rank's whole minibatch
+    advantages: torch.Tensor  # [B]: this rank's whole minibatch
+    total: Callable[[torch.Tensor], torch.Tensor] = _identity
+    _counts: dict[tuple, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    def count(self, mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """How many entries of ``x``'s shape the whole minibatch (all parts, all ranks) counts, where a
+        part's ``mask`` (at the log-probs' granularity) is reduced to ``x``'s dims as ``reduce_mask`` does."""
+        key = (mask.dim(), tuple(mask.shape[2:]), x.dim())
+        if key not in self._counts:  # the same keys in the same order on every rank: the collectives match
+            whole = reduce_mask(expand_mask(self.executed, mask), x)
+            self._counts[key] = self.total(whole.sum().to(torch.float64)).to(x.dtype)
+        return self._counts[key]
+
+    def mean(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """This part's share of the whole minibatch's masked mean of ``x`` (``mask`` reduced to ``x``'s dims)."""
+        part = reduce_mask(mask, x)
+        # where() rather than x * mask so a NaN/inf in a masked-out entry cannot leak in.
+        return torch.where(part != 0, x, torch.zeros_like(x)).sum() / self.count(mask, x).clamp_min(1e-8)
+
+    @functools.cached_property
+    def _standardise(self) -> tuple[torch.Tensor, torch.Tensor]:
+        adv = self.advantages.double()
+        n = self.total(torch.tensor(float(adv.numel()), dtype=torch.float64))
+        mean = self.total(adv.sum()) / n
+        if n < 2:
+            return mean, torch.tensor(float("nan"), dtype=torch.float64)
+        std = (self.total(((adv - mean) ** 2).sum()) / (n - 1)).sqrt()  # unbiased, as ``Tensor.std``
+        return mean, std
+
+    def normalize(self, adv: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+        """``adv`` (a part's) standardised with the whole minibatch's mean and unbiased std."""
+        mean, std = self._standardise
+        if std.isnan():  # one sample in all: its std is undefined
+            return adv - mean.to(adv.dtype)
+        return (adv - mean.to(adv.dtype)) / (std.to(adv.dtype) + eps)
+
+
 class Algorithm(Protocol):
     """The interface ``ActorWorker`` trains through."""
 
     uses_values: ClassVar[bool]  # whether the value head is trained (and bootstrapping needed)
+    # Batch metrics of ``prepare`` that are counts: with several actor ranks they are summed over the
+    # ranks; every other batch metric is a mean over equal shares of the batch, and is averaged.
+    summed_metrics: ClassVar[frozenset[str]] = frozenset()
 
     def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset | None:
         """Reset envs before this iteration's rollout (None: episodes carry on across epochs)."""
@@ -46,8 +123,9 @@ class Algorithm(Protocol):
         returns) and metrics of the batch."""
 
     def loss(self, logprobs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, mb: dict[str, Any],
-             mask: torch.Tensor, warmup: bool) -> LossOutput:
-        """The minibatch loss; ``warmup`` trains the value head alone (critic warm-up)."""
+             mask: torch.Tensor, warmup: bool, averages: Averages | None = None) -> LossOutput:
+        """The minibatch loss; ``warmup`` trains the value head alone (critic warm-up). With ``averages``,
+        ``mb`` is one part of a larger minibatch and every mean is taken through it (see ``Averages``)."""
 
 
 def flatten(traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor) -> dict[str, Any]:

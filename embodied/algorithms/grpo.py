@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from embodied.algorithms.base import LossOutput, RolloutReset, flatten
+from embodied.algorithms.base import Averages, LossOutput, RolloutReset, flatten
 from embodied.types import Trajectory
 
 if TYPE_CHECKING:
@@ -44,18 +44,20 @@ def group_advantages(scores: torch.Tensor, group_size: int, eps: float = 1e-6) -
 
 
 def grpo_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-              mask: torch.Tensor, clip_low: float, clip_high: float) -> dict[str, torch.Tensor]:
+              mask: torch.Tensor, clip_low: float, clip_high: float,
+              averages: Averages | None = None) -> dict[str, torch.Tensor]:
     """Clipped surrogate with an asymmetric clip, masked mean over the log-prob entries.
 
     ``advantages`` [B] broadcast over the trailing dims of the log-probs ([B], [B, C] or [B, C, A]);
-    ``mask`` has the log-probs' shape (executed sub-steps of kept groups).
+    ``mask`` has the log-probs' shape (executed sub-steps of kept groups). With ``averages`` the batch is
+    one part of a larger minibatch and the means are its share of the whole one's.
     """
     logratio = new_logprobs - old_logprobs
     ratio = logratio.exp()
     adv = advantages.reshape(advantages.shape + (1,) * (ratio.dim() - 1)).expand_as(ratio)
     surrogate = torch.min(ratio * adv, ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * adv)
     weight = mask.to(ratio.dtype)
-    denom = weight.sum().clamp_min(1.0)
+    denom = (weight.sum() if averages is None else averages.count(mask, ratio)).clamp_min(1.0)
     loss = -torch.where(weight > 0, surrogate * weight, torch.zeros_like(surrogate)).sum() / denom
     with torch.no_grad():
         approx_kl = (torch.where(weight > 0, (ratio - 1) - logratio, torch.zeros_like(ratio)) * weight).sum() / denom
@@ -68,6 +70,7 @@ class GRPO:
     """Group-relative policy optimisation over whole episodes (see the module docstring)."""
 
     uses_values = False
+    summed_metrics = frozenset({"grpo/groups", "grpo/dropped_groups"})
 
     def __init__(self, cfg: AlgorithmConfig) -> None:
         self.cfg = cfg
@@ -103,12 +106,14 @@ class GRPO:
         return success
 
     def loss(self, logprobs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, mb: dict[str, Any],
-             mask: torch.Tensor, warmup: bool) -> LossOutput:
+             mask: torch.Tensor, warmup: bool, averages: Averages | None = None) -> LossOutput:
         c = self.cfg
         low = c.clip_coef_low if c.clip_coef_low is not None else c.clip_coef
         high = c.clip_coef_high if c.clip_coef_high is not None else c.clip_coef
-        out = grpo_loss(logprobs, mb["logprobs"], mb["advantages"], mask, low, high)
-        ent = (entropy * mask_like(mask, entropy)).sum() / mask_like(mask, entropy).sum().clamp_min(1.0)
+        out = grpo_loss(logprobs, mb["logprobs"], mb["advantages"], mask, low, high, averages)
+        weight = mask_like(mask, entropy)
+        count = weight.sum() if averages is None else averages.count(mask, entropy)
+        ent = (entropy * weight).sum() / count.clamp_min(1.0)
         loss = out["loss"] - c.ent_coef * ent
         return LossOutput(loss, {"policy_loss": out["loss"].detach(), "entropy": ent.detach(),
                                  "approx_kl": out["approx_kl"], "clip_frac": out["clip_frac"]})

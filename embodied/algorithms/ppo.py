@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from embodied.algorithms.base import LossOutput, RolloutReset, flatten
+from embodied.algorithms.base import Averages, LossOutput, RolloutReset, flatten
 from embodied.algorithms.gae import compute_gae
 from embodied.types import Trajectory
 
@@ -74,6 +74,7 @@ def ppo_loss(
     clip_vloss: bool = True,
     mask: torch.Tensor | None = None,
     behaviour_logprobs: torch.Tensor | None = None,
+    averages: Averages | None = None,
 ) -> PPOLossOutput:
     """Clipped-surrogate PPO loss with an (optionally clipped) value loss and entropy bonus.
 
@@ -103,10 +104,15 @@ def ppo_loss(
             sub-steps is unmasked, so only fully masked rows (padding) drop out.
         behaviour_logprobs: same shape, log-probs under the policy that collected the data
             (decoupled PPO); None: the rollout policy is the proximal one.
+        averages: the batch is one part of a larger minibatch (micro-batches, actor ranks): every
+            masked mean is this part's share of the whole one (``Averages``; needs ``mask``).
 
     Returns:
         PPOLossOutput of scalar tensors.
     """
+    def mean(x: torch.Tensor, m: torch.Tensor | None) -> torch.Tensor:
+        return averages.mean(x, mask) if averages is not None and mask is not None else _masked_mean(x, m)
+
     logratio = new_logprobs - old_logprobs
     ratio = logratio.exp()
     adv = _expand_trailing(advantages, ratio)
@@ -117,7 +123,7 @@ def ppo_loss(
     pg_loss = torch.max(pg_loss1, pg_loss2)
     if behaviour_logprobs is not None:  # importance weight of the stale behaviour policy, held constant
         pg_loss = pg_loss * (old_logprobs - behaviour_logprobs).detach().exp()
-    policy_loss = _masked_mean(pg_loss, mask)
+    policy_loss = mean(pg_loss, mask)
 
     if clip_vloss:
         v_loss_unclipped = (new_values - returns) ** 2
@@ -127,16 +133,16 @@ def ppo_loss(
     else:
         v_loss = (new_values - returns) ** 2
     # Values are per chunk step: a step counts if any of its sub-steps was executed.
-    value_loss = 0.5 * _masked_mean(v_loss, _mask_like(mask, v_loss))
+    value_loss = 0.5 * mean(v_loss, _mask_like(mask, v_loss))
 
-    entropy_mean = _masked_mean(entropy, _mask_like(mask, entropy))
+    entropy_mean = mean(entropy, _mask_like(mask, entropy))
 
     loss = policy_loss - ent_coef * entropy_mean + vf_coef * value_loss
 
     with torch.no_grad():
         # k3 estimator of KL(old || new): unbiased and always >= 0 (Schulman, "Approximating KL").
-        approx_kl = _masked_mean((ratio - 1.0) - logratio, mask)
-        clip_frac = _masked_mean(((ratio - 1.0).abs() > clip_coef).to(ratio.dtype), mask)
+        approx_kl = mean((ratio - 1.0) - logratio, mask)
+        clip_frac = mean(((ratio - 1.0).abs() > clip_coef).to(ratio.dtype), mask)
 
     return PPOLossOutput(
         loss=loss,
@@ -152,6 +158,7 @@ class PPO:
     """Clipped PPO with GAE over chunk steps (``algorithm.name: ppo``)."""
 
     uses_values = True
+    summed_metrics: frozenset[str] = frozenset()  # no batch metrics
 
     def __init__(self, cfg: AlgorithmConfig) -> None:
         self.cfg = cfg
@@ -167,12 +174,14 @@ class PPO:
         return flatten(traj, advantages, returns), {}
 
     def loss(self, logprobs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, mb: dict[str, Any],
-             mask: torch.Tensor, warmup: bool) -> LossOutput:
+             mask: torch.Tensor, warmup: bool, averages: Averages | None = None) -> LossOutput:
         c = self.cfg
-        adv = normalize_advantages(mb["advantages"]) if c.normalize_advantages else mb["advantages"]
+        adv = mb["advantages"]
+        if c.normalize_advantages:  # over the whole minibatch, also when it is computed in parts
+            adv = normalize_advantages(adv) if averages is None else averages.normalize(adv)
         out = ppo_loss(logprobs, mb["logprobs"], adv, values, mb["values"], mb["returns"], entropy,
                        clip_coef=c.clip_coef, vf_coef=c.vf_coef, ent_coef=c.ent_coef, clip_vloss=c.clip_vloss,
-                       mask=mask, behaviour_logprobs=mb.get("behaviour_logprobs"))
+                       mask=mask, behaviour_logprobs=mb.get("behaviour_logprobs"), averages=averages)
         # Critic warm-up: the value head learns the (SFT) policy's returns before the policy moves.
         loss = c.vf_coef * out.value_loss if warmup else out.loss
         stats = {"policy_loss": out.policy_loss, "value_loss": out.value_loss, "entropy": out.entropy,

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied.atomic import atomic_path
-from embodied.bench.throughput import TASK, Rate, framework_rate, raw_rate
+from embodied.bench.throughput import TASK, Rate, framework_rate, native_rate, raw_rate
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RECIPE = ROOT / "configs" / "reach_mlp_ppo.yaml"
@@ -45,6 +45,7 @@ class Sizes:
     rgb_envs: tuple[int, ...]
     env_workers: tuple[int, ...]
     steps: int  # env steps timed per state row (rgb rows: a tenth)
+    other_tasks: tuple[str, ...]  # state rows of these tasks too, at 32 envs, local and Ray E=1
     async_max_envs: int  # AsyncVectorEnv makes a process per env
     pipeline_envs: int
     vla: bool
@@ -53,8 +54,8 @@ class Sizes:
     @classmethod
     def of(cls, quick: bool) -> Sizes:
         if quick:
-            return cls((8,), (4,), (1,), 400, 4, 4, False, False)
-        return cls((8, 32, 128, 256), (8, 32), (1, 2, 4), 20_000, 32, 16, True, True)
+            return cls((8,), (4,), (1,), 400, (), 4, 4, False, False)
+        return cls((8, 32, 128, 256), (8, 32), (1, 2, 4), 20_000, ("Push-v0", "PickPlace-v0"), 32, 16, True, True)
 
 
 @dataclass
@@ -102,28 +103,37 @@ def _start_ray() -> bool:
     return True
 
 
-def _row(rate: Rate, obs: str, backend: str, env_workers: int, num_envs: int, raw: float) -> dict[str, Any]:
-    return {"path": rate.name, "obs": obs, "backend": backend, "env_workers": env_workers, "num_envs": num_envs,
-            "env_steps": rate.env_steps, "seconds": round(rate.seconds, 4), "steps_per_s": round(rate.steps_per_s, 1),
-            "vs_raw_sync": round(rate.steps_per_s / raw, 3), "memory_mib": round(rate.memory_mib, 1)}
+def _row(rate: Rate, obs: str, backend: str, env_workers: int, num_envs: int, raw: float,
+         native: Rate | None = None, task: str = TASK) -> dict[str, Any]:
+    """One path's figures; ``vs_raw_physics`` divides by the native physics limit of the same worlds and steps,
+    measured in the same run (state rows of tasks that offer one)."""
+    return {"task": task, "path": rate.name, "obs": obs, "backend": backend, "env_workers": env_workers,
+            "num_envs": num_envs, "env_steps": rate.env_steps, "seconds": round(rate.seconds, 4),
+            "steps_per_s": round(rate.steps_per_s, 1), "vs_raw_sync": round(rate.steps_per_s / raw, 3),
+            "vs_raw_physics": round(rate.steps_per_s / native.steps_per_s, 3) if native else None,
+            "memory_mib": round(rate.memory_mib, 1)}
 
 
 def throughput(report: Report, sizes: Sizes, chunk: int) -> None:
     from tqdm import tqdm
 
-    jobs = [(obs, n) for obs, ns in (("state", sizes.state_envs), ("rgb", sizes.rgb_envs)) for n in ns]
-    for obs, n in tqdm(jobs, desc="throughput", unit="config", dynamic_ncols=True):
+    jobs = [(TASK, obs, n, sizes.env_workers) for obs, ns in (("state", sizes.state_envs), ("rgb", sizes.rgb_envs))
+            for n in ns] + [(task, "state", 32, (1,)) for task in sizes.other_tasks]
+    for task, obs, n, env_workers in tqdm(jobs, desc="throughput", unit="config", dynamic_ncols=True):
         steps = sizes.steps if obs == "state" else max(sizes.steps // 10, 4 * n * chunk)
         chunk_steps = max(1, min(16, math.ceil(steps / (n * chunk))))
-        raw = raw_rate(n, steps, 50, 0, obs, "sync")
-        rows = [_row(raw, obs, "-", 0, n, raw.steps_per_s)]
-        if n <= sizes.async_max_envs:
-            rows.append(_row(raw_rate(n, steps, 50, 0, obs, "async"), obs, "-", 0, n, raw.steps_per_s))
-        rows.append(_row(framework_rate(n, chunk, steps, "local", chunk_steps, 50, 0, obs_mode=obs), obs, "local", 1,
-                         n, raw.steps_per_s))
-        for e in (e for e in sizes.env_workers if e <= n):
-            rate = framework_rate(n, chunk, steps, "ray", chunk_steps, 50, 0, obs_mode=obs, env_workers=e)
-            rows.append(_row(rate, obs, "ray", e, n, raw.steps_per_s))
+        native = native_rate(n, chunk, steps, task) if obs == "state" else None
+        raw = raw_rate(n, steps, 50, 0, obs, "sync", task)
+        rows = [_row(raw, obs, "-", 0, n, raw.steps_per_s, native, task)]
+        if native is not None:
+            rows.append(_row(native, obs, "-", 0, n, raw.steps_per_s, native, task))
+        if n <= sizes.async_max_envs and task == TASK:
+            rows.append(_row(raw_rate(n, steps, 50, 0, obs, "async"), obs, "-", 0, n, raw.steps_per_s, native))
+        rows.append(_row(framework_rate(n, chunk, steps, "local", chunk_steps, 50, 0, obs_mode=obs, task=task), obs,
+                         "local", 1, n, raw.steps_per_s, native, task))
+        for e in (e for e in env_workers if e <= n):
+            rate = framework_rate(n, chunk, steps, "ray", chunk_steps, 50, 0, obs_mode=obs, env_workers=e, task=task)
+            rows.append(_row(rate, obs, "ray", e, n, raw.steps_per_s, native, task))
         report.throughput += rows
 
 
@@ -280,7 +290,7 @@ def draw(report: Report, path: Path) -> None:
     FigureCanvasAgg(fig)
     axes = fig.subplots(2, 2)
     for ax, obs in zip(axes[0], ("state", "rgb")):
-        rows = [r for r in report.throughput if r["obs"] == obs]
+        rows = [r for r in report.throughput if r["obs"] == obs and r.get("task", TASK) == TASK]
         for name in dict.fromkeys(r["path"] for r in rows):
             pts = sorted((r["num_envs"], r["steps_per_s"]) for r in rows if r["path"] == name)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)

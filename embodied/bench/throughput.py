@@ -4,7 +4,9 @@
 shards travelling through the channels) after one warm-up epoch; with the random policy the
 figure is the engine's overhead on top of the simulator. "raw" steps the same task in a
 gymnasium ``SyncVectorEnv`` or ``AsyncVectorEnv`` with one batched random action per step. Both
-count sub-steps that really ran. Memory is the resident set of this process and all its child
+count sub-steps that really ran. "native" is the simulator's own limit: the env's ``physics_limit``
+(the built-in tasks: ``mujoco.rollout`` of the same model, worlds and physics steps per chunk on
+every core, no Python between steps). Memory is the resident set of this process and all its child
 processes (Ray's daemons and workers included) at the end of the timed part.
 """
 
@@ -46,10 +48,11 @@ def tree_memory_mib() -> float:
 
 
 def framework_overrides(num_envs: int, chunk: int, backend: str, chunk_steps: int, max_episode_steps: int,
-                        seed: int, stages: int = 1, obs_mode: str = "state", env_workers: int = 1) -> list[str]:
-    """The config of a rollout-only run of ``TASK`` with the random policy."""
+                        seed: int, stages: int = 1, obs_mode: str = "state", env_workers: int = 1,
+                        task: str = TASK) -> list[str]:
+    """The config of a rollout-only run of ``task`` with the random policy."""
     return [
-        f"env.id={TASK}", f"env.num_envs={num_envs}", f"env.obs_mode={obs_mode}",
+        f"env.id={task}", f"env.num_envs={num_envs}", f"env.obs_mode={obs_mode}",
         f"env.max_episode_steps={max_episode_steps}", "env.preflight=false", f"eval_env.num_envs={env_workers}",
         "policy.type=random", f"policy.action_chunk={chunk}", f"rollout.chunk_steps={chunk_steps}",
         "algorithm.num_minibatches=1", f"cluster.backend={backend}", f"cluster.num_env_workers={env_workers}",
@@ -59,7 +62,7 @@ def framework_overrides(num_envs: int, chunk: int, backend: str, chunk_steps: in
 
 def framework_rate(num_envs: int, chunk: int, steps: int, backend_name: str, chunk_steps: int,
                    max_episode_steps: int, seed: int, stages: int = 1, obs_mode: str = "state",
-                   env_workers: int = 1, extra: list[str] | None = None) -> Rate:
+                   env_workers: int = 1, extra: list[str] | None = None, task: str = TASK) -> Rate:
     """Env steps/s of ``Workers.rollout``, timed after one warm-up epoch (random policy unless ``extra``
     overrides ``policy.*``)."""
     from embodied.bench.random_policy import register_random_policy
@@ -69,7 +72,7 @@ def framework_rate(num_envs: int, chunk: int, steps: int, backend_name: str, chu
 
     register_random_policy()
     cfg = load_config(None, [*framework_overrides(num_envs, chunk, backend_name, chunk_steps, max_episode_steps, seed,
-                                                  stages, obs_mode, env_workers), *(extra or [])])
+                                                  stages, obs_mode, env_workers, task), *(extra or [])])
     backend = make_backend(cfg.cluster)
     try:
         workers = Workers.start(cfg, backend)
@@ -92,16 +95,16 @@ def framework_rate(num_envs: int, chunk: int, steps: int, backend_name: str, chu
 
 
 def raw_rate(num_envs: int, steps: int, max_episode_steps: int, seed: int, obs_mode: str = "state",
-             kind: str = "sync") -> Rate:
+             kind: str = "sync", task: str = TASK) -> Rate:
     """Env steps/s of a gymnasium ``SyncVectorEnv`` (``kind="sync"``) or ``AsyncVectorEnv`` (one process
     per env) of the task, with batched random actions."""
     import functools
 
     import gymnasium as gym
 
-    from embodied.envs.reach import ReachEnv
+    from embodied.registry import ENVS
 
-    make = functools.partial(ReachEnv, obs_mode=obs_mode, max_episode_steps=max_episode_steps)
+    make = functools.partial(ENVS.resolve(task), obs_mode=obs_mode, max_episode_steps=max_episode_steps)
     vector = gym.vector.SyncVectorEnv if kind == "sync" else gym.vector.AsyncVectorEnv
     # SAME_STEP autoreset: every step() call is a real step of every env, as in the framework.
     options = {} if kind == "sync" else {"context": "spawn"}  # fork is unsafe after Ray or GL threads started
@@ -121,3 +124,15 @@ def raw_rate(num_envs: int, steps: int, max_episode_steps: int, seed: int, obs_m
         envs.close()
     name = f"raw gymnasium {'SyncVectorEnv' if kind == 'sync' else 'AsyncVectorEnv'}"
     return Rate(name, vector_steps * num_envs, seconds, memory)
+
+
+def native_rate(num_envs: int, chunk: int, steps: int, task: str = TASK) -> Rate | None:
+    """The simulator's own limit for ``task``: its env class's ``physics_limit(num_envs, chunk, steps)``
+    (env steps and seconds of native stepping alone), or None when the class offers none."""
+    from embodied.registry import ENVS
+
+    limit = getattr(ENVS.resolve(task), "physics_limit", None)
+    if limit is None:
+        return None
+    env_steps, seconds = limit(num_envs, chunk, steps)
+    return Rate("native physics limit", env_steps, seconds, tree_memory_mib())

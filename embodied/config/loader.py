@@ -277,6 +277,47 @@ def _algorithm_problems(cfg: Config) -> list[str]:
 SFT_FEATURE_KEYS = ("states", "main_images", "wrist_images", "actions")
 
 
+def _actor_rank_problems(cfg: Config) -> list[str]:
+    """``actor.num_ranks`` / ``grad_accumulation_steps`` / ``dist_backend`` against the backend and the batch."""
+    a, c = cfg.actor, cfg.cluster
+    if a.num_ranks < 1:
+        return [f"actor.num_ranks: must be >= 1, got {a.num_ranks}"]
+    if a.grad_accumulation_steps < 1:
+        return [f"actor.grad_accumulation_steps: must be >= 1, got {a.grad_accumulation_steps}"]
+    p = []
+    if a.num_ranks > 1 and c.backend != "ray":
+        p.append(f"actor.num_ranks: {a.num_ranks} ranks need cluster.backend=ray (each rank is a process of its own; "
+                 "the local backend runs one actor in this process)")
+    if a.num_ranks > 1 and c.num_rollout_workers % a.num_ranks:
+        p.append(f"actor.num_ranks: rollout rank r sends its trajectories to actor rank r mod {a.num_ranks}, so "
+                 f"cluster.num_rollout_workers={c.num_rollout_workers} must be a multiple of it (every rank an "
+                 "equal share)")
+    elif a.num_ranks > 1 and cfg.env.num_envs % c.num_rollout_workers:
+        p.append(f"actor.num_ranks: env.num_envs={cfg.env.num_envs} does not split evenly over "
+                 f"cluster.num_rollout_workers={c.num_rollout_workers}, so the actor ranks would get unequal shares")
+    parts = a.num_ranks * a.grad_accumulation_steps
+    if parts > 1 and not p:
+        rows = cfg.env.num_envs * cfg.rollout.chunk_steps  # chunk steps in one rollout epoch
+        per_minibatch, rest = divmod(rows, cfg.algorithm.num_minibatches)
+        if rest or per_minibatch % parts:
+            p.append(f"actor.num_ranks / actor.grad_accumulation_steps: a minibatch of env.num_envs * "
+                     f"rollout.chunk_steps / algorithm.num_minibatches = {rows} / {cfg.algorithm.num_minibatches} "
+                     f"chunk steps does not split into {a.num_ranks} ranks x {a.grad_accumulation_steps} micro-batches "
+                     "of equal size")
+        if cfg.algorithm.name == "grpo" and a.num_ranks > 1 and (cfg.env.num_envs // c.num_rollout_workers) % \
+                cfg.algorithm.group_size:
+            p.append(f"algorithm.group_size: with actor.num_ranks={a.num_ranks}, a GRPO group must sit on one rollout "
+                     f"rank (its advantages are computed where its trajectories go), but env.num_envs / "
+                     f"cluster.num_rollout_workers = {cfg.env.num_envs // c.num_rollout_workers} envs per rank is not "
+                     f"a multiple of group_size={cfg.algorithm.group_size}")
+    if a.dist_backend == "nccl":
+        import torch
+
+        if not torch.cuda.is_available():
+            p.append("actor.dist_backend: nccl needs CUDA GPUs and torch sees none here (use gloo, or auto)")
+    return p
+
+
 def _sft_feature_problems(features: dict[str, Any]) -> list[str]:
     """sft.features maps our keys to dataset feature names (a string) or to null (not read)."""
     problems = []
@@ -362,6 +403,7 @@ def validate(cfg: Config) -> list[str]:
     need(a.ent_coef >= 0, f"algorithm.ent_coef: must be >= 0, got {a.ent_coef}")
     need(cfg.actor.lr > 0, f"actor.lr: must be > 0, got {cfg.actor.lr}")
     need(cfg.actor.adam_eps > 0, f"actor.adam_eps: must be > 0, got {cfg.actor.adam_eps}")
+    p += _actor_rank_problems(cfg)
     seed = cfg.experiment.seed
     need(0 <= seed < 2**32, f"experiment.seed: must be in [0, 2**32) (numpy's seed range), got {seed}")
     r = cfg.runner

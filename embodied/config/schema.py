@@ -36,7 +36,7 @@ class ClusterConfig:
     placement: Literal["colocated", "disaggregated"] | None = None
     env_resources: Resources = field(default_factory=Resources)  # per env worker
     rollout_resources: Resources = field(default_factory=Resources)  # per rollout worker
-    actor_resources: Resources = field(default_factory=Resources)  # the actor
+    actor_resources: Resources = field(default_factory=Resources)  # per actor rank (actor.num_ranks)
     address: str | None = None  # Ray cluster to join ("host:port" of its head, or "auto"); None starts a local Ray
     connect_timeout_s: float = 30.0  # seconds to reach cluster.address before the run fails with an error
     num_env_workers: int = 1  # E: env worker ranks, each owning a contiguous slice of the envs
@@ -52,6 +52,9 @@ class EnvConfig:
     max_episode_steps: int = 50  # env steps (sub-steps, not chunks) before truncation
     auto_reset: bool = True  # reset done envs at the chunk boundary (off: done envs stay done)
     kwargs: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for the env constructor
+    # native: an env class that names a batched twin for this obs mode (the built-in tasks, state obs) is stepped
+    # by it, a whole chunk of all envs natively; per_env: always one gymnasium env per env (rgb always is).
+    vectorization: Literal["native", "per_env"] = "native"
     preflight: bool = True  # run check-env's fast checks on one env in the driver before any worker starts
     # An env step (or reset) that takes longer is a failure: its env worker is restarted (runner.max_worker_restarts).
     step_timeout_s: float | None = 120.0  # null: no limit
@@ -110,6 +113,13 @@ class ActorConfig:
     lr: float = 3e-4  # Adam learning rate
     adam_eps: float = 1e-5  # Adam epsilon
     anneal_lr: bool = True  # decay the learning rate linearly to 0 over runner.iterations
+    # Data-parallel actor ranks (cluster.backend=ray): one torch.distributed process group; each minibatch is
+    # split over the ranks and the gradients summed, so N ranks take the step one rank would.
+    num_ranks: int = 1
+    # ddp: every rank holds the whole policy; fsdp: parameters, gradients and optimizer state sharded (FSDP2).
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    dist_backend: Literal["auto", "gloo", "nccl"] = "auto"  # process-group backend (auto: nccl on GPUs, else gloo)
+    grad_accumulation_steps: int = 1  # micro-batches per minibatch: the same step in less memory
 
 
 @dataclass

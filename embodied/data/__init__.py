@@ -1,4 +1,4 @@
-"""Demonstrations: collected through the env workers, stored as a Hugging Face dataset or a LeRobot folder, read back.
+"""Demonstrations: stored as a Hugging Face dataset or a LeRobot folder, read back (``embodied.collect`` records them).
 
     embodied collect configs/pick_place_mlp_sft.yaml --episodes 200 --out data/pick_place
     embodied collect configs/pick_place_mlp_sft.yaml --episodes 200 --out data/pp_lerobot --format lerobot
@@ -10,9 +10,10 @@
 
 ``embodied.data.format`` documents embodied's on-disk layout (and why ``datasets``),
 ``embodied.data.lerobot`` LeRobot's (read and written), ``embodied.data.demonstrations`` the one
-interface SFT reads both through, ``embodied.data.info`` what ``embodied data info`` prints,
-``embodied.data.collect`` how ``embodied collect`` records scripted-expert episodes, and
-``embodied.data.dataset`` the reader of embodied's format.
+interface SFT reads both through, ``embodied.data.info`` what ``embodied data info`` prints, and
+``embodied.data.dataset`` the reader of embodied's format. Recording scripted-expert episodes
+(``embodied collect``) drives env workers, a layer above this package: it is ``embodied.collect``,
+beside ``embodied.sft``; this package imports nothing above it.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ One row per chunk step of an episode (what the policy acted on, and the chunk th
 env kwargs, chunk length C, action dimension A and bounds, state dimension, image shapes, the
 instructions, episode and success counts, the expert, the seed and what created the folder.
 The folder is written under a temporary name and renamed when complete (``atomic_dir``): an
-interrupted write leaves nothing behind.
+interrupted write, or one that fills the disk (``DiskFullError``, naming the folder), leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from embodied.atomic import atomic_dir
+from embodied.atomic import atomic_dir, disk_full, disk_full_error
 from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES
 
 FORMAT_VERSION = 1
@@ -141,18 +141,26 @@ def columns(episodes: list[DemoEpisode], meta: Meta) -> dict[str, Any]:
 
 
 def write_dataset(out: Path, episodes: list[DemoEpisode], meta: Meta) -> Path:
-    """Write ``episodes`` and ``meta.json`` into the folder ``out`` atomically (nothing is left on failure)."""
+    """Write ``episodes`` and ``meta.json`` into the folder ``out`` atomically (nothing is left on failure).
+
+    A full disk raises ``DiskFullError`` naming ``out``, the space free and about how much the rows need.
+    """
     from datasets import Dataset, disable_progress_bars
 
     if not episodes:
         raise ValueError(f"no episodes to write to {str(out)!r}")
     disable_progress_bars()
     data = Dataset.from_dict(columns(episodes, meta), features=features(meta))
-    with atomic_dir(Path(out)) as tmp:
-        data.save_to_disk(str(tmp))
-        fields = dataclasses.asdict(meta)
-        fields = {"format_version": fields.pop("format_version"), **fields}  # first: what a reader checks first
-        (tmp / META_FILE).write_text(json.dumps(fields, indent=1) + "\n")
+    try:
+        with atomic_dir(Path(out)) as tmp:
+            data.save_to_disk(str(tmp))
+            fields = dataclasses.asdict(meta)
+            fields = {"format_version": fields.pop("format_version"), **fields}  # first: what a reader checks first
+            (tmp / META_FILE).write_text(json.dumps(fields, indent=1) + "\n")
+    except OSError as exc:
+        if disk_full(exc, Path(out)):  # the Arrow files hold the rows uncompressed: their size is what it needs
+            raise disk_full_error("dataset", Path(out), exc, data.data.nbytes) from exc
+        raise
     return Path(out)
 
 

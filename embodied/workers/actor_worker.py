@@ -1,5 +1,11 @@
 """``ActorWorker``: turns rollout trajectories into an update (the configured algorithm) and publishes
-versioned weights."""
+versioned weights.
+
+One worker is one rank. With ``actor.num_ranks > 1`` the ranks join one process group (``join_group``,
+``embodied.workers.ranks``): each gets its own share of the trajectories, takes its share of every
+minibatch, and the gradients are summed, so the ranks step as one rank would on the whole batch.
+``actor.grad_accumulation_steps`` splits each rank's share again into micro-batches, one backward each.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import numpy as np
 import torch
 
 from embodied.algorithms import Algorithm
+from embodied.algorithms.base import Averages, expand_mask
 from embodied.checkpoint import (check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state,
                                  non_finite_tensors, save_policy_checkpoint)
 from embodied.numerics import NonFiniteUpdateError, non_finite_terms
@@ -17,6 +24,7 @@ from embodied.config import ActorConfig, AlgorithmConfig
 from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.registry import ALGORITHMS
 from embodied.types import Trajectory
+from embodied.workers.ranks import ProcessGroup, Ranks, rendezvous_address
 
 
 class ActorWorker:
@@ -27,6 +35,8 @@ class ActorWorker:
         torch.set_num_threads(torch_threads)
         torch.manual_seed(seed)
         self.algo, self.cfg, self.total_iterations, self.spec = algorithm, actor, total_iterations, spec
+        self.policy_cfg = policy_cfg
+        self.ranks: Ranks = Ranks()
         self.algorithm: Algorithm = ALGORITHMS.resolve(algorithm.name)(algorithm)
         self.policy: Policy = build_policy(policy_cfg, spec)
         print(self.policy.describe(), flush=True)  # once per run: the actor is the one copy that trains
@@ -34,17 +44,33 @@ class ActorWorker:
             state = load_checkpoint(find_checkpoint(policy_cfg.init_from))
             check_policy_spec(state, spec.action_dim, "policy.init_from")
             load_policy_state(self.policy, state["actor"])
-        # Only what trains: a LoRA-wrapped backbone's frozen weights get no optimizer state.
-        self.params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.Adam(self.params, lr=actor.lr, eps=actor.adam_eps)
-        self.device = self.params[0].device if self.params else torch.device("cpu")
-        self.value_head = {id(p) for p in self.policy.value_head_parameters()}
+        self._build_optimizer()
         if algorithm.critic_warmup_iterations > 0 and not self.value_head:
             raise ValueError(f"algorithm.critic_warmup_iterations={algorithm.critic_warmup_iterations}: "
                              f"policy.type={policy_cfg.type} ({type(self.policy).__name__}) names no value-head "
                              f"parameters (Policy.value_head_prefixes), so warm-up could not train the critic alone")
         self.generator = torch.Generator().manual_seed(seed)
         self.version = 0
+
+    def _build_optimizer(self) -> None:
+        # Only what trains: a LoRA-wrapped backbone's frozen weights get no optimizer state.
+        self.params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.Adam(self.params, lr=self.cfg.lr, eps=self.cfg.adam_eps)
+        self.device = self.params[0].device if self.params else torch.device("cpu")
+        self.value_head = {id(p) for p in self.policy.value_head_parameters()}
+
+    # -- ranks -----------------------------------------------------------------------------------
+
+    def rendezvous(self) -> str:
+        """``host:port`` where the process group meets (asked of rank 0, on its node)."""
+        return rendezvous_address()
+
+    def join_group(self, rank: int, size: int, address: str) -> None:
+        """Become rank ``rank`` of ``size``: join the process group at ``address``, make the ranks' policies one
+        (rank 0's weights broadcast, or the policy sharded) and build the optimizer over what this rank holds."""
+        self.ranks = ProcessGroup(rank, size, address, self.cfg.dist_backend, self.cfg.strategy)
+        self.ranks.prepare(self.policy)
+        self._build_optimizer()
 
     def weights(self, shared: bool = False) -> tuple[int, dict[str, torch.Tensor] | None]:
         """``(version, trainable state)`` for rollout workers; ``shared`` sends no tensors (colocated).
@@ -54,14 +80,18 @@ class ActorWorker:
         """
         if shared:
             return self.version, None
-        return self.version, {k: v.detach().cpu().clone() for k, v in self.policy.trainable_state().items()}
+        state = self.ranks.full(self.policy.trainable_state())  # a collective under fsdp: every rank is asked
+        if not self.ranks.is_main:
+            return self.version, None  # rank 0 answers for the group
+        return self.version, {k: v.detach().cpu().clone() for k, v in state.items()}
 
     def update(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
         """One update (``algorithm.update_epochs`` passes of minibatches); returns train metrics."""
         a = self.algo
         batch, batch_metrics = self.algorithm.prepare(trajectories)
+        batch_metrics = self._batch_metrics(batch_metrics)
         staleness = (self.version - batch["versions"]).float()  # per chunk step, in updates (async: <= max_staleness)
-        if staleness.max() > 0:  # decoupled PPO: clip around the weights the update starts from
+        if self.ranks.sum(staleness.max().reshape(1)) > 0:  # decoupled PPO: clip around the weights the update starts from
             fresh = _expand(staleness == 0, batch["logprobs"])  # acted with these weights: keep their log-probs
             proximal = torch.where(fresh, batch["logprobs"], self._proximal_logprobs(batch))
             batch["behaviour_logprobs"], batch["logprobs"] = batch["logprobs"], proximal
@@ -74,7 +104,7 @@ class ActorWorker:
         skipped = 0
         for epoch in range(a.update_epochs):
             perm = torch.randperm(size, generator=self.generator)
-            for k, mb in enumerate(perm.chunk(a.num_minibatches)):
+            for k, mb in enumerate(perm.chunk(a.num_minibatches)):  # several ranks: equal parts (config check)
                 step = self._step(_take(batch, mb), warmup, f"iteration {iteration}, epoch {epoch}, minibatch {k}")
                 if step is None:
                     skipped += 1
@@ -83,18 +113,21 @@ class ActorWorker:
                     stats.setdefault(key, []).append(value)
             if a.target_kl is not None and stats and np.mean(stats["approx_kl"][-a.num_minibatches:]) > a.target_kl:
                 break
-        bad = non_finite_tensors(dict(self.policy.named_parameters()))
-        if bad:  # finite gradients can still overflow a weight; never publish or checkpoint it
+        bad = non_finite_tensors({n: _local(p) for n, p in self.policy.named_parameters()})
+        if self.ranks.sum(torch.tensor([float(bool(bad))])) > 0:  # finite gradients can still overflow a weight
+            bad = bad or ["on another actor rank"]  # never publish or checkpoint it, and every rank stops
             raise NonFiniteUpdateError(f"update at iteration {iteration} left non-finite weights ({', '.join(bad)})")
-        self.policy.observe(batch["forward_inputs"])
+        self._observe(batch["forward_inputs"])
         self.version += 1
         metrics = {f"train/{k}": float(np.mean(v)) for k, v in stats.items()} | batch_metrics
         metrics["train/lr"] = self.optimizer.param_groups[0]["lr"]
         metrics["train/critic_warmup"] = float(warmup)
         metrics["train/skipped_minibatches"] = float(skipped)
+        staleness = self.ranks.gather(staleness)  # the whole batch's, on every rank
         metrics["train/staleness_mean"], metrics["train/staleness_max"] = float(staleness.mean()), float(staleness.max())
         if self.algorithm.uses_values:
-            metrics["train/explained_variance"] = _explained_variance(batch["values"], batch["returns"])
+            metrics["train/explained_variance"] = _explained_variance(self.ranks.gather(batch["values"]),
+                                                                      self.ranks.gather(batch["returns"]))
         return metrics
 
     @torch.no_grad()
@@ -107,19 +140,51 @@ class ActorWorker:
             parts.append(self.policy.evaluate(mb["forward_inputs"], mb["actions"])[0].float().cpu())
         return torch.cat(parts).to(batch["logprobs"].dtype)
 
+    def _batch_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """``prepare``'s metrics of the whole batch: counts summed over the ranks, the rest averaged (each rank
+        holds an equal share of the batch)."""
+        if self.ranks.size == 1:
+            return metrics
+        summed = getattr(self.algorithm, "summed_metrics", frozenset())
+        total = self.ranks.sum_stats(metrics)
+        return {k: v if k in summed else v / self.ranks.size for k, v in total.items()}
+
+    def _observe(self, forward_inputs: dict[str, torch.Tensor]) -> None:
+        """Input statistics from the whole batch: with several ranks, the inputs ``Policy.observes`` names are
+        gathered from all of them first, so every rank's statistics stay the same."""
+        if self.ranks.size == 1:
+            self.policy.observe(forward_inputs)
+            return
+        self.policy.observe({k: self.ranks.gather(forward_inputs[k]) for k in self.policy.observes})
+
     def _step(self, mb: dict[str, Any], warmup: bool, where: str) -> dict[str, float] | None:
-        """One gradient step; None if it was skipped for a non-finite loss or gradient."""
-        mb = _to(mb, self.device)
-        logprobs, entropy, values = self.policy.evaluate(mb["forward_inputs"], mb["actions"])
-        out = self.algorithm.loss(logprobs, entropy, values, mb, _mask(mb["executed"], logprobs), warmup)
-        stats = {k: float(v.detach()) for k, v in out.stats.items()} | {"loss": float(out.loss.detach())}
+        """One gradient step on this rank's share of a minibatch, in ``actor.grad_accumulation_steps``
+        micro-batches; None if it was skipped for a non-finite loss or gradient (on every rank alike)."""
+        rows = torch.arange(mb["values"].shape[0])
+        parts = [_take(mb, r) for r in rows.chunk(self.cfg.grad_accumulation_steps)] if \
+            self.cfg.grad_accumulation_steps > 1 else [mb]
+        # Split in parts (micro-batches, ranks), every mean is the part's share of the whole minibatch's.
+        averages = None if len(parts) == 1 and self.ranks.size == 1 else \
+            Averages(mb["executed"], mb["advantages"], self.ranks.sum)
         self.optimizer.zero_grad()
+        stats: dict[str, float] = {}
+        for part in parts:
+            part = _to(part, self.device)
+            logprobs, entropy, values = self.policy.evaluate(part["forward_inputs"], part["actions"])
+            out = self.algorithm.loss(logprobs, entropy, values, part, expand_mask(part["executed"], logprobs),
+                                      warmup, averages)
+            part_stats = self.ranks.sum_stats({k: float(v.detach()) for k, v in out.stats.items()}
+                                              | {"loss": float(out.loss.detach())})
+            stats = {k: stats.get(k, 0.0) + v for k, v in part_stats.items()}
+            if non_finite_terms(stats):
+                break  # every rank sees the same sums: all stop here
+            self.ranks.backward(out.loss)
         if not non_finite_terms(stats):
-            out.loss.backward()
             if warmup:  # the value loss also reaches shared layers (a VLA backbone, a CNN encoder): keep them still
                 for p in self.params:
                     if id(p) not in self.value_head:
                         p.grad = None
+            self.ranks.reduce_gradients(self.params)
             stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.params, self.algo.max_grad_norm))
         bad = non_finite_terms(stats)
         if bad:
@@ -135,27 +200,81 @@ class ActorWorker:
         return stats
 
     def state(self) -> dict[str, Any]:
-        """Everything a checkpoint needs to resume the actor.
+        """Everything a checkpoint needs to resume the actor (rank 0's answer; every rank is asked under fsdp).
 
         A policy that exports itself (``exports_pretrained``) is saved as a folder by
         ``save_checkpoint``; its trainable state is here only for comparisons in memory.
         """
-        policy = self.policy.trainable_state() if self.policy.exports_pretrained else self.policy.state_dict()
-        return {"policy": policy, "optimizer": self.optimizer.state_dict(), "version": self.version,
+        policy, optimizer = self._whole()
+        if policy is None:
+            return {}  # fsdp: rank 0 answers for the group
+        weights = policy.trainable_state() if policy.exports_pretrained else policy.state_dict()
+        return {"policy": weights, "optimizer": optimizer.state_dict(), "version": self.version,
                 "generator": self.generator.get_state()}
 
     def save_checkpoint(self, path: str, extra: dict[str, Any]) -> str:
-        """Write a checkpoint folder (``embodied.checkpoint``) from here, where the policy lives."""
-        save_policy_checkpoint(Path(path), self.policy, self.optimizer, self.version, self.spec, extra,
-                               {"generator": self.generator.get_state()})
+        """Write a checkpoint folder (``embodied.checkpoint``) from rank 0, in the one-process format whatever the
+        number of ranks (so it resumes into any number, and transformers opens an exported policy alone)."""
+        policy, optimizer = self._whole()
+        if policy is not None and self.ranks.is_main:
+            save_policy_checkpoint(Path(path), policy, optimizer, self.version, self.spec, extra,
+                                   {"generator": self.generator.get_state()})
         return path
 
     def load_state(self, state: dict[str, Any]) -> None:
-        load_policy_state(self.policy, state)
-        self.optimizer.load_state_dict(state["optimizer"])
+        """Resume from ``state()`` (or a checkpoint's ``actor``), saved with any number of ranks."""
+        if self.ranks.strategy == "fsdp" and self.ranks.size > 1:
+            self._load_sharded(state)
+        else:
+            load_policy_state(self.policy, state)
+            self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
         if "generator" in state:  # the minibatch order goes on where it stopped
             self.generator.set_state(state["generator"])
+
+    # -- fsdp: the sharded policy as one module ----------------------------------------------------
+
+    def _whole(self) -> tuple[Policy, torch.optim.Optimizer] | tuple[None, None]:
+        """The policy and optimizer whole: themselves, or under fsdp an unsharded twin built on rank 0 from the
+        gathered shards (every rank takes part in the gather; the other ranks get None)."""
+        if self.ranks.strategy != "fsdp" or self.ranks.size == 1:
+            return self.policy, self.optimizer
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                             get_optimizer_state_dict, set_optimizer_state_dict)
+
+        whole = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        weights = get_model_state_dict(self.policy, options=whole)
+        optim = get_optimizer_state_dict(self.policy, self.optimizer, options=whole)
+        if not self.ranks.is_main:
+            return None, None
+        twin, twin_optimizer = self._twin()
+        twin.load_state_dict(weights)
+        set_optimizer_state_dict(twin, twin_optimizer, optim, options=StateDictOptions(full_state_dict=True))
+        return twin, twin_optimizer
+
+    def _twin(self) -> tuple[Policy, torch.optim.Optimizer]:
+        """An unsharded CPU policy of the same config and its optimizer (same parameter order as the actor's)."""
+        twin = build_policy(self.policy_cfg, self.spec)
+        params = [p for p in twin.parameters() if p.requires_grad]
+        return twin, torch.optim.Adam(params, lr=self.cfg.lr, eps=self.cfg.adam_eps)
+
+    def _load_sharded(self, state: dict[str, Any]) -> None:
+        """A one-process checkpoint into the sharded policy: loaded whole into a twin, then scattered."""
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
+                                                             set_model_state_dict, set_optimizer_state_dict)
+
+        twin, twin_optimizer = self._twin()
+        load_policy_state(twin, state)
+        twin_optimizer.load_state_dict(state["optimizer"])
+        whole = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(self.policy, twin.state_dict(), options=whole)
+        set_optimizer_state_dict(self.policy, self.optimizer, get_optimizer_state_dict(twin, twin_optimizer),
+                                 options=whole)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a sharded (DTensor) parameter, or the tensor itself."""
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def _to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
@@ -174,15 +293,6 @@ def _take(batch: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:
 def _expand(rows: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """A [B] tensor broadcast over the trailing dims of ``like``."""
     return rows.reshape(rows.shape + (1,) * (like.dim() - 1)).expand_as(like)
-
-
-def _mask(executed: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
-    """The executed mask [B, C] at the granularity of the log-probs."""
-    if logprobs.dim() == 1:
-        return executed.any(-1)  # chunk: a chunk counts if any of its sub-steps ran
-    if logprobs.dim() == 2:
-        return executed
-    return executed.unsqueeze(-1).expand_as(logprobs)
 
 
 def _explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:

@@ -13,6 +13,8 @@ worker had at its start (``RestartBudget`` counts the restarts; see ``embodied.w
 A fault that comes back on that exact replay (``same_fault``: the same worker, env, place in the
 epoch and exception: ``WorkerFailure.signature``) is a deterministic bug of the env from that state;
 replaying it again would only repeat it, so the failed worker's envs restart from fresh seeds instead.
+In eval (``Evaluator._round``) their episodes of that round are then left out (an episode from another
+seed is not the same eval) and reported as ``episodes_dropped``; the other workers' stay the fixed ones.
 """
 
 from __future__ import annotations
@@ -198,13 +200,20 @@ class RestartBudget:
             print(f"[restart {self.used}/{self.limit}] {where}: {failure.describe()}; replacing {who} and redoing "
                   f"from {redo}", file=sys.stderr, flush=True)
             return
-        self.episodes_dropped += dropped
+        training = failure.section == "env"
+        if training:  # eval counts its own (``Evaluator.dropped``): they are eval episodes, not transitions
+            self.episodes_dropped += dropped
         why = "" if self.explained else (
-            " (the same fault on the exact replay of the epoch is a deterministic bug of the env from that state, "
+            " (the same fault on the exact replay is a deterministic bug of the env from that state, "
             "e.g. a configuration that explodes or an object that falls through the table: replaying it again "
-            "would only repeat it; the other workers still redo the epoch exactly, and env/episodes_dropped "
-            "counts what is given up)")
+            "would only repeat it; " + ("the other workers still redo the epoch exactly, and env/episodes_dropped "
+                                        "counts what is given up)" if training else
+                                        "the other workers still play their fixed eval episodes, and the eval "
+                                        "reports the ones left out as episodes_dropped)"))
         self.explained = True
+        lost = (f"dropping its {dropped} episode(s) in progress" if training else
+                f"leaving its {dropped} eval episode(s) of this round out of the eval (an episode from another "
+                "seed is not the same eval)")
         print(f"[restart {self.used}/{self.limit}] {where}: {failure.describe()}, again on the exact replay; "
-              f"replacing {who} with envs reset from fresh seeds (base {fresh_seed}) and dropping its "
-              f"{dropped} episode(s) in progress{why}", file=sys.stderr, flush=True)
+              f"replacing {who} with envs reset from fresh seeds (base {fresh_seed}) and {lost}{why}",
+              file=sys.stderr, flush=True)

@@ -75,6 +75,12 @@ def exchange(backend: Backend, handles: list[Any], envs: EnvGroup, env_handles: 
     return backend.wait(handles)
 
 
+def fresh_seed(seed: int, restart: int) -> int:
+    """The reset seed (of global env 0) of envs rebuilt after a replayed fault at the ``restart``-th restart of a
+    run of ``experiment.seed`` ``seed``: apart from the training and eval seeds, the same in every run of the seed."""
+    return seed + FRESH_SEED_OFFSET + 1_000_000 * restart
+
+
 def _peer_failure(exc: BaseException) -> bool:
     return isinstance(exc, PeerFailureError) or isinstance(getattr(exc, "cause", None), PeerFailureError)
 
@@ -195,6 +201,22 @@ def start_rollout_group(cfg: Config, backend: Backend, spec: PolicySpec, train: 
     ], c.rollout_resources)
 
 
+def start_actor_group(cfg: Config, backend: Backend, spec: PolicySpec) -> WorkerGroup:
+    """``actor.num_ranks`` actor workers; several form one process group, which meets at a port that rank 0
+    picks on its own node (``ActorWorker.rendezvous``), so the ranks may sit on any nodes of the cluster."""
+    a, c = cfg.actor, cfg.cluster
+    if a.strategy == "fsdp" and a.num_ranks == 1:
+        warnings.warn("actor.strategy=fsdp with actor.num_ranks=1: there is nothing to shard over, so the one rank "
+                      "holds the whole policy (as ddp); set actor.num_ranks > 1 (cluster.backend=ray) to shard",
+                      stacklevel=3)
+    args = (cfg.policy, spec, cfg.algorithm, a, cfg.runner.iterations, cfg.experiment.seed, c.torch_threads)
+    group = backend.create(ActorWorker, [args] * a.num_ranks, c.actor_resources)
+    if a.num_ranks > 1:
+        address = backend.wait(group.call("rendezvous"))[0]
+        backend.wait(group.call_each("join_group", [(rank, a.num_ranks, address) for rank in range(a.num_ranks)]))
+    return group
+
+
 @dataclass
 class Evaluator:
     """Greedy episodes on the eval envs from a fixed, reproducible set of seeds.
@@ -211,6 +233,10 @@ class Evaluator:
     rollout_group: WorkerGroup
     restarts: RestartBudget  # shared with the training envs in a training run
     iteration: int | None = None  # the training iteration being evaluated (labels restarts)
+    dropped: list[int] = dataclasses.field(default_factory=list)  # eval episodes the last ``run`` left out
+    # Signatures of faults seen to replay: met again in a later eval (same round, same env), the first
+    # failure already counts as the replay, so each eval spends one restart on it, not two.
+    replayed: set[tuple] = dataclasses.field(default_factory=set)
     # Held while an exchange's calls are submitted, so every rollout rank serves exchanges in one order
     # (async runs submit rollouts and evals from two threads; interleaved, two ranks could wait on each other).
     submit: threading.Lock = dataclasses.field(default_factory=threading.Lock)
@@ -247,41 +273,66 @@ class Evaluator:
         names are recorded into it (encoded in the background: see ``take_videos``). With ``sample``
         the policy samples its actions (seeded by each round's reset seed, so the episodes repeat as
         well) instead of acting greedily.
+
+        A fault that replays (see ``_round``) leaves the failed worker's episodes of that round out; their
+        eval episode indices are in ``dropped`` afterwards.
         """
         eval_cfg = self.cfg.resolved_eval_env()
         plan = self.plan(episodes)
+        self.dropped = []
         chunk_steps = math.ceil(eval_cfg.max_episode_steps / self.cfg.policy.action_chunk)
         record = plan.recorded(self.cfg.logger.video.max_videos) if video_dir is not None else []
         starts = [link.start for link in self.envs.rollout_links]  # rollout rank -> its first env
         stats: list[EpisodeStats] = []
         for round_ in range(plan.rounds):
             ids = plan.episode_ids(round_)
-            parts = self._round(chunk_steps, self.eval_seed(round_ * plan.n_envs), ids, plan.options(round_),
-                                record, video_dir, sample)
+            parts, fresh = self._round(chunk_steps, self.eval_seed(round_ * plan.n_envs), ids, plan.options(round_),
+                                       record, video_dir, sample)
+            left_out = {ids[g] for a, b in (self.envs.env_ranges()[r] for r in fresh) for g in range(a, b)}
+            self.dropped += sorted(k for k in left_out if k < plan.episodes)
             found = [dataclasses.replace(e, env_index=ids[start + e.env_index])
-                     for part, start in zip(parts, starts) for e in part]
+                     for part, start in zip(parts, starts) for e in part if ids[start + e.env_index] not in left_out]
             stats += [e for e in found if e.env_index < plan.episodes]  # fillers of the last rounds dropped
         return sorted(stats, key=lambda e: e.env_index)
 
     def _round(self, chunk_steps: int, seed: int, episode_ids: list[int], options: list[dict] | None,
-               record: list[int], video_dir: str | None, sample: bool = False) -> list[list[EpisodeStats]]:
-        """One eval round; a failed eval env worker is replaced and the round redone (every round
-        resets its envs, so there is nothing else to put back)."""
+               record: list[int], video_dir: str | None,
+               sample: bool = False) -> tuple[list[list[EpisodeStats]], set[int]]:
+        """One eval round: each rollout rank's episodes, and the env ranks whose episodes are not the eval's.
+
+        A failed eval env worker is replaced and the round redone (every round resets its envs, so there
+        is nothing else to put back). A fault that comes back the same way on the redo
+        (``WorkerFailure.signature``) would come back on every redo: the failed worker's envs then play
+        from fresh seeds (without the fixed set's options or videos) so that the others' episodes, still
+        the eval's fixed ones, can finish; the caller leaves the fresh ones out.
+        """
+        fresh: dict[int, int] = {}  # env rank -> the seed its envs restart from (a fault replayed)
+        last = None  # the signature of this round's last failure
         while True:
+            args = [(chunk_steps, fresh[r], episode_ids, None, None, []) if r in fresh else
+                    (chunk_steps, seed, episode_ids, video_dir, options, record) for r in range(len(self.envs.group))]
             with self.submit:
-                env_handles = self.envs.group.call("eval_epoch", chunk_steps, seed, episode_ids, video_dir, options,
-                                                   record)
+                env_handles = self.envs.group.call_each("eval_epoch", args)
                 handles = self.rollout_group.call("eval_epoch", chunk_steps, seed, sample)
             try:
-                return exchange(self.backend, handles, self.envs, env_handles)
+                return exchange(self.backend, handles, self.envs, env_handles), set(fresh)
             except WorkerFailure as failure:
                 self.backend.check_connected()  # a worker lost with its cluster is not restarted
                 where = f"eval episodes from {min(episode_ids)}" + (f" at iteration {self.iteration}" if self.iteration else "")
+                replayed = failure.signature == last or failure.signature in self.replayed
+                last = failure.signature
+                if replayed:
+                    self.replayed.add(failure.signature)
+                new_seed = fresh_seed(self.cfg.experiment.seed, self.restarts.used + 1) if replayed else None
+                ranges = self.envs.env_ranges()
+                dropped = sum(ranges[r][1] - ranges[r][0] for r in failure.ranks - fresh.keys()) if replayed else 0
                 try:
-                    self.restarts.spend(failure, where)
+                    self.restarts.spend(failure, where, new_seed, dropped)
                 except BaseException:
                     self.envs.abandoned |= failure.hung
                     raise
+                if new_seed is not None:
+                    fresh |= dict.fromkeys(failure.ranks, new_seed)
                 self.envs.replace(self.backend, self.rollout_group, failure, None, seed)
 
     def eval_seed(self, k: int) -> int:
@@ -314,7 +365,7 @@ class Workers:
     backend: Backend
     env_group: WorkerGroup
     rollout_group: WorkerGroup
-    actor_group: WorkerGroup  # one rank
+    actor_group: WorkerGroup  # actor.num_ranks ranks (one process group); rank 0 answers for them
     evaluator: Evaluator
     spec: PolicySpec
     colocated: bool  # rollout workers act with the actor's own module
@@ -332,8 +383,7 @@ class Workers:
                                 stages=cfg.rollout.pipeline_stages)
         evaluation = start_eval_envs(cfg, backend, cfg.logger.video if cfg.runner.eval_video != "none" else None)
         spec = backend.wait(train.group.call("spec"))[0]
-        actor = backend.create(ActorWorker, [(cfg.policy, spec, cfg.algorithm, cfg.actor, cfg.runner.iterations,
-                                              cfg.experiment.seed, c.torch_threads)], c.actor_resources)
+        actor = start_actor_group(cfg, backend, spec)
         # Colocated needs the actor in this process: the local backend (the config loader refuses
         # placement=colocated with backend=ray).
         # Async runs train the actor while rollout workers act: they need their own copy.
@@ -399,8 +449,8 @@ class Workers:
 
     def fresh_seed(self, restart: int) -> int:
         """The reset seed (of global env 0) of envs rebuilt after a replayed fault at the run's ``restart``-th
-        restart: apart from the training and eval seeds, and the same in every run of the same seed."""
-        return self.cfg.experiment.seed + FRESH_SEED_OFFSET + 1_000_000 * restart
+        restart (``fresh_seed``)."""
+        return fresh_seed(self.cfg.experiment.seed, restart)
 
     def rss_metrics(self, timeout_s: float = 5.0) -> dict[str, float]:
         """``sys/rss_mib/<worker>``: the resident memory (MiB) of the driver and of every worker's process
@@ -419,7 +469,10 @@ class Workers:
         return {k: float(v) for k, v in metrics.items() if v is not None}
 
     def update(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
-        return self.backend.wait(self.actor_group.call("update", trajectories, iteration))[0]
+        """One actor update; rollout rank r's trajectory trains on actor rank r mod ``actor.num_ranks``."""
+        n = len(self.actor_group)
+        shares = [([t for r, t in enumerate(trajectories) if r % n == rank], iteration) for rank in range(n)]
+        return self.backend.wait(self.actor_group.call_each("update", shares))[0]
 
     def evaluate(self, episodes: int, video_dir: str | None = None) -> list[EpisodeStats]:
         """Greedy episodes from the fixed eval seeds (see ``Evaluator.run``)."""

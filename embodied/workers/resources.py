@@ -22,13 +22,14 @@ def check_resources(cfg: Config, backend: Backend, training: bool) -> None:
     c = cfg.cluster
     groups = [("env", c.env_resources, c.num_env_workers * (2 if training else 1)),  # training + eval envs
               ("rollout", c.rollout_resources, c.num_rollout_workers)] + \
-        ([("actor", c.actor_resources, 1)] if training else [])
+        ([("actor", c.actor_resources, cfg.actor.num_ranks)] if training else [])
     have = backend.available()
     for kind, field_name in (("GPU", "num_gpus"), ("CPU", "num_cpus")):
         asked = [(name, getattr(res, field_name), n) for name, res, n in groups]
         total = sum(each * n for _, each, n in asked)
         if total > have[kind] + 1e-9:
-            parts = ", ".join(f"{name}: {n} x {each:g}" for name, each, n in asked if each)
+            parts = ", ".join(f"{name}: {n} x {each:g}" + (" (actor.num_ranks)" if name == "actor" else "")
+                              for name, each, n in asked if each)
             raise ConfigError(f"cluster.{next(name for name, each, _ in asked if each)}_resources.{field_name}: the "
                               f"worker groups reserve {total:g} {kind}s ({parts}) but the {c.backend} backend has "
                               f"{have[kind]:g}")

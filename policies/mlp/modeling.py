@@ -35,6 +35,7 @@ class MLPPolicy(Policy):
     """Gaussian MLP policy over action chunks, with a value head."""
 
     logprob_granularity = "chunk"
+    observes = (STATES,)  # the running state statistics (observe)
     value_head_prefixes = ("critic.",)
 
     def __init__(self, config: MLPConfig, spec: PolicySpec) -> None:

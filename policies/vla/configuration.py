@@ -45,6 +45,7 @@ class VLAConfig(PolicyConfig):
     lora_target_modules: list[str] | None = None  # module name suffixes LoRA wraps (null: the family's attention and MLP projections of the language model)
     device: Literal["cpu", "cuda", "auto"] = "cpu"  # where the rollout and actor copies run (auto: cuda when present)
     dtype: Literal["float32", "bfloat16"] = "float32"  # backbone weights and activations (heads stay float32)
+    gradient_checkpointing: bool = False  # recompute the backbone's layers in backward: less activation memory, ~1.3x the compute
 
     model_class: ClassVar[str] = "embodied.policies.vla.modeling:VLAPolicy"
     # flow_logprob is not one: an SFT checkpoint (no noise head) starts Flow-Noise RL with a fresh noise head.

@@ -96,7 +96,11 @@ class VLAPolicy(Policy):
             lm_head = backbone.get_output_embeddings().weight
             if lm_head is not backbone.get_input_embeddings().weight:
                 lm_head.requires_grad_(False)  # the gaussian head never reads the LM head: nothing to train or sync
+        self._checkpointed: list[nn.Module] = []
+        if config.gradient_checkpointing:
+            self._checkpointed = self._enable_gradient_checkpointing()
         self.backbone.eval()  # no dropout anywhere in the backbone: act and evaluate must agree
+        self._keep_checkpointing()
         self.to(self.device_)
 
     # -- construction ------------------------------------------------------------------------
@@ -133,9 +137,32 @@ class VLAPolicy(Policy):
             raise ValueError(f"policy.lora_target_modules: {exc}") from None
         # get_peft_model froze everything else; the LoRA matrices are the only backbone parameters left trainable.
 
+    def _enable_gradient_checkpointing(self) -> list[nn.Module]:
+        """transformers' checkpointing of each decoder (and vision encoder) layer; the layers it wraps."""
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
+        if not getattr(self.backbone, "supports_gradient_checkpointing", False):
+            raise ValueError(f"policy.gradient_checkpointing: {type(self.backbone).__name__} does not support "
+                             "gradient checkpointing (transformers' supports_gradient_checkpointing is False)")
+        self.backbone.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        return [m for m in self.backbone.modules() if isinstance(m, GradientCheckpointingLayer)]
+
+    def fsdp_units(self) -> list[nn.Module]:
+        """The backbone's transformer layers (language model and vision encoder), each sharded on its own."""
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
+        return [m for m in self.backbone.modules() if isinstance(m, GradientCheckpointingLayer)]
+
+    def _keep_checkpointing(self) -> None:
+        # transformers checkpoints a layer only while it is in training mode. Only the layer's own flag is set:
+        # its submodules (dropout, attention) stay in eval mode, so act and evaluate still agree.
+        for layer in self._checkpointed:
+            layer.training = True
+
     def train(self, mode: bool = True) -> VLAPolicy:
         super().train(mode)
         self.backbone.eval()  # dropout stays off (see __init__)
+        self._keep_checkpointing()
         return self
 
     # -- the policy interface ----------------------------------------------------------------

@@ -20,6 +20,9 @@ def test_quick_bench_writes_a_table_json_and_png_of_every_section(tmp_path, caps
         assert ("raw gymnasium SyncVectorEnv", obs) in paths
         assert ("framework local E=1", obs) in paths and ("framework ray E=1", obs) in paths
     assert ("raw gymnasium AsyncVectorEnv", "rgb") in paths
+    assert ("native physics limit", "state") in paths  # beside raw SyncVectorEnv, in the same run
+    assert all(r["vs_raw_physics"] > 0 for r in report["throughput"] if r["obs"] == "state")
+    assert all(r["vs_raw_physics"] is None for r in report["throughput"] if r["obs"] == "rgb")
     for row in report["throughput"]:
         assert row["env_steps"] > 0 and math.isfinite(row["steps_per_s"]) and row["steps_per_s"] > 0
         assert row["memory_mib"] > 0

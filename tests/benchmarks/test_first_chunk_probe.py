@@ -7,7 +7,7 @@ import torch
 
 from benchmarks.first_chunk_probe import main
 from embodied.config import load_config
-from embodied.data.collect import collect
+from embodied.collect import collect
 from embodied.sft import sft
 
 REACH = ["env.num_envs=8", "eval_env.num_envs=8", "env.max_episode_steps=30", "policy.action_chunk=2",

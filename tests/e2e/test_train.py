@@ -63,6 +63,23 @@ def test_short_run_ray(tmp_path, ray_session):
     check_run(cfg, train(cfg))
 
 
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_actor_ranks_train_and_resume_into_one(tmp_path, ray_session, strategy):
+    """Rollout ranks 0 and 1 train on actor ranks 0 and 1 of one gloo process group; the checkpoint rank 0
+    writes resumes into a one-rank actor on the local backend."""
+    ranks = [*SHORT, "cluster.backend=ray", "cluster.num_env_workers=2", "cluster.num_rollout_workers=2",
+             "actor.num_ranks=2", f"actor.strategy={strategy}"]
+    cfg = load_config(RECIPE, [*ranks, f"experiment.output_dir={tmp_path}"])
+    first = train(cfg)
+    check_run(cfg, first)
+    assert {"sys/rss_mib/actor0", "sys/rss_mib/actor1"} <= first.history[-1].keys()
+    resumed = train(load_config(RECIPE, [*SHORT, "runner.iterations=4", f"experiment.output_dir={tmp_path}",
+                                         f"runner.resume_from={first.run_dir}"]))
+    assert len(resumed.history) == 1 and math.isfinite(resumed.history[-1]["train/loss"])  # iteration 4 alone
+
+
 def learning_figures(result) -> list[dict[str, float]]:
     """Every metric that depends on the run's numbers (not on how fast the machine ran it)."""
     return [{k: v for k, v in m.items() if k.startswith(("train/", "eval/", "rollout/"))} for m in result.history]

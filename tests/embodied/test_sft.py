@@ -11,7 +11,7 @@ import pytest
 import embodied.runner as runner
 from embodied.cli import main
 from embodied.config import ConfigError, load_config
-from embodied.data.collect import collect
+from embodied.collect import collect
 from embodied.data import DemoDataset
 from embodied.sft import open_dataset, sft, split_by_episode, train_loader
 

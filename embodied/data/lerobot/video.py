@@ -220,6 +220,15 @@ class VideoEncoder:
         self._container.close()
         self._container = None
 
+    def abort(self) -> None:
+        """Close the file without flushing the encoder (after a failed write: the file is thrown away)."""
+        container, self._container = self._container, None
+        if container is not None:
+            try:
+                container.close()
+            except Exception:  # noqa: BLE001 - a full disk fails the trailer too; the first error is the one
+                pass
+
     def __enter__(self) -> VideoEncoder:
         return self
 

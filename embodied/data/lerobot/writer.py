@@ -20,11 +20,13 @@ Cameras are encoded as LeRobot's writer encodes them by default: AV1 (libsvtav1,
 12), yuv420p, a keyframe every 2 frames, all episodes of a camera one after the other in one mp4
 (a new file past ``video_mb``; data parquet files past ``data_mb``, one row group per episode).
 ``meta/embodied.json`` keeps what LeRobot has no field for (env, expert, seeds, successes).
-Everything is written into a temp folder renamed when complete: a killed write leaves nothing.
+Everything is written into a temp folder renamed when complete: a killed write leaves nothing, and one
+that fills the disk leaves nothing either and raises ``DiskFullError`` naming the folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from dataclasses import dataclass
@@ -33,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from embodied.atomic import atomic_dir
+from embodied.atomic import atomic_dir, disk_full, disk_full_error
 from embodied.data.format import DemoEpisode, Meta
 from embodied.data.lerobot import stats
 from embodied.data.lerobot.layout import (CHUNKS_SIZE, DATA_PATH, EPISODES_PATH, INDEX_FEATURES, INFO_PATH,
@@ -68,24 +70,43 @@ def write_lerobot(out: Path, episodes: list[DemoEpisode], meta: Meta, fps: int, 
     cameras = [k for k in (MAIN_IMAGES, WRIST_IMAGES) if k in meta.obs_keys]
     tasks = {task: i for i, task in enumerate(dict.fromkeys(ep.task for ep in episodes))}
     features = _features(meta, episodes[0])
-    with atomic_dir(Path(out)) as tmp:
-        data = _DataFiles(tmp, features, limits)
-        videos = {k: _VideoFiles(tmp, FEATURE_NAMES[k], fps, codec, limits) for k in cameras}
-        records, first = [], 0
-        for e, ep in enumerate(episodes):
-            columns = _columns(ep, e, first, tasks[ep.task], fps, meta)
-            record = {"episode_index": e, "tasks": [ep.task], "length": ep.length, **data.write(columns, first)}
+    try:
+        with atomic_dir(Path(out)) as tmp:
+            data = _DataFiles(tmp, features, limits)
+            videos = {k: _VideoFiles(tmp, FEATURE_NAMES[k], fps, codec, limits) for k in cameras}
+            try:
+                records = _write_episodes(episodes, data, videos, tasks, fps, meta)
+            except BaseException:
+                for files in (data, *videos.values()):  # let go of the open files before the temp folder goes
+                    files.abort()
+                raise
             for key in cameras:
-                record |= videos[key].write(ep.obs[key])
-            episode_stats = _episode_stats(columns, {FEATURE_NAMES[k]: ep.obs[k] for k in cameras})
-            records.append((record, episode_stats))
-            first += ep.length
-        data.close()
-        for key in cameras:
-            videos[key].close()
-            features[FEATURE_NAMES[key]]["info"] = codec.feature_info(probe(videos[key].first_path))
-        _write_meta(tmp, records, tasks, features, fps, meta, episodes, limits)
+                features[FEATURE_NAMES[key]]["info"] = codec.feature_info(probe(videos[key].first_path))
+            _write_meta(tmp, records, tasks, features, fps, meta, episodes, limits)
+    except OSError as exc:
+        if disk_full(exc, Path(out)):  # how much the videos need is not known before they are encoded
+            raise disk_full_error("LeRobot dataset", Path(out), exc) from exc
+        raise
     return Path(out)
+
+
+def _write_episodes(episodes: list[DemoEpisode], data: _DataFiles, videos: dict[str, _VideoFiles],
+                    tasks: dict[str, int], fps: int, meta: Meta) -> list[tuple[dict[str, Any], dict[str, stats.Stats]]]:
+    """Each episode's rows into the data files and its frames into the videos (closed at the end); per
+    episode its ``meta/episodes`` record and stats."""
+    records, first = [], 0
+    for e, ep in enumerate(episodes):
+        columns = _columns(ep, e, first, tasks[ep.task], fps, meta)
+        record = {"episode_index": e, "tasks": [ep.task], "length": ep.length, **data.write(columns, first)}
+        for key, files in videos.items():
+            record |= files.write(ep.obs[key])
+        episode_stats = _episode_stats(columns, {FEATURE_NAMES[k]: ep.obs[k] for k in videos})
+        records.append((record, episode_stats))
+        first += ep.length
+    data.close()
+    for files in videos.values():
+        files.close()
+    return records
 
 
 def _features(meta: Meta, episode: DemoEpisode) -> dict[str, dict[str, Any]]:
@@ -161,6 +182,13 @@ class _DataFiles:
             self._writer.close()
             self._writer = None
 
+    def abort(self) -> None:
+        """Drop the open file after a failed write (its folder is about to be removed)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            with contextlib.suppress(Exception):  # a full disk fails the footer too; the first error is the one
+                writer.close()
+
 
 class _VideoFiles:
     """One camera's mp4 files, episodes appended one after the other."""
@@ -189,6 +217,12 @@ class _VideoFiles:
     def close(self) -> None:
         if self._encoder is not None:
             self._encoder.close()
+
+    def abort(self) -> None:
+        """Drop the open mp4 after a failed write (its folder is about to be removed)."""
+        encoder, self._encoder = self._encoder, None
+        if encoder is not None:
+            encoder.abort()
 
 
 def _write_meta(root: Path, records: list[tuple[dict[str, Any], dict[str, stats.Stats]]], tasks: dict[str, int],

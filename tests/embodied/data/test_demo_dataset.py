@@ -12,7 +12,7 @@ import torch
 
 from embodied.config import load_config
 from embodied.data import DemoBatch, DemoDataset, DemoSample, Meta, check_compatible, collate, read_meta
-from embodied.data.collect import collect
+from embodied.collect import collect
 from embodied.policy import PolicySpec, build_policy
 
 

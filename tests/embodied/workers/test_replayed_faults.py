@@ -141,3 +141,65 @@ def test_same_fault_compares_worker_env_place_and_error_but_not_addresses():
     assert failure(0, 0, 1, "ValueError: bad body <Body at 0x7f12>").signature != same  # another env
     assert failure(0, 1, 2, "ValueError: bad body <Body at 0x7f12>").signature != same  # another chunk step
     assert failure(0, 1, 1, "KeyError: 'x'").signature != same  # another error
+
+
+def start_evaluator(backend: LocalBackend, fail_seed: int):
+    """4 eval envs over 2 env workers of ``ReplayFaultEnv`` failing after a reset with ``fail_seed``; the echo policy."""
+    from embodied.registry import POLICIES
+    from embodied.workers.group import Evaluator
+
+    POLICIES.register("echo", "tests.toy_policies:EchoConfig", overwrite=True)
+    cfg = load_config(None, [f"env.id={REPLAY}", "env.num_envs=4", "eval_env.num_envs=4", "env.max_episode_steps=5",
+                             f"eval_env.kwargs={{fail_seed: {fail_seed}, fail_at: 3}}", "env.preflight=false",
+                             "cluster.num_env_workers=2", "policy.type=echo", "policy.action_chunk=2",
+                             "experiment.seed=7"])
+    evaluator = Evaluator.start(cfg, backend)
+    evaluator.load_checkpoint({"policy": evaluator.rollout_group.workers[0].policy.state_dict()})
+    return evaluator
+
+
+def test_an_eval_fault_that_replays_leaves_those_episodes_out_and_keeps_the_fixed_seeds_of_the_rest(capfd):
+    """Eval episode 1 (env 1, in eval env worker 0) raises at its 3rd step, on every redo of its round. The
+    round is redone once exactly, then worker 0 plays from fresh seeds: its episodes 0 and 1 are left out
+    (listed in ``dropped``); episodes 2-5 are those of an eval without the fault."""
+    from embodied.evaluation import EvalReport, EvalSummary, format_table, per_task
+    from embodied.workers.group import EVAL_SEED_OFFSET
+
+    backend = LocalBackend()
+    try:
+        clean = start_evaluator(backend, -1).run(episodes=6)
+        evaluator = start_evaluator(backend, 7 + EVAL_SEED_OFFSET + 1)
+        episodes = evaluator.run(episodes=6)  # round 0: episodes 0-3 (the fault); round 1: 4, 5 and two fillers
+        assert evaluator.dropped == [0, 1] and [e.env_index for e in episodes] == [2, 3, 4, 5]
+        assert episodes == clean[2:]  # the fixed seeds' episodes, whole
+        assert evaluator.restarts.used == 2 and evaluator.restarts.episodes_dropped == 0  # not training's count
+        err = capfd.readouterr().err
+        assert "[restart 2/3] eval episodes from 0: eval_env worker 0" in err and "again on the exact replay" in err
+        assert "leaving its 2 eval episode(s) of this round out of the eval" in err
+        again = evaluator.run(episodes=6)  # every run: the same episodes kept, the same left out
+        assert evaluator.dropped == [0, 1] and again == episodes
+        assert evaluator.restarts.used == 3  # the fault is known to replay: one restart, no exact redo
+        # What `embodied eval` reports (eval.json and its table): the episodes left out, not counted as failures.
+        report = EvalReport("ckpt", 1, REPLAY, [evaluator.eval_seed(e.env_index) for e in episodes],
+                            EvalSummary.of(episodes), per_task(episodes), episodes, dropped=list(evaluator.dropped))
+        assert report.to_json()["episodes_dropped"] == [0, 1] and report.to_json()["num_episodes"] == 4
+        assert "2 episode(s) left out, not counted as failures" in format_table(report)
+    finally:
+        backend.shutdown()
+
+
+def test_periodic_eval_reports_the_episodes_a_replayed_fault_left_out_and_training_goes_on(tmp_path, capfd):
+    """The same eval fault at both evals of a 2-iteration run: each eval leaves 2 of its 4 episodes out
+    (``eval/episodes_dropped``), the first after an exact redo, the second at once; the training envs lose nothing."""
+    eval_fault = f"eval_env.kwargs={{fail_seed: {1 + 1_000_000}, fail_at: 3}}"  # eval episode 1 of seed 0
+    overrides = ("env.kwargs={fail_seed: -1}", eval_fault, "eval_env.num_envs=4", "runner.eval_episodes=4",
+                 "runner.eval_every=1", "runner.iterations=2")
+    result = runner.train(replay_config(tmp_path / "a", *overrides))
+    assert [m["eval/episodes_dropped"] for m in result.history] == [2.0, 2.0]
+    assert [m["eval/episodes"] for m in result.history] == [2.0, 2.0]
+    assert [m["env/episodes_dropped"] for m in result.history] == [0.0, 0.0]
+    assert "eval/failed" not in result.history[-1]
+    err = capfd.readouterr().err
+    assert err.count("leaving its 2 eval episode(s) of this round out") == 2
+    assert "[restart 2/3] eval episodes from 0 at iteration 1" in err  # the exact redo, then fresh seeds
+    assert "[restart 3/3] eval episodes from 0 at iteration 2" in err and "[restart 4" not in err  # fresh at once

@@ -96,3 +96,15 @@ def test_each_iteration_logs_the_resident_memory_of_the_driver(tmp_path: Path):
         assert 50 < metrics["sys/rss_mib/driver"] < 1e5
         assert not [k for k in metrics if k.startswith("sys/rss_mib/") and k != "sys/rss_mib/driver"]  # threads
     # On Ray every worker process logs its own: test_replayed_faults' Ray run checks them.
+
+
+def test_a_replacement_env_worker_hands_freed_memory_back_first(monkeypatch):
+    """On the local backend a replaced worker's envs are freed in the driver's process; glibc keeps those pages
+    unless asked (a soak's driver grew 2-16 MiB a restart), so each replacement trims the heap before it builds."""
+    import embodied.workers.env_worker as env_worker
+
+    assert env_worker.release_freed_memory()  # Linux: glibc's malloc_trim is there
+    trims: list[int] = []
+    monkeypatch.setattr(env_worker, "release_freed_memory", lambda: trims.append(1) or True)
+    restarted_group(EnvConfig(id="tests.toy_envs:CountingEnv", num_envs=2), 3)
+    assert len(trims) == 3  # once per replacement, not for the first worker (built with a seed)

@@ -10,7 +10,11 @@ the episodes run so far, so run episode ``k`` always starts from seed ``experime
 lets their experts (``embodied.envs.experts``, closed loop per sub-step) play chunks of
 ``policy.action_chunk`` sub-steps until every episode ends, and hands back the episodes. Only
 successful ones are kept unless ``keep_failed``. Nothing is written until the end, and then into a
-temp folder renamed when complete, so an interrupted collect leaves no dataset behind.
+temp folder beside ``out`` renamed when complete, so an interrupted collect leaves no dataset behind,
+and a full disk leaves none either (``DiskFullError`` names ``out``, the space free and, for
+embodied's format, the space needed). A killed collect can leave that temp folder
+(``<out>.tmp<pid>``); the next collect over the same ``out`` removes it before it starts. An ``out``
+that holds a dataset is replaced only with ``overwrite``, and only once the new one is complete.
 
 ``data_format="lerobot"`` writes a LeRobot v3.0 folder instead (``embodied.data.lerobot.writer``):
 its rows are frames, one per control step, so the experts play chunks of one sub-step (they pick
@@ -27,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from embodied import __version__
+from embodied.atomic import remove_stale_temps
 from embodied.config import Config, ConfigError, EnvConfig
-from embodied.data.demonstrations import Format
+from embodied.data.demonstrations import Format, detect_format
 from embodied.data.format import IMAGE_KEYS, DemoEpisode, Meta, write_dataset
 from embodied.placement import make_backend
 from embodied.registry import ENVS
@@ -52,6 +57,8 @@ class CollectReport:
     seconds: float  # wall-clock of the collection (workers up to dataset written)
     meta: Meta | None = None
     data_format: Format = "arrow"
+    removed: list[Path] = dataclasses.field(default_factory=list)  # temp folders of killed collects, cleared
+    replaced: bool = False  # ``out`` held a dataset, now replaced (``overwrite``)
 
 
 def expert_tasks() -> list[str]:
@@ -79,8 +86,8 @@ def check_expert(cfg: Config) -> None:
 
 
 def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False,
-            created_by: str = "embodied.data.collect.collect()", noise: float = 0.0,
-            data_format: Format = "arrow") -> CollectReport:
+            created_by: str = "embodied.collect.collect()", noise: float = 0.0,
+            data_format: Format = "arrow", overwrite: bool = False) -> CollectReport:
     """Record ``episodes`` expert episodes of ``cfg.env`` (successful ones unless ``keep_failed``) into ``out``,
     as embodied's Arrow dataset or (``data_format="lerobot"``) a LeRobot v3.0 folder.
 
@@ -89,7 +96,8 @@ def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False,
     so a cloned policy also learns to recover from states just off the expert's path.
 
     ``created_by`` (the command) goes into ``meta.json``. Raises ``ConfigError`` (before any worker
-    starts) for a task without an expert or an existing ``out``, ``CollectError`` if nothing is kept.
+    starts) for a task without an expert or an ``out`` it may not write (``check_out``), ``CollectError``
+    if nothing is kept, ``DiskFullError`` if the disk fills while writing.
     """
     import time
 
@@ -105,9 +113,9 @@ def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False,
         raise ConfigError(f"--noise must be in [0, 1] (a fraction of half the action range), got {noise}")
     if data_format not in ("arrow", "lerobot"):
         raise ConfigError(f"--format must be arrow or lerobot, got {data_format!r}")
-    if out.exists():
-        raise ConfigError(f"--out {str(out)!r} exists; choose a new folder (a dataset is never overwritten)")
+    replaced = check_out(out, overwrite)
     check_expert(cfg)
+    removed = remove_stale_temps(out)  # what a killed collect over the same out left
     env_cfg = collection_env(cfg, episodes)
     fps = lerobot_fps(env_cfg) if data_format == "lerobot" else None
     chunk = cfg.policy.action_chunk if fps is None else 1  # LeRobot rows are control steps
@@ -154,7 +162,28 @@ def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False,
 
         write_lerobot(out, kept, meta, fps)
     return CollectReport(out, meta.episodes, attempted, successes, meta.rows, time.perf_counter() - t0, meta,
-                         data_format)
+                         data_format, removed, replaced)
+
+
+def check_out(out: Path, overwrite: bool) -> bool:
+    """Whether ``out`` holds a dataset that the collect will replace; ``ConfigError`` if it may not write there.
+
+    A missing or empty folder is written. A dataset (either format) is replaced with ``overwrite`` only,
+    and anything else never: ``overwrite`` must not delete a folder that was not a dataset by mistake.
+    """
+    if not out.exists():
+        return False
+    if out.is_dir() and not any(out.iterdir()):
+        return False
+    try:
+        found = detect_format(out)
+    except FileNotFoundError:
+        raise ConfigError(f"--out {str(out)!r} exists and is not a dataset; choose a new folder (collect replaces "
+                          "nothing but a dataset)") from None
+    if not overwrite:
+        raise ConfigError(f"--out {str(out)!r} exists and holds a dataset ({found}); choose a new folder, or pass "
+                          "--overwrite to replace it (the old one stays until the new one is complete)")
+    return True
 
 
 def lerobot_fps(env_cfg: EnvConfig) -> int:
@@ -173,8 +202,9 @@ def lerobot_fps(env_cfg: EnvConfig) -> int:
 
 
 def collection_env(cfg: Config, episodes: int) -> EnvConfig:
-    """``cfg.env`` with auto-reset off and no more envs than episodes asked (but one per worker rank)."""
+    """``cfg.env`` with auto-reset off and no more envs than episodes asked (but one per worker rank), per env:
+    the scripted experts act on each env's own simulator (``expert_chunk_step``)."""
     c = cfg.cluster
     num_envs = max(min(cfg.env.num_envs, episodes), c.num_env_workers, c.num_rollout_workers)
-    return dataclasses.replace(cfg.env, auto_reset=False, num_envs=num_envs)
+    return dataclasses.replace(cfg.env, auto_reset=False, num_envs=num_envs, vectorization="per_env")
 

@@ -1,0 +1,212 @@
+"""A minibatch split over actor ranks (a gloo process group of Ray actors) or over micro-batches (gradient
+accumulation) takes the same step as the whole minibatch on one rank: the ranks' and parts' losses are
+shares of the whole minibatch's means (``Averages``), and their gradients are summed."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from embodied.algorithms.base import Averages
+from embodied.config import ActorConfig, AlgorithmConfig, Config
+from embodied.config.schema import ClusterConfig
+from embodied.policies.mlp.configuration import MLPConfig
+from embodied.policies.vla.configuration import VLAConfig
+from embodied.policy import Policy, PolicySpec
+from embodied.types import Trajectory
+from embodied.workers.actor_worker import ActorWorker
+from tests.policies import test_vla
+
+MLP_SPEC = PolicySpec(state_dim=5, image_shape=None, action_dim=3, action_low=(-1.0,) * 3, action_high=(1.0,) * 3)
+TOL = dict(rtol=1e-4, atol=1e-6)  # fp32: sums over the ranks' shares round differently from one sum
+
+
+def mlp_obs(n: int, seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {"states": (torch.randn(n, 5, generator=g) * 3 + 1).numpy()}
+
+
+CASES = {
+    "mlp": (lambda: MLPConfig(action_chunk=2, hidden_sizes=[16, 16], normalize_states=True), MLP_SPEC, mlp_obs),
+    "vla": (lambda: VLAConfig(model_path="tiny:smolvlm-tiny", action_chunk=2), test_vla.spec(),
+            lambda n, seed: test_vla.observations(n, seed)),
+    "vla-lora": (lambda: VLAConfig(model_path="tiny:smolvlm-tiny", action_chunk=2, lora_rank=4), test_vla.spec(),
+                 lambda n, seed: test_vla.observations(n, seed)),
+}
+
+
+def rollout(policy: Policy, obs: dict, steps: int, seed: int) -> Trajectory:
+    """``steps`` chunk steps acted by ``policy``; one env's episode ends mid-chunk, so masks differ across rows."""
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        outs = [policy.act(obs) for _ in range(steps)]
+    n, chunk = outs[0].actions.shape[:2]
+    stack = lambda key: torch.stack([getattr(o, key) for o in outs])  # noqa: E731
+    executed = torch.ones(steps, n, chunk, dtype=torch.bool)
+    executed[0, 0, 1:] = False  # env 0's episode ends at the first sub-step of the first chunk
+    dones = torch.zeros(steps, n, dtype=torch.bool)
+    dones[0, 0] = True
+    return Trajectory(
+        forward_inputs={k: torch.stack([o.forward_inputs[k] for o in outs]) for k in outs[0].forward_inputs},
+        actions=stack("actions"), logprobs=stack("logprobs"), values=stack("values"),
+        rewards=torch.randn(steps, n, chunk, generator=g) * executed, executed=executed, dones=dones,
+        terminated=dones.clone(), final_values=torch.zeros(steps, n), next_values=torch.zeros(n), version=0)
+
+
+def actor_args(kind: str, accumulation: int = 1, ranks: int = 1) -> tuple:
+    config, spec, _ = CASES[kind]
+    algo = AlgorithmConfig(update_epochs=1, num_minibatches=1, normalize_advantages=True, max_grad_norm=1e9)
+    # Adam's first step is lr * g / (|g| + eps): with a small eps it turns the rounding of a near-zero gradient
+    # into a step of the learning rate's size, so the comparison uses a large one.
+    return (config(), spec, algo, ActorConfig(lr=1e-2, adam_eps=1e-2, anneal_lr=False, num_ranks=ranks,
+                                              grad_accumulation_steps=accumulation), 3, 0)
+
+
+def shares(kind: str) -> list[Trajectory]:
+    """Two rollout ranks' trajectories (2 envs x 3 chunk steps each), acted by the initial policy."""
+    policy = ActorWorker(*actor_args(kind)).policy
+    obs = CASES[kind][2]
+    return [rollout(policy, obs(2, seed), 3, seed) for seed in (1, 2)]
+
+
+def trained_state(actor: ActorWorker) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in actor.policy.state_dict().items()}
+
+
+def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], before: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    assert any(not torch.equal(before[k], a[k]) for k in a)  # the step moved something
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], **TOL, msg=lambda m: f"{k}: {m}")
+
+
+@pytest.mark.parametrize("kind", ["mlp", "vla"])
+def test_accumulated_micro_batches_take_the_whole_minibatch_step(kind):
+    trajectories = shares(kind)
+    whole, split = ActorWorker(*actor_args(kind)), ActorWorker(*actor_args(kind, accumulation=3))
+    before = trained_state(whole)
+    m1 = whole.update(trajectories, 1)
+    m2 = split.update(trajectories, 1)
+    assert_same(trained_state(whole), trained_state(split), before)
+    for key in ("train/loss", "train/policy_loss", "train/value_loss", "train/approx_kl", "train/grad_norm"):
+        assert math.isclose(m1[key], m2[key], rel_tol=1e-4, abs_tol=1e-6), key
+
+
+def test_averages_of_parts_add_up_to_the_whole_mean():
+    g = torch.Generator().manual_seed(0)
+    x, executed = torch.randn(6, 4, generator=g), torch.rand(6, 4, generator=g) > 0.3
+    adv = torch.randn(6, generator=g)
+    averages = Averages(executed, adv)
+    whole = (x * executed).sum() / executed.sum()
+    parts = sum(averages.mean(x[rows], executed[rows]) for rows in torch.arange(6).chunk(3))
+    torch.testing.assert_close(parts, whole)
+    normalized = torch.cat([averages.normalize(adv[rows]) for rows in torch.arange(6).chunk(3)])
+    torch.testing.assert_close(normalized, (adv - adv.mean()) / (adv.std() + 1e-8))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_two_gloo_ranks_take_the_single_rank_step(kind, ray_session):
+    from embodied.placement import RayBackend
+    from embodied.workers.group import start_actor_group
+
+    trajectories = shares(kind)
+    single = ActorWorker(*actor_args(kind))
+    before = trained_state(single)
+    expected_metrics = single.update(trajectories, 1)
+
+    policy_cfg, spec, algo, actor_cfg, iterations, seed = actor_args(kind, ranks=2)
+    cfg = Config()
+    cfg.policy, cfg.algorithm, cfg.actor = policy_cfg, algo, actor_cfg
+    cfg.runner.iterations, cfg.experiment.seed = iterations, seed
+    backend = RayBackend(ClusterConfig(backend="ray"))
+    group = start_actor_group(cfg, backend, spec)
+    try:
+        metrics = backend.wait(group.call_each("update", [([trajectories[0]], 1), ([trajectories[1]], 1)]))
+        states = backend.wait(group.call("state"))
+        version, weights = backend.wait(group.call("weights"))[0]
+    finally:
+        import ray
+
+        for actor in group.actors:
+            ray.kill(actor)
+    assert metrics[0] == metrics[1]  # every rank reports the whole minibatch
+    for key in ("train/loss", "train/policy_loss", "train/value_loss", "train/approx_kl", "train/grad_norm"):
+        assert math.isclose(metrics[0][key], expected_metrics[key], rel_tol=1e-4, abs_tol=1e-6), key
+    whole = single.state()["policy"]
+    for rank_state in states:
+        assert_same(whole, rank_state["policy"], before if not single.policy.exports_pretrained else
+                    {k: v for k, v in before.items() if k in whole})
+    assert version == 1 and weights.keys() == single.policy.trainable_state().keys()
+
+
+def test_several_ranks_need_ray_and_an_even_split():
+    from embodied.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"actor.num_ranks: 2 ranks need cluster.backend=ray"):
+        load_config("configs/reach_mlp_ppo.yaml", ["actor.num_ranks=2"])
+    with pytest.raises(ConfigError, match=r"num_rollout_workers=1 must be a multiple"):
+        load_config("configs/reach_mlp_ppo.yaml", ["actor.num_ranks=2", "cluster.backend=ray"])
+    with pytest.raises(ConfigError, match=r"does not split into 1 ranks x 7 micro-batches"):
+        load_config("configs/reach_mlp_ppo.yaml", ["actor.grad_accumulation_steps=7"])
+
+
+def test_nccl_without_a_gpu_is_refused():
+    from embodied.config import ConfigError, load_config
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: nccl is allowed")
+    with pytest.raises(ConfigError, match=r"actor.dist_backend: nccl needs CUDA GPUs"):
+        load_config("configs/reach_mlp_ppo.yaml", ["actor.dist_backend=nccl"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["mlp", "vla-lora"])
+def test_fsdp_ranks_take_the_single_rank_step_and_checkpoint_in_the_one_process_format(kind, ray_session, tmp_path):
+    """FSDP2 over two gloo ranks: the same step as one rank; rank 0 writes the one-process checkpoint format
+    (gathered), which resumes into one rank and back into two."""
+    from embodied.checkpoint import load_checkpoint
+    from embodied.placement import RayBackend
+    from embodied.workers.group import start_actor_group
+
+    trajectories = shares(kind)
+    single = ActorWorker(*actor_args(kind))
+    before = trained_state(single)
+    single.update(trajectories, 1)
+
+    policy_cfg, spec, algo, actor_cfg, iterations, seed = actor_args(kind, ranks=2)
+    cfg = Config()
+    cfg.policy, cfg.algorithm, cfg.actor = policy_cfg, algo, dataclasses.replace(actor_cfg, strategy="fsdp")
+    cfg.runner.iterations, cfg.experiment.seed = iterations, seed
+    backend = RayBackend(ClusterConfig(backend="ray"))
+    group = start_actor_group(cfg, backend, spec)
+    try:
+        backend.wait(group.call_each("update", [([trajectories[0]], 1), ([trajectories[1]], 1)]))
+        states = backend.wait(group.call("state"))
+        backend.wait(group.call("save_checkpoint", str(tmp_path / "ckpt"), {"iteration": 1}))
+        saved = load_checkpoint(tmp_path / "ckpt")
+        backend.wait(group.call("load_state", saved["actor"]))  # a one-process checkpoint back into two ranks
+        again = backend.wait(group.call("state"))[0]
+    finally:
+        import ray
+
+        for actor in group.actors:
+            ray.kill(actor)
+    assert states[1] == {}  # rank 0 answers for the sharded group
+    whole = single.state()
+    assert_same(whole["policy"], states[0]["policy"], {k: v for k, v in before.items() if k in whole["policy"]})
+    assert states[0]["optimizer"]["state"].keys() == whole["optimizer"]["state"].keys()
+    for index, moments in whole["optimizer"]["state"].items():
+        for name in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(states[0]["optimizer"]["state"][index][name], moments[name], rtol=1e-3,
+                                       atol=1e-7)
+    resumed = ActorWorker(*actor_args(kind))  # the checkpoint into one rank
+    resumed.load_state(saved["actor"] | ({"policy": states[0]["policy"]} if "policy_dir" not in saved["actor"] else {}))
+    for k, v in resumed.state()["policy"].items():
+        torch.testing.assert_close(v, states[0]["policy"][k])
+    for k, v in again["policy"].items():
+        torch.testing.assert_close(v, states[0]["policy"][k])
