@@ -120,7 +120,7 @@ class AsyncIterations:
         metrics |= {"time/rollout": rollout_time, "time/update": t2 - t1, "env_steps_per_s": steps / rollout_time,
                     "async/actor_wait_s": actor_wait, "async/producer_wait_s": producer_wait,
                     "async/buffer_depth": float(depth), "async/behaviour_version": float(version),
-                    "async/versions_per_rollout": float(max(len(t.versions.unique()) for t in trajectories)),
+                    "async/versions_per_rollout": float(max(t.num_versions for t in trajectories)),
                     "async/actor_busy": (t2 - t1) / max(time.perf_counter() - t0, 1e-9)}
         return metrics, steps
 

@@ -109,7 +109,7 @@ def remove_stale_temps(path: Path) -> list[Path]:
 
 
 def _running_elsewhere(pid: int) -> bool:
-    """Whether another process with this id is running (one of another user's counts: it may be writing)."""
+    """Whether another process with this id is running (another user's counts too: it may be writing)."""
     if pid == os.getpid():
         return False
     try:

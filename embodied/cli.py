@@ -129,7 +129,7 @@ def _train(path: str, overrides: list[str]) -> int:
 
     from embodied.atomic import DiskFullError
     from embodied.checkpoint import CheckpointError
-    from embodied.placement import ClusterLostError
+    from embodied.placement import ActorLostError, ClusterLostError
 
     try:
         result = train(load_config(path, overrides))
@@ -138,7 +138,7 @@ def _train(path: str, overrides: list[str]) -> int:
     except (DiskFullError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except ClusterLostError as exc:  # the runner named the last checkpoint; here, the command to go on
+    except (ClusterLostError, ActorLostError) as exc:  # the runner named the last checkpoint; here, the command
         resume = shlex.join(["embodied", "train", path, *[o for o in overrides if not o.startswith("runner.resume_from=")],
                              f"runner.resume_from={getattr(exc, 'run_dir', 'RUN_DIR')}"])
         print(f"error: {exc}\nresume with: {resume}", file=sys.stderr)

@@ -20,7 +20,7 @@ from concurrent.futures import wait as futures_wait
 from typing import Any, Protocol
 
 from embodied.channels import Channel, LocalChannel
-from embodied.channels.ray_channel import RSS_METHOD
+from embodied.channels.ray_channel import NODE_METHOD, RSS_METHOD
 from embodied.config import ClusterConfig, ConfigError
 from embodied.config.schema import Resources
 
@@ -46,7 +46,8 @@ class WorkerGroup(Protocol):
 class Backend(Protocol):
     def create(self, cls: type, args_per_rank: list[tuple], resources: Resources | None = None) -> WorkerGroup: ...
     def available(self) -> dict[str, float]:
-        """What the workers can reserve: {"CPU": n, "GPU": n, "memory_mib": MiB available now}."""
+        """What the workers can reserve: {"CPU": n, "GPU": n, "memory_mib": MiB available now}, plus the cluster's
+        custom resources by name (Ray)."""
     def channel(self, name: str) -> Channel: ...
     def wait(self, handles: list[Any], timeout: float | None = None) -> list[Any]:
         """Every handle's result (raises the first error); ``TimeoutError`` after ``timeout`` seconds."""
@@ -54,12 +55,19 @@ class Backend(Protocol):
         """Block until at least one of ``handles`` is done (result or error); the done ones."""
     def check_connected(self) -> None:
         """Raise ``ClusterLostError`` if the cluster the workers run on can no longer be reached."""
+    def died(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (from ``wait``) says the worker's process died, rather than that its call raised."""
     def shutdown(self) -> None: ...
 
 
 class ClusterLostError(RuntimeError):
     """The driver lost its connection to the Ray cluster its workers run on (the workers, and what they held,
     are gone with it); ``embodied.runner`` adds the run's last checkpoint and how to resume."""
+
+
+class ActorLostError(RuntimeError):
+    """An actor rank's process died (Ray): its policy shard, optimizer state and place in the process group are
+    gone, so the update cannot go on; ``embodied.runner`` adds the run's last checkpoint and how to resume."""
 
 
 CLOSE_TIMEOUT_S = 60.0  # how long a replaced local worker may take to close before it is left to itself
@@ -155,6 +163,8 @@ class LocalGroup:
         return self.call_each(method, [args] * len(self.workers))
 
     def call_each(self, method: str, args_per_rank: list[tuple]) -> list[Future]:
+        if method in getattr(self._cls, "concurrent_methods", ()):  # beside the worker's queued calls: run it here
+            return [_done_future(getattr(w, method), a) for w, a in zip(self.workers, args_per_rank)]
         return [t.submit(_call_resolved, getattr(w, method), a)
                 for w, t, a in zip(self.workers, self._threads, args_per_rank)]
 
@@ -200,6 +210,16 @@ class LocalGroup:
                 t.join(max(deadline - time.monotonic(), 0))
 
 
+def _done_future(fn: Any, args: tuple) -> Future:
+    """A future already holding ``fn(*args)``'s result or error (a call made in the caller's thread)."""
+    future: Future = Future()
+    try:
+        future.set_result(_call_resolved(fn, args))
+    except Exception as exc:  # noqa: BLE001 - handed to whoever waits on the future, as a worker thread would
+        future.set_exception(exc)
+    return future
+
+
 def _call_resolved(fn: Any, args: tuple) -> Any:
     """Call ``fn`` with any Future among ``args`` replaced by its result, as Ray does with refs."""
     return fn(*(a.result() if isinstance(a, Future) else a for a in args))
@@ -236,14 +256,17 @@ class LocalBackend:
     def check_connected(self) -> None:
         pass  # the workers are threads of this process
 
+    def died(self, exc: BaseException) -> bool:
+        return False  # a thread of this process cannot die alone
+
     def shutdown(self) -> None:
         for group in self._groups:
             group.close()
 
 
 class RayGroup:
-    def __init__(self, remote: Any, actors: list[Any], on_new: Any = None) -> None:
-        self.remote, self.actors, self._on_new = remote, actors, on_new
+    def __init__(self, remote: Any, actors: list[Any], on_new: Any = None, placement: Any = None) -> None:
+        self.remote, self.actors, self._on_new, self.placement = remote, actors, on_new, placement
 
     def __len__(self) -> int:
         return len(self.actors)
@@ -259,7 +282,7 @@ class RayGroup:
         import ray
 
         ray.kill(self.actors[rank], no_restart=True)
-        self.actors[rank] = self.remote.remote(*args)
+        self.actors[rank] = _in_bundle(self.remote, self.placement, rank).remote(*args)
         if self._on_new is not None:
             self._on_new(self.actors[rank])
         ray.get(self.actors[rank].__ray_ready__.remote())  # built (or its constructor's error raised) here
@@ -267,6 +290,20 @@ class RayGroup:
     def rss_mib(self) -> list[Any]:
         """Each actor's process resident memory (answered beside its running call: ``mailbox_actor``)."""
         return [getattr(a, RSS_METHOD).remote() for a in self.actors]
+
+    def node_ids(self) -> list[Any]:
+        """Handles of the Ray node id each actor runs on (answered beside its running call)."""
+        return [getattr(a, NODE_METHOD).remote() for a in self.actors]
+
+
+def _in_bundle(remote: Any, placement: Any, index: int) -> Any:
+    """``remote`` scheduled into bundle ``index`` of placement group ``placement`` (or as it is, without one)."""
+    if placement is None:
+        return remote
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return remote.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        placement, placement_group_bundle_index=index))
 
 
 class RayBackend:
@@ -303,6 +340,7 @@ class RayBackend:
         self.lost: str | None = None  # why the cluster is considered gone (then shutdown only disconnects)
         self._actors: list[Any] = []
         self._channels: list[Any] = []
+        self._placement_groups: list[Any] = []
 
     def create(self, cls: type, args_per_rank: list[tuple], resources: Resources | None = None) -> RayGroup:
         from embodied.channels.ray_channel import mailbox_actor
@@ -310,17 +348,40 @@ class RayBackend:
         # Default num_cpus=0: the workers of one run share the machine; reserving a CPU each would
         # leave the actors of a small machine unscheduled. A mailbox: channels deliver into the worker.
         res = resources or Resources()
-        remote = mailbox_actor(cls, num_cpus=res.num_cpus, num_gpus=res.num_gpus)
-        actors = [remote.remote(*args) for args in args_per_rank]
+        remote = mailbox_actor(cls, num_cpus=res.num_cpus, num_gpus=res.num_gpus, resources=dict(res.resources))
+        placement = self._placement_group(cls, res, len(args_per_rank))
+        actors = [_in_bundle(remote, placement, rank).remote(*args) for rank, args in enumerate(args_per_rank)]
         self._actors += actors
-        return RayGroup(remote, actors, self._actors.append)
+        return RayGroup(remote, actors, self._actors.append, placement)
+
+    def _placement_group(self, cls: type, res: Resources, n: int) -> Any:
+        """A placement group of ``n`` bundles of ``res`` with its strategy (None without ``res.placement``);
+        waits until the cluster has placed it, or fails naming the group and what it asked for."""
+        if res.placement is None or n == 0:
+            return None
+        from ray.util.placement_group import placement_group
+
+        bundle = {k: v for k, v in {"CPU": res.num_cpus, "GPU": res.num_gpus, **res.resources}.items() if v}
+        group = placement_group([bundle] * n, strategy=res.placement.upper())
+        ready, _ = self.ray.wait([group.ready()], timeout=self.cluster.connect_timeout_s)
+        if not ready:
+            self.ray.util.remove_placement_group(group)
+            raise ConfigError(f"cluster.*_resources.placement: the {cls.__name__} group's placement group ({n} x "
+                              f"{bundle}, {res.placement}) could not be placed on the cluster within "
+                              f"cluster.connect_timeout_s={self.cluster.connect_timeout_s:g} s; its nodes have "
+                              f"{self.ray.available_resources()}")
+        self._placement_groups.append(group)
+        return group
 
     def available(self) -> dict[str, float]:
         total = self.ray.cluster_resources()
         # A cluster's nodes report the memory Ray may schedule; a Ray of this machine has what the machine has free.
         cluster_mib = float(total.get("memory", 0.0)) / 2**20
         memory = memory_available_mib() if self.cluster.address is None else cluster_mib
-        return {"CPU": float(total.get("CPU", 0.0)), "GPU": float(total.get("GPU", 0.0)), "memory_mib": memory}
+        custom = {k: float(v) for k, v in total.items()
+                  if k not in ("CPU", "GPU", "memory", "object_store_memory") and not k.startswith("node:")}
+        return {**custom, "CPU": float(total.get("CPU", 0.0)), "GPU": float(total.get("GPU", 0.0)),
+                "memory_mib": memory}
 
     def channel(self, name: str) -> Channel:
         from embodied.channels.ray_channel import RayChannel
@@ -372,12 +433,17 @@ class RayBackend:
         self.lost = f"the Ray cluster's head at {self.gcs_address} no longer accepts connections ({error})"
         raise ClusterLostError(self.lost)
 
+    def died(self, exc: BaseException) -> bool:
+        return isinstance(exc, self.ray.exceptions.RayActorError)
+
     def shutdown(self) -> None:
         if self.lost is None:  # with the cluster gone, these would wait on it
             for actor in self._actors:
                 self.ray.kill(actor)
             for ch in self._channels:
                 ch.close()
+            for group in self._placement_groups:
+                self.ray.util.remove_placement_group(group)
         if self._started or self.lost is not None:
             self.ray.shutdown()
 

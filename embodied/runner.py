@@ -41,7 +41,7 @@ from embodied.config import Config, ConfigError, to_dict
 from embodied.env_factory import check_env_config
 from embodied.evaluation import PeriodicEval, episode_metrics
 from embodied.logger import MetricLogger, read_wandb_id
-from embodied.placement import ClusterLostError, make_backend
+from embodied.placement import ActorLostError, ClusterLostError, make_backend
 from embodied.plot import plot_run
 from embodied.stop import StopRequest
 from embodied.preflight import preflight_run
@@ -166,7 +166,7 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
             discarded = iterations.close()
         logger.log_videos(evaluate.videos(wait=True), step=max(last, start))  # the last eval's, once encoded
         workers.close()
-    except ClusterLostError as exc:
+    except (ClusterLostError, ActorLostError) as exc:
         raise cluster_lost(exc, checkpoint, run_dir) from None
     finally:
         stop.__exit__()
@@ -178,13 +178,13 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
     return TrainResult(run_dir, final_eval, checkpoint, history, plot, stop.signal, stop.exit_code, discarded)
 
 
-def cluster_lost(exc: ClusterLostError, checkpoint: Path | None, run_dir: Path) -> ClusterLostError:
+def cluster_lost(exc: ClusterLostError | ActorLostError, checkpoint: Path | None, run_dir: Path) -> RuntimeError:
     """``exc`` with what the run can go on from: its last checkpoint (the workers, and the state they held
-    since, are gone with the cluster); ``run_dir`` is kept on it for the resume command."""
+    since, are gone with the cluster or the actor rank); ``run_dir`` is kept on it for the resume command."""
     saved = (f"its last checkpoint is {checkpoint}" if checkpoint is not None else
              "it saved no checkpoint yet (runner.checkpoint_every)")
-    lost = ClusterLostError(f"{exc}; the run stopped: {saved}. Once the cluster is back, resume it with "
-                            f"runner.resume_from={run_dir}")
+    when = "Once the cluster is back, resume" if isinstance(exc, ClusterLostError) else "Resume"
+    lost = type(exc)(f"{exc}; the run stopped: {saved}. {when} it with runner.resume_from={run_dir}")
     lost.run_dir = run_dir  # type: ignore[attr-defined]
     return lost
 

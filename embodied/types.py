@@ -305,3 +305,21 @@ class Trajectory:
             versions=cat("versions") if all(p.versions is not None for p in parts) else None,
             episodes=[e for p in parts for e in p.episodes],
         )
+
+
+@dataclass
+class RolloutSummary:
+    """What the driver learns of one rollout worker's epoch; the trajectory itself stays with the worker until
+    it sends it to its actor rank (``MultiStepRolloutWorker.send_trajectory``), never through the driver."""
+
+    epoch: int  # the driver's rollout epoch it belongs to (a redone epoch keeps its number)
+    num_env_steps: int  # sub-steps really executed
+    episodes: list[EpisodeStats]  # episodes that ended in it
+    version: int  # the oldest weight version it acted with
+    num_versions: int  # how many weight versions acted in it (async runs: new weights arrive mid-epoch)
+
+    @classmethod
+    def of(cls, trajectory: Trajectory, epoch: int) -> RolloutSummary:
+        versions = trajectory.versions
+        return cls(epoch, trajectory.num_env_steps, trajectory.episodes, trajectory.version,
+                   1 if versions is None else len(versions.unique()))

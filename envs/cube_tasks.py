@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from embodied.envs.mujoco_base import TableTopEnv, check_positive
+from embodied.envs.mujoco_base import TableTopEnv, check_positive, uniform
 from embodied.envs.mujoco_batched import TableTopBatchedEnv, free_pos, free_quat, robot_state
 
 
@@ -78,7 +78,7 @@ class SingleCubeTask(TableTopEnv):
         The start is uniform in ``cube_low .. cube_high``; the goal uniform in
         ``goal_low .. goal_high`` and at least ``min_goal_distance`` from the start.
         """
-        cube_xy = self.np_random.uniform(self.cube_low, self.cube_high)
+        cube_xy = uniform(self.np_random, self.cube_low, self.cube_high)
         goal_xy = self._sample_apart(1, self.goal_low, self.goal_high, self.min_goal_distance, (cube_xy,))[0]
         return cube_xy, goal_xy
 

@@ -375,7 +375,7 @@ class TableTopEnv(gym.Env):
         points: list[np.ndarray] = []
         for _ in range(n):
             for _ in range(1000):  # rejection sampling; the tasks' boxes leave plenty of room
-                p = self.np_random.uniform(low, high)
+                p = uniform(self.np_random, low, high)
                 if all(np.linalg.norm(p - q) >= min_dist for q in (*points, *avoid)):
                     break
             else:
@@ -387,13 +387,21 @@ class TableTopEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Obs, dict[str, Any]]:
         """Start an episode; ``seed`` reseeds ``self.np_random`` (gymnasium convention)."""
-        super().reset(seed=seed)
-        mujoco.mj_resetData(self.model, self.data)
-        self._place_gripper(self.np_random.uniform(self.gripper_init_low, self.gripper_init_high))
-        self._reset_task()
+        self._reset_state(seed)
         mujoco.mj_forward(self.model, self.data)
         self._elapsed = 0
         return self._get_obs(), {"success": self._is_success(), **self._task_info()}
+
+    def _reset_state(self, seed: int | None) -> None:
+        """The random draws and the integration state of a reset, without ``mj_forward`` or the observation.
+
+        The batched twin (``envs/mujoco_batched.py``) resets through this alone: it reads the state and
+        computes observations itself, so the derived quantities would be thrown away.
+        """
+        super().reset(seed=seed)
+        mujoco.mj_resetData(self.model, self.data)
+        self._place_gripper(uniform(self.np_random, self.gripper_init_low, self.gripper_init_high))
+        self._reset_task()
 
     def step(self, action: np.ndarray) -> tuple[Obs, float, bool, bool, dict[str, Any]]:
         """Advance one control step (``frame_skip`` physics steps)."""
@@ -476,6 +484,13 @@ class TableTopEnv(gym.Env):
 def _check_choice(name: str, value: object, allowed: tuple[object, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+
+
+def uniform(rng: np.random.Generator, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """``rng.uniform(low, high)`` for array bounds, the same draws bit for bit (numpy computes
+    ``low + (high - low) * random()`` per element) without its argument checks: 1 us instead of 7, and
+    a reset makes two to five such draws (tested against ``Generator.uniform``)."""
+    return low + (high - low) * rng.random(np.shape(low))
 
 
 def check_positive(name: str, value: float) -> None:

@@ -128,8 +128,7 @@ class TableTopBatchedEnv:
             raise ValueError(f"{self.name}: the built-in tasks take no reset options, got {options}")
         per_env = list(seeds) if seeds is not None else [None if seed is None else seed + i
                                                          for i in range(self.num_envs)]
-        for i in range(self.num_envs):
-            self._reset_one(i, per_env[i])
+        self._reset_rows(list(range(self.num_envs)), per_env)
         self._finished[:] = False
         self._was_reset = True
         return self._obs()
@@ -198,23 +197,25 @@ class TableTopBatchedEnv:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _reset_one(self, i: int, seed: int | None) -> None:
-        """Reset env ``i`` with the per-env task's own code on the prototype, with env ``i``'s generator."""
+    def _reset_rows(self, rows: list[int], seeds: list[int | None]) -> None:
+        """Reset envs ``rows`` (``seeds[k]`` for ``rows[k]``) with the per-env task's own code on the prototype,
+        each with its own generator; their observations are then computed in one vectorised call."""
         p, data = self.proto, self.proto.data
-        self.progress = (time.monotonic(), i, -1, "reset")
-        if seed is None:
-            p._np_random = self._rngs[i]  # None: gymnasium seeds a fresh one, as a never-seeded env does
-        p.reset(seed=seed)
-        self._rngs[i] = p.np_random
-        mujoco.mj_getState(p.model, data, self.stepper.state[i], STATE_SPEC)
-        self.stepper.warmstart[i] = data.qacc_warmstart
-        self._ctrl[i], self._mocap_pos[i], self._mocap_quat[i] = data.ctrl, data.mocap_pos, data.mocap_quat
-        self._elapsed[i], self._tasks[i] = 0, str(p.task_description)
-        self._ret[i], self._length[i] = 0.0, 0
-        self._success_once[i] = self._success_last[i] = self._unstable[i] = False
-        self._capture(i)
-        qpos = self.stepper.qpos(self.stepper.state[i])
-        self._states[i] = self._observe(qpos[None, None], self._mocap_pos[i][None, None])[0, 0]
+        for i, seed in zip(rows, seeds):
+            self.progress = (time.monotonic(), i, -1, "reset")
+            if seed is None:
+                p._np_random = self._rngs[i]  # None: gymnasium seeds a fresh one, as a never-seeded env does
+            p._reset_state(seed)  # the draws and the state; mj_forward's derived quantities are not read here
+            self._rngs[i] = p.np_random
+            mujoco.mj_getState(p.model, data, self.stepper.state[i], STATE_SPEC)
+            self.stepper.warmstart[i] = data.qacc_warmstart
+            self._ctrl[i], self._mocap_pos[i], self._mocap_quat[i] = data.ctrl, data.mocap_pos, data.mocap_quat
+            self._tasks[i] = str(p.task_description)
+            self._capture(i)
+        self._elapsed[rows], self._ret[rows], self._length[rows] = 0, 0.0, 0
+        self._success_once[rows] = self._success_last[rows] = self._unstable[rows] = False
+        qpos = self.stepper.qpos(self.stepper.state[rows])
+        self._states[rows] = self._observe(qpos[:, None], self._mocap_pos[rows][:, None])[:, 0]
 
     def _load(self, i: int) -> None:
         """Put env ``i``'s state into the prototype (for rendering)."""
@@ -233,13 +234,14 @@ class TableTopBatchedEnv:
         p = self.proto
         act = np.clip(actions.astype(np.float64), -1.0, 1.0)
         n, chunk = act.shape[:2]
-        mocaps = np.repeat(self._mocap_pos[:, None], chunk, axis=1)
         ctrls = np.repeat(self._ctrl[:, None], chunk, axis=1)
-        target = self._mocap_pos[:, p._mocap]
-        for c in range(chunk):
-            target = np.clip(target + act[:, c, :3] * p.max_step, p.workspace_low, p.workspace_high)
+        ctrls[:, :, p._finger_act] = ((act[..., 3] + 1.0) / 2.0 * FINGER_RANGE)[..., None]
+        mocaps = np.repeat(self._mocap_pos[:, None], chunk, axis=1)
+        step = act[..., :3] * p.max_step
+        target, low, high = self._mocap_pos[:, p._mocap], p.workspace_low, p.workspace_high
+        for c in range(chunk):  # minimum(maximum()) is np.clip's arithmetic without its Python wrapper
+            target = np.minimum(np.maximum(target + step[:, c], low), high)
             mocaps[:, c, p._mocap] = target
-            ctrls[:, c, p._finger_act] = ((act[:, c, 3] + 1.0) / 2.0 * FINGER_RANGE)[:, None]
         quats = np.repeat(self._mocap_quat[:, None], chunk, axis=1)
         controls = np.concatenate([ctrls, mocaps.reshape(n, chunk, -1), quats.reshape(n, chunk, -1)], axis=2)
         return controls, mocaps, ctrls
@@ -270,8 +272,9 @@ class TableTopBatchedEnv:
     def _record(self, reward: np.ndarray, success: np.ndarray, executed: np.ndarray, unstable: np.ndarray,
                 last: np.ndarray, active: np.ndarray) -> None:
         """Running episode statistics, added one sub-step at a time as the per-env path does."""
-        for c in range(executed.shape[1]):
-            self._ret += np.where(executed[:, c], reward[:, c], 0.0)
+        # One sub-step after the other, as the per-env path adds them (cumsum accumulates in order).
+        steps = np.concatenate([self._ret[:, None], np.where(executed, reward, 0.0)], axis=1)
+        self._ret = np.cumsum(steps, axis=1)[:, -1]
         self._length += executed.sum(1)
         self._success_once |= (success & executed).any(1)
         ends = np.arange(self.num_envs)
@@ -285,11 +288,10 @@ class TableTopBatchedEnv:
         episodes = [EpisodeStats(int(i), float(self._ret[i]), int(self._length[i]), bool(self._success_once[i]),
                                  bool(self._success_last[i]), self._tasks[i], bool(self._unstable[i])) for i in done]
         terminal = self._states[done].copy()
-        for i in done:
-            if self.auto_reset:
-                self._reset_one(int(i), None)
-            else:
-                self._finished[i] = True
+        if not self.auto_reset:
+            self._finished[done] = True
+        elif done.size:
+            self._reset_rows(done.tolist(), [None] * done.size)
         obs = self._obs()
         final_obs = None
         if done.size:

@@ -86,7 +86,7 @@ class NativeStepper:
         self.finger_geoms = finger_geoms
         self._datas = [mujoco.MjData(model) for _ in range(self.nthread)]
         self._rollouts = [_rollout.Rollout(nthread=0) for _ in range(self.nthread)]  # runs on the calling thread
-        self._pool = ThreadPoolExecutor(self.nthread, thread_name_prefix="mj-step") if self.nthread > 1 else None
+        self._pool = ThreadPoolExecutor(self.nthread - 1, thread_name_prefix="mj-step") if self.nthread > 1 else None
         bounds = np.linspace(0, num_envs, self.nthread + 1).round().astype(int)
         self._slices = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
@@ -115,11 +115,11 @@ class NativeStepper:
                 else:
                     self._by_control_step(k, int(i), per_physics, out, frame_skip, contact_geoms, contacts)
 
-        if self._pool is None:
-            work(0)
-        else:
-            for future in [self._pool.submit(work, k) for k in range(self.nthread)]:
-                future.result()
+        # The calling thread steps the first slice itself: one thread hand-off fewer per chunk.
+        futures = [self._pool.submit(work, k) for k in range(1, self.nthread)] if self._pool is not None else []
+        work(0)
+        for future in futures:
+            future.result()
         return ChunkPhysics(out[:, frame_skip - 1::frame_skip], contacts)
 
     def _whole_chunk(self, k: int, i: int, controls: np.ndarray, out: np.ndarray) -> None:

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from embodied.envs.mujoco_base import TableTopEnv, check_positive
+from embodied.envs.mujoco_base import TableTopEnv, check_positive, uniform
 from embodied.envs.mujoco_batched import TableTopBatchedEnv, distance, robot_state
 
 
@@ -60,7 +60,7 @@ class ReachEnv(TableTopEnv):
         # Resample until the target is clearly away from the start, so no episode is won at reset.
         tcp = self.data.mocap_pos[self._mocap]
         for _ in range(100):
-            target = self.np_random.uniform(self.target_low, self.target_high)
+            target = uniform(self.np_random, self.target_low, self.target_high)
             if np.linalg.norm(target - tcp) > 2 * self.success_threshold:
                 break
         self.data.mocap_pos[self._target_mocap] = target

@@ -1,13 +1,17 @@
-"""A policy that echoes an observation into its actions, so tests can check routing end to end."""
+"""Toy policies: one that echoes an observation into its actions, so tests can check routing end to end, and
+an MLP whose actor process dies on cue."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from torch import nn
 
+from embodied.policies.mlp.configuration import MLPConfig
+from embodied.policies.mlp.modeling import MLPPolicy
 from embodied.policy import Policy, PolicyConfig, PolicySpec
 from embodied.types import STATES, Obs, PolicyOutput
 
@@ -42,3 +46,31 @@ class EchoPolicy(Policy):
 
     def value(self, obs: Obs) -> torch.Tensor:
         return torch.zeros(len(obs[STATES])) + self.bias
+
+
+@dataclass
+class DyingMLPConfig(MLPConfig):
+    """The MLP policy, whose actor process dies in ``evaluate`` once the file ``marker`` appears."""
+
+    type: str = "dying_mlp"  # registered name
+    marker: str = ""  # the first process to evaluate after this file appears removes it and exits
+    model_class: ClassVar[str] = "tests.toy_policies:DyingMLPPolicy"
+
+
+class DyingMLPPolicy(MLPPolicy):
+    """An actor rank's process that dies mid-update (as a machine or an OOM kill would take it): one process
+    only, the one that claims the marker by removing it."""
+
+    def evaluate(self, forward_inputs, actions):
+        if self.config_marker and os.path.exists(self.config_marker):
+            try:
+                os.unlink(self.config_marker)
+            except FileNotFoundError:
+                pass  # another rank claimed it
+            else:
+                os._exit(1)
+        return super().evaluate(forward_inputs, actions)
+
+    def __init__(self, config: DyingMLPConfig, spec: PolicySpec) -> None:
+        super().__init__(config, spec)
+        self.config_marker = config.marker

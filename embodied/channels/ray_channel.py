@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 DELIVER = "_embodied_deliver"  # the method a mailbox actor receives items on
 RSS_METHOD = "_embodied_rss_mib"  # a mailbox actor's process resident memory (MiB), answered beside its work
+NODE_METHOD = "_embodied_node_id"  # the Ray node a mailbox actor runs on, answered beside its work
 MAILBOX_GROUP = "embodied_mailbox"  # its concurrency group: deliveries never wait for the worker's own calls
 
 
@@ -118,7 +119,8 @@ def _inbox(channel_id: str, key: str) -> _Inbox:
 def mailbox_actor(cls: type, **options: Any) -> Any:
     """``ray.remote(**options)`` of ``cls`` with a ``_embodied_deliver`` method in its own concurrency
     group, so a ``RayChannel`` can hand it items while it runs (or waits in) its other methods; in the
-    same group ``_embodied_rss_mib`` reports the process's memory (the runner logs it every iteration)."""
+    same group ``_embodied_rss_mib`` reports the process's memory (the runner logs it every iteration),
+    ``_embodied_node_id`` its node, and the methods ``cls.concurrent_methods`` names run."""
     import ray
 
     # The class travels by value (cloudpickle), with copies of the globals it names; its methods
@@ -142,9 +144,27 @@ def mailbox_actor(cls: type, **options: Any) -> Any:
 
             return process_rss_mib()
 
+        @ray.method(concurrency_group=MAILBOX_GROUP)
+        def _embodied_node_id(self) -> str:
+            return ray.get_runtime_context().get_node_id()
+
+    for name in getattr(cls, "concurrent_methods", ()):  # run beside the worker's own calls, as deliveries do
+        setattr(Mailbox, name, _in_mailbox_group(getattr(cls, name)))
     Mailbox.__name__, Mailbox.__qualname__ = cls.__name__, cls.__qualname__
     groups = {**options.pop("concurrency_groups", {}), MAILBOX_GROUP: 1}
     return ray.remote(concurrency_groups=groups, **options)(Mailbox)
+
+
+def _in_mailbox_group(method: Any) -> Any:
+    """``method`` as a Ray actor method of the mailbox's concurrency group."""
+    import ray
+
+    @ray.method(concurrency_group=MAILBOX_GROUP)
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 class _Directory:

@@ -25,6 +25,12 @@ class Resources:
 
     num_cpus: float = 0.0  # 0: the workers of a run share the machine's CPUs
     num_gpus: float = 0.0  # fractions share a GPU between workers
+    # Ray custom resources per worker, e.g. {learner: 1} for nodes started with `ray start --resources='{"learner": 4}'`:
+    # the group's workers go only to nodes that have them.
+    resources: dict[str, float] = field(default_factory=dict)
+    # Ray: the group's workers in one placement group, packed onto as few nodes as possible or spread over as many
+    # as possible (each worker one bundle of the resources above, which must not be all 0); None: no placement group.
+    placement: Literal["pack", "spread", "strict_pack", "strict_spread"] | None = None
 
 
 @dataclass

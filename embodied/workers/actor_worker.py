@@ -17,6 +17,7 @@ import torch
 
 from embodied.algorithms import Algorithm
 from embodied.algorithms.base import Averages, expand_mask
+from embodied.channels import Channel
 from embodied.checkpoint import (check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state,
                                  non_finite_tensors, save_policy_checkpoint)
 from embodied.numerics import NonFiniteUpdateError, non_finite_terms
@@ -25,6 +26,11 @@ from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.registry import ALGORITHMS
 from embodied.types import Trajectory
 from embodied.workers.ranks import ProcessGroup, Ranks, rendezvous_address
+
+
+# The trajectories are sent when the update is asked for: they arrive within seconds; a worker that died on the
+# way is reported by the driver long before this.
+TRAJECTORY_TIMEOUT_S = 600.0
 
 
 class ActorWorker:
@@ -84,6 +90,12 @@ class ActorWorker:
         if not self.ranks.is_main:
             return self.version, None  # rank 0 answers for the group
         return self.version, {k: v.detach().cpu().clone() for k, v in state.items()}
+
+    def update_from(self, inbox: Channel, sources: int, iteration: int) -> dict[str, float]:
+        """``update`` on the trajectories of the ``sources`` rollout ranks that send to this rank (key
+        ``actor<rank>`` of ``inbox``), concatenated in rollout-rank order whatever order they arrive in."""
+        items = [inbox.get(f"actor{self.ranks.rank}", timeout=TRAJECTORY_TIMEOUT_S) for _ in range(sources)]
+        return self.update([trajectory for _, trajectory in sorted(items, key=lambda item: item[0])], iteration)
 
     def update(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
         """One update (``algorithm.update_epochs`` passes of minibatches); returns train metrics."""

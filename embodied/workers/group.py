@@ -23,10 +23,10 @@ from embodied.checkpoint import PACKAGES, package_version
 from embodied.config import Config, EnvConfig
 from embodied.config.schema import VideoConfig
 from embodied.eval_plan import EvalPlan, env_eval_episodes
-from embodied.placement import Backend, ClusterLostError, LocalBackend, WorkerGroup, process_rss_mib
+from embodied.placement import ActorLostError, Backend, ClusterLostError, LocalBackend, WorkerGroup, process_rss_mib
 from embodied.policy import Policy, PolicySpec
 from embodied.registry import ALGORITHMS, ENVS
-from embodied.types import EpisodeStats, EvalEpisode, PeerFailure, PeerFailureError, Trajectory
+from embodied.types import EpisodeStats, EvalEpisode, PeerFailure, PeerFailureError, RolloutSummary, Trajectory
 from embodied.video import VideoReport
 from embodied.workers.actor_worker import ActorWorker
 from embodied.workers.env_worker import EnvWorker
@@ -196,7 +196,7 @@ def start_rollout_group(cfg: Config, backend: Backend, spec: PolicySpec, train: 
     c = cfg.cluster
     return backend.create(MultiStepRolloutWorker, [
         (r, cfg.policy, spec, train.rollout_links[r] if train else None, evaluation.rollout_links[r], shared,
-         c.torch_threads, cfg.experiment.seed, inbox)
+         c.torch_threads, cfg.experiment.seed, inbox, cfg.algorithm.max_staleness + 2)
         for r in range(c.num_rollout_workers)
     ], c.rollout_resources)
 
@@ -373,6 +373,9 @@ class Workers:
     train_envs: EnvGroup  # env_group with the rollout ranks' side of its exchange
     restarts: RestartBudget  # runner.max_worker_restarts, shared with the evaluator
     weights_inbox: Channel | None = None  # async runs: new weights reach rollout workers mid-epoch (key rollout<r>)
+    # Rollout rank r's trajectories to actor rank r mod N (key actor<rank>), straight from worker to worker.
+    trajectories: Channel | None = None
+    epochs: int = 0  # rollout epochs done: the next one's number
 
     @classmethod
     def start(cls, cfg: Config, backend: Backend) -> Workers:
@@ -393,15 +396,17 @@ class Workers:
         rollout = start_rollout_group(cfg, backend, spec, train, evaluation, shared, inbox)
         restarts = RestartBudget(cfg.runner.max_worker_restarts)
         return cls(cfg, backend, train.group, rollout, actor, Evaluator(cfg, backend, evaluation, rollout, restarts),
-                   spec, colocated, ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm), train, restarts, inbox)
+                   spec, colocated, ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm), train, restarts, inbox,
+                   backend.channel("trajectories"))
 
     def sync_weights(self) -> int:
         """Publish the actor's weights to every rollout worker; returns the version."""
         weights = self.actor_group.call("weights", self.colocated)[0]  # a handle: Ray ships it once, by reference
         return self.backend.wait(self.rollout_group.call("sync_weights", weights))[0]
 
-    def rollout(self, chunk_steps: int, iteration: int = 0, reset: RolloutReset | None = None) -> list[Trajectory]:
-        """One rollout epoch: env and rollout workers trade shards for ``chunk_steps`` chunk steps.
+    def rollout(self, chunk_steps: int, iteration: int = 0, reset: RolloutReset | None = None) -> list[RolloutSummary]:
+        """One rollout epoch: env and rollout workers trade shards for ``chunk_steps`` chunk steps. Each rollout
+        worker keeps its trajectory for the actor (``update``) and returns its summary.
 
         ``reset`` (the algorithm's ``rollout_reset``) resets every env first, in seed groups.
 
@@ -416,6 +421,7 @@ class Workers:
         workers still replay exactly, and only the returned (last) attempt's transitions are kept.
         """
         seed, group = (reset.seed, reset.group_size) if reset is not None else (None, 1)
+        epoch, self.epochs = self.epochs, self.epochs + 1
         snapshot = None
         if self.restarts.used < self.restarts.limit:  # handles: Ray keeps the values, owned by this process
             snapshot = self.env_group.call("get_state"), self.rollout_group.call("rng_state")
@@ -425,7 +431,7 @@ class Workers:
             seeds = [fresh.get(rank, seed) if seed is not None else None for rank in range(len(self.env_group))]
             with self.evaluator.submit:
                 env_handles = self.env_group.call_each("run_epoch", [(chunk_steps, s, iteration, group) for s in seeds])
-                handles = self.rollout_group.call("rollout_epoch", chunk_steps)
+                handles = self.rollout_group.call("rollout_epoch", chunk_steps, epoch)
             try:
                 return exchange(self.backend, handles, self.train_envs, env_handles)
             except WorkerFailure as failure:
@@ -468,11 +474,43 @@ class Workers:
                     continue
         return {k: float(v) for k, v in metrics.items() if v is not None}
 
-    def update(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
-        """One actor update; rollout rank r's trajectory trains on actor rank r mod ``actor.num_ranks``."""
-        n = len(self.actor_group)
-        shares = [([t for r, t in enumerate(trajectories) if r % n == rank], iteration) for rank in range(n)]
-        return self.backend.wait(self.actor_group.call_each("update", shares))[0]
+    def update(self, rollout: list[RolloutSummary], iteration: int) -> dict[str, float]:
+        """One actor update on the epoch ``rollout`` summarises: rollout rank r sends its trajectory to actor rank
+        r mod ``actor.num_ranks`` over the trajectory channel (never through the driver), and every actor rank
+        trains on what it received (its metrics are the whole batch's: rank 0's are returned)."""
+        n, epoch = len(self.actor_group), rollout[0].epoch
+        assert self.trajectories is not None
+        sent = self.rollout_group.call_each("send_trajectory", [(epoch, self.trajectories, r % n)
+                                                                for r in range(len(self.rollout_group))])
+        sources = [len(range(rank, len(self.rollout_group), n)) for rank in range(n)]
+        updates = self.actor_group.call_each("update_from", [(self.trajectories, sources[rank], iteration)
+                                                            for rank in range(n)])
+        self.backend.wait(sent)
+        return self._actor_results(updates, f"the update of iteration {iteration}")[0]
+
+    def _actor_results(self, handles: list[Any], what: str) -> list[Any]:
+        """The actor ranks' results; the first rank whose process died (the others then wait on it in their
+        collectives) raises ``ActorLostError`` at once, naming it."""
+        pending = list(handles)
+        while pending:
+            for done in self.backend.wait_any(pending):
+                pending.remove(done)
+                try:
+                    self.backend.wait([done])
+                except ClusterLostError:
+                    raise
+                except Exception as exc:
+                    if self.backend.died(exc):
+                        raise ActorLostError(f"actor rank {handles.index(done)} of {len(handles)} died during {what} "
+                                             f"({type(exc).__name__}); the actor's ranks cannot go on without it") \
+                            from exc
+                    raise
+        return self.backend.wait(handles)
+
+    def take_trajectories(self, rollout: list[RolloutSummary]) -> list[Trajectory]:
+        """The trajectories of the epoch ``rollout`` summarises, brought to the driver and let go by the rollout
+        workers (for tools and tests; training never does this)."""
+        return self.backend.wait(self.rollout_group.call("take_trajectory", rollout[0].epoch))
 
     def evaluate(self, episodes: int, video_dir: str | None = None) -> list[EpisodeStats]:
         """Greedy episodes from the fixed eval seeds (see ``Evaluator.run``)."""

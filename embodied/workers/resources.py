@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from embodied.config import Config, ConfigError, EnvConfig
+from embodied.config.schema import Resources
 from embodied.placement import Backend
 from embodied.registry import ENVS
 from embodied.types import footprint_of
@@ -28,12 +29,26 @@ def check_resources(cfg: Config, backend: Backend, training: bool) -> None:
         asked = [(name, getattr(res, field_name), n) for name, res, n in groups]
         total = sum(each * n for _, each, n in asked)
         if total > have[kind] + 1e-9:
-            parts = ", ".join(f"{name}: {n} x {each:g}" + (" (actor.num_ranks)" if name == "actor" else "")
-                              for name, each, n in asked if each)
+            parts = ", ".join(f"{name}: {n} x {each:g}" for name, each, n in asked if each)
             raise ConfigError(f"cluster.{next(name for name, each, _ in asked if each)}_resources.{field_name}: the "
                               f"worker groups reserve {total:g} {kind}s ({parts}) but the {c.backend} backend has "
-                              f"{have[kind]:g}")
+                              f"{have[kind]:g}" + (f" (the actor group is actor.num_ranks={cfg.actor.num_ranks} ranks)"
+                                                   if any(name == "actor" and each for name, each, _ in asked) else ""))
+    _check_custom(cfg, groups, have)
     check_memory(cfg, have.get("memory_mib", float("inf")), training)
+
+
+def _check_custom(cfg: Config, groups: list[tuple[str, Resources, int]], have: dict[str, float]) -> None:
+    """Custom resources (``cluster.*_resources.resources``) the groups reserve against what the cluster has."""
+    names = sorted({name for _, res, _ in groups for name in res.resources})
+    for name in names:
+        asked = [(group, res.resources[name], n) for group, res, n in groups if name in res.resources]
+        total, has = sum(each * n for _, each, n in asked), have.get(name, 0.0)
+        if total > has + 1e-9:
+            parts = ", ".join(f"{group}: {n} x {each:g}" for group, each, n in asked)
+            raise ConfigError(f"cluster.{asked[0][0]}_resources.resources.{name}: the worker groups reserve {total:g} "
+                              f"({parts}) but the {cfg.cluster.backend} backend has {has:g} (start the nodes with "
+                              f"`ray start --resources='{{\"{name}\": N}}'`; the local backend has no custom resources)")
 
 
 class _EnvMemory(NamedTuple):

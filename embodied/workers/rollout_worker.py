@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -14,7 +15,7 @@ from embodied.checkpoint import load_policy_state
 from embodied.numerics import NonFinitePolicyError, non_finite_outputs
 from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.types import (ChunkStepResult, EpisodeStats, Obs, PeerFailure, PeerFailureError, PolicyOutput,
-                            Trajectory, obs_concat, obs_slice)
+                            RolloutSummary, Trajectory, obs_concat, obs_slice)
 from embodied.workers.link import Link
 
 
@@ -26,10 +27,14 @@ class MultiStepRolloutWorker:
     None for eval-only runs (``embodied eval``), ``evaluation`` None when there are no eval envs.
     """
 
+    # Methods a backend runs beside the worker's other calls (not queued behind them): in an async run the actor
+    # asks for epoch k's trajectory while epoch k + 1 is being rolled out.
+    concurrent_methods: ClassVar[tuple[str, ...]] = ("send_trajectory",)
+
     def __init__(self, rank: int, policy_cfg: PolicyConfig, spec: PolicySpec, train: Link | None,
                  evaluation: Link | None,
                  shared_policy: Policy | None = None, torch_threads: int = 1, seed: int | None = None,
-                 weights_inbox: Channel | None = None) -> None:
+                 weights_inbox: Channel | None = None, hold_epochs: int = 2) -> None:
         torch.set_num_threads(torch_threads)
         if seed is not None:
             # The actions are sampled from this process's torch RNG: seeded per rank, so a run on
@@ -46,6 +51,12 @@ class MultiStepRolloutWorker:
                 pass
         self.policy = shared_policy if shared_policy is not None else build_policy(policy_cfg, spec)
         self.version = -1
+        # Epochs' trajectories until the actor asks for them (``send_trajectory``): ``hold_epochs`` at most (an
+        # async run has up to ``algorithm.max_staleness + 1`` in flight); one never sent (a benchmark's) is
+        # dropped when newer ones come.
+        self.held: dict[int, Trajectory] = {}
+        self.hold_epochs = hold_epochs
+        self._held_lock = threading.Lock()  # send_trajectory runs beside rollout_epoch (concurrent_methods)
 
     def relink(self, section: str, generation: int) -> None:
         """Exchange with the ``section`` ("env" or "eval_env") envs on the keys of ``generation``
@@ -88,14 +99,35 @@ class MultiStepRolloutWorker:
         return version
 
     @torch.no_grad()
-    def rollout_epoch(self, chunk_steps: int) -> Trajectory:
-        """``chunk_steps`` sampled chunk steps over the training envs, as a trajectory."""
+    def rollout_epoch(self, chunk_steps: int, epoch: int = 0) -> RolloutSummary:
+        """``chunk_steps`` sampled chunk steps over the training envs: the trajectory is held here as epoch
+        ``epoch`` (a redone epoch replaces it) and its summary returned."""
         if self.train is None:
             raise RuntimeError(f"rollout rank {self.rank} has no training envs")
         with self._failure_sent_to_peers(self.train):
             steps, obs = self._run(self.train, chunk_steps, deterministic=False, new_weights=True)
             recorded = [(out, result, self._final_values(result)) for out, result in steps]
-        return self._trajectory(recorded, self.policy.value(obs).float())
+        trajectory = self._trajectory(recorded, self.policy.value(obs).float())
+        with self._held_lock:
+            self.held[epoch] = trajectory
+            while len(self.held) > self.hold_epochs:
+                del self.held[min(self.held)]
+        return RolloutSummary.of(trajectory, epoch)
+
+    def send_trajectory(self, epoch: int, outbox: Channel, actor_rank: int) -> None:
+        """Put epoch ``epoch``'s trajectory on ``outbox`` for actor rank ``actor_rank`` (key ``actor<rank>``),
+        tagged with this rank, and let it go."""
+        with self._held_lock:
+            if epoch not in self.held:
+                raise RuntimeError(f"rollout rank {self.rank}: no trajectory of epoch {epoch} is held (held: "
+                                   f"{sorted(self.held)}); an epoch is sent once, within {self.hold_epochs} epochs")
+            trajectory = self.held.pop(epoch)
+        outbox.put(f"actor{actor_rank}", (self.rank, trajectory))
+
+    def take_trajectory(self, epoch: int) -> Trajectory:
+        """Epoch ``epoch``'s trajectory itself, let go here (for tools and tests that read it in the driver)."""
+        with self._held_lock:
+            return self.held.pop(epoch)
 
     @torch.no_grad()
     def eval_epoch(self, chunk_steps: int, seed: int, sample: bool = False) -> list[EpisodeStats]:

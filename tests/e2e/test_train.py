@@ -80,6 +80,37 @@ def test_two_actor_ranks_train_and_resume_into_one(tmp_path, ray_session, strate
     assert len(resumed.history) == 1 and math.isfinite(resumed.history[-1]["train/loss"])  # iteration 4 alone
 
 
+@pytest.mark.slow
+@pytest.mark.ray
+def test_an_actor_rank_that_dies_stops_the_run_naming_it_its_last_checkpoint_and_the_resume_command(
+        tmp_path, ray_session):
+    import threading
+
+    from embodied.checkpoint import find_checkpoint
+    from embodied.placement import ActorLostError
+    from embodied.registry import POLICIES
+
+    POLICIES.register("dying_mlp", "tests.toy_policies:DyingMLPConfig", overwrite=True)
+    marker = tmp_path / "die"
+    cfg = load_config(RECIPE, [*SHORT, "runner.iterations=60", "runner.checkpoint_every=1", "runner.eval_every=0",
+                               "cluster.backend=ray", "cluster.num_rollout_workers=2", "actor.num_ranks=2",
+                               "policy.type=dying_mlp", f"policy.marker={marker}", f"experiment.output_dir={tmp_path}"])
+
+    def kill_after_two_checkpoints() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not list(tmp_path.glob("*/checkpoints/iter_000002/manifest.json")):
+            time.sleep(0.1)
+        marker.touch()
+
+    threading.Thread(target=kill_after_two_checkpoints, daemon=True).start()
+    with pytest.raises(ActorLostError, match=r"actor rank [01] of 2 died during the update of iteration \d+ .*the "
+                                             r"run stopped: its last checkpoint is .*iter_0000\d\d\. Resume it with "
+                                             r"runner.resume_from=") as lost:
+        train(cfg)
+    run_dir = lost.value.run_dir
+    assert load_checkpoint(find_checkpoint(run_dir))["iteration"] >= 2  # the last checkpoint is whole and valid
+
+
 def learning_figures(result) -> list[dict[str, float]]:
     """Every metric that depends on the run's numbers (not on how fast the machine ran it)."""
     return [{k: v for k, v in m.items() if k.startswith(("train/", "eval/", "rollout/"))} for m in result.history]

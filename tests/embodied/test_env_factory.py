@@ -339,7 +339,8 @@ def test_batched_env_trains_through_the_workers(local_backend):
     try:
         assert workers.spec == PolicySpec(6, None, 2, (-1.0, -1.0), (1.0, 1.0))
         assert workers.sync_weights() == 0
-        trajectories = workers.rollout(cfg.rollout.chunk_steps)
+        rollout = workers.rollout(cfg.rollout.chunk_steps)
+        trajectories = workers.take_trajectories(rollout)
         traj_envs = sum(t.actions.shape[1] for t in trajectories)
         assert traj_envs == 5
         for t in trajectories:
@@ -350,7 +351,7 @@ def test_batched_env_trains_through_the_workers(local_backend):
         assert dones.sum() >= 5
         steps = sum(t.num_env_steps for t in trajectories)
         assert 5 * 7 <= steps <= 5 * 12
-        metrics = workers.update(trajectories, iteration=1)
+        metrics = workers.update(workers.rollout(cfg.rollout.chunk_steps), iteration=1)
         assert metrics and all(math.isfinite(v) for v in metrics.values()), metrics
         assert workers.sync_weights() == 1
         episodes = workers.evaluate(episodes=3)

@@ -163,3 +163,14 @@ def test_check_env_passes_on_every_twin():
         rows = check_env(EnvConfig(id=IDS[task], max_episode_steps=12), steps=24, fast=True, render="skip")
         assert all(r.passed for r in rows), [r for r in rows if not r.passed]
         assert any("BatchedEnv" in r.detail for r in rows)
+
+
+def test_uniform_draws_what_generator_uniform_draws():
+    """The tasks' fast ``uniform`` is ``Generator.uniform`` bit for bit, and leaves the generator where it would."""
+    from embodied.envs.mujoco_base import uniform
+
+    low, high = np.array([-0.2, -0.2, 0.05]), np.array([0.2, 0.2, 0.3])
+    a, b = np.random.default_rng(5), np.random.default_rng(5)
+    for _ in range(2000):
+        np.testing.assert_array_equal(uniform(a, low, high), b.uniform(low, high))
+    assert a.random() == b.random()

@@ -210,3 +210,44 @@ def test_fsdp_ranks_take_the_single_rank_step_and_checkpoint_in_the_one_process_
         torch.testing.assert_close(v, states[0]["policy"][k])
     for k, v in again["policy"].items():
         torch.testing.assert_close(v, states[0]["policy"][k])
+
+
+def test_more_actor_ranks_than_the_cluster_has_cpus_for_is_refused_before_any_worker():
+    from embodied.config import ConfigError, load_config
+    from embodied.workers.resources import check_resources
+
+    class TwoCPUs:
+        def available(self) -> dict[str, float]:
+            return {"CPU": 2.0, "GPU": 0.0, "memory_mib": float("inf")}
+
+    cfg = load_config("configs/reach_mlp_ppo.yaml", ["cluster.backend=ray", "actor.num_ranks=3",
+                                                     "cluster.num_rollout_workers=3", "env.num_envs=12",
+                                                     "cluster.actor_resources.num_cpus=1"])
+    with pytest.raises(ConfigError, match=r"cluster.actor_resources.num_cpus: the worker groups reserve 3 CPUs "
+                                          r"\(actor: 3 x 1\) but the ray backend has 2 \(the actor group is "
+                                          r"actor.num_ranks=3 ranks\)"):
+        check_resources(cfg, TwoCPUs(), training=True)
+
+
+def test_fsdp_on_one_rank_warns_that_nothing_is_sharded():
+    from embodied.config import load_config
+    from embodied.placement import LocalBackend
+    from embodied.workers.group import start_actor_group
+
+    cfg = load_config("configs/reach_mlp_ppo.yaml", ["actor.strategy=fsdp"])
+    backend = LocalBackend()
+    try:
+        with pytest.warns(UserWarning, match=r"actor.strategy=fsdp with actor.num_ranks=1: there is nothing to shard"):
+            start_actor_group(cfg, backend, MLP_SPEC)
+    finally:
+        backend.shutdown()
+
+
+def test_a_grpo_group_straddling_rollout_ranks_is_refused_with_several_actor_ranks():
+    from embodied.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"algorithm.group_size: with actor.num_ranks=2, a GRPO group must sit on "
+                                          r"one rollout rank"):
+        load_config("configs/reach_mlp_ppo.yaml", ["cluster.backend=ray", "actor.num_ranks=2", "algorithm.name=grpo",
+                                                   "cluster.num_rollout_workers=2", "env.num_envs=12",
+                                                   "algorithm.group_size=4", "algorithm.num_minibatches=1"])

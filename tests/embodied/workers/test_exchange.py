@@ -53,7 +53,7 @@ def local_backend(request):
 def test_each_env_gets_its_own_actions_back(request, backend_name, num_envs, env_ranks, rollout_ranks):
     workers = start(make_backend(request, backend_name), num_envs, env_ranks, rollout_ranks)
     workers.sync_weights()
-    trajectories = workers.rollout(chunk_steps=4)
+    trajectories = workers.take_trajectories(workers.rollout(chunk_steps=4))
     rewards = np.concatenate([t.rewards.numpy() for t in trajectories], axis=1)  # [T, N, C]
     assert rewards.shape == (4, num_envs, 2)
     # The echo policy's action is the env's own reset seed (SEED + global index), and the reward
@@ -71,8 +71,8 @@ def test_each_env_gets_its_own_actions_back(request, backend_name, num_envs, env
 def test_epochs_continue_where_the_last_one_stopped(local_backend):
     workers = start(local_backend, num_envs=3, env_ranks=1, rollout_ranks=2, max_steps=100)
     workers.sync_weights()
-    first = workers.rollout(chunk_steps=2)
-    second = workers.rollout(chunk_steps=2)
+    first = workers.take_trajectories(workers.rollout(chunk_steps=2))
+    second = workers.take_trajectories(workers.rollout(chunk_steps=2))
     steps = np.concatenate([t.forward_inputs["states"][:, :, 0].numpy() for t in first], axis=1)
     assert steps[:, 0].tolist() == [0, 2]
     again = np.concatenate([t.forward_inputs["states"][:, :, 0].numpy() for t in second], axis=1)
@@ -112,7 +112,8 @@ def test_two_pipeline_stages_give_the_same_trajectories_as_one(request, backend_
     def run(stages: int):
         workers = start(make_backend(request, backend_name), num_envs, env_ranks, rollout_ranks, stages=stages)
         workers.sync_weights()
-        trajectories = workers.rollout(chunk_steps=4) + workers.rollout(chunk_steps=3)
+        trajectories = [*workers.take_trajectories(workers.rollout(chunk_steps=4)),
+                        *workers.take_trajectories(workers.rollout(chunk_steps=3))]
         workers.close()
         return trajectories
 

@@ -110,7 +110,7 @@ def test_the_redone_epoch_keeps_the_other_workers_exact_and_starts_the_failed_on
         backend = LocalBackend()
         workers = Workers.start(cfg, backend)
         try:
-            states = [workers.rollout(4, it)[0].forward_inputs["states"] for it in (1, 2)]
+            states = [workers.take_trajectories(workers.rollout(4, it))[0].forward_inputs["states"] for it in (1, 2)]
         finally:
             workers.close()
             backend.shutdown()
@@ -188,12 +188,12 @@ def test_an_eval_fault_that_replays_leaves_those_episodes_out_and_keeps_the_fixe
         backend.shutdown()
 
 
-def test_periodic_eval_reports_the_episodes_a_replayed_fault_left_out_and_training_goes_on(tmp_path, capfd):
+def check_periodic_eval_fault(tmp_path: Path, capfd, *overrides: str) -> None:
     """The same eval fault at both evals of a 2-iteration run: each eval leaves 2 of its 4 episodes out
     (``eval/episodes_dropped``), the first after an exact redo, the second at once; the training envs lose nothing."""
     eval_fault = f"eval_env.kwargs={{fail_seed: {1 + 1_000_000}, fail_at: 3}}"  # eval episode 1 of seed 0
     overrides = ("env.kwargs={fail_seed: -1}", eval_fault, "eval_env.num_envs=4", "runner.eval_episodes=4",
-                 "runner.eval_every=1", "runner.iterations=2")
+                 "runner.eval_every=1", "runner.iterations=2", *overrides)
     result = runner.train(replay_config(tmp_path / "a", *overrides))
     assert [m["eval/episodes_dropped"] for m in result.history] == [2.0, 2.0]
     assert [m["eval/episodes"] for m in result.history] == [2.0, 2.0]
@@ -203,3 +203,13 @@ def test_periodic_eval_reports_the_episodes_a_replayed_fault_left_out_and_traini
     assert err.count("leaving its 2 eval episode(s) of this round out") == 2
     assert "[restart 2/3] eval episodes from 0 at iteration 1" in err  # the exact redo, then fresh seeds
     assert "[restart 3/3] eval episodes from 0 at iteration 2" in err and "[restart 4" not in err  # fresh at once
+
+
+def test_periodic_eval_reports_the_episodes_a_replayed_fault_left_out_and_training_goes_on_local(tmp_path, capfd):
+    check_periodic_eval_fault(tmp_path, capfd)
+
+
+@pytest.mark.slow
+def test_periodic_eval_reports_the_episodes_a_replayed_fault_left_out_and_training_goes_on_ray(tmp_path, capfd,
+                                                                                                ray_session):
+    check_periodic_eval_fault(tmp_path, capfd, "cluster.backend=ray", "cluster.placement=disaggregated")

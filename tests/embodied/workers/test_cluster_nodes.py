@@ -1,0 +1,48 @@
+"""Several nodes (``ray.cluster_utils.Cluster``, each with its own CPUs and custom resources): every worker group
+goes where ``cluster.*_resources`` send it, in placement groups (spread for the envs, packed for the learners)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import math
+import pytest
+
+from embodied.config import ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_groups_go_to_the_nodes_their_resources_name_in_placement_groups(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
+    done = subprocess.run([sys.executable, "-m", "tests.embodied.workers.cluster_nodes", str(tmp_path)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    nodes, placed = result["nodes"], result["placed"]
+    for group in ("env", "eval_env"):  # strict_spread over the two nodes with "sim"
+        assert sorted(placed[group]) == sorted([nodes["sim"], nodes["learner"]]), group
+    assert placed["actor"] == [nodes["learner"]] * 2  # packed on the only node with "learner"
+    assert placed["rollout"] == [nodes["learner"]] * 2
+    assert nodes["head"] not in sum(placed.values(), [])  # the head (driver) runs no worker
+    assert math.isfinite(result["loss"])
+
+
+def test_custom_resources_the_backend_lacks_and_empty_placement_bundles_are_refused():
+    from embodied.placement import LocalBackend
+    from embodied.workers.resources import check_resources
+
+    cfg = load_config(None, ["cluster.env_resources.resources={sim: 1}"])
+    with pytest.raises(ConfigError, match=r"cluster.env_resources.resources.sim: the worker groups reserve 2 \(env: 2 "
+                                          r"x 1\) but the local backend has 0"):
+        check_resources(cfg, LocalBackend(), training=True)
+    with pytest.raises(ConfigError, match=r"cluster.actor_resources.placement: pack needs something to place"):
+        load_config(None, ["cluster.backend=ray", "cluster.actor_resources.placement=pack"])
+    with pytest.raises(ConfigError, match=r"cluster.env_resources.placement: placement groups are Ray's"):
+        load_config(None, ["cluster.env_resources.placement=spread", "cluster.env_resources.num_cpus=1"])
