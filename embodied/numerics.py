@@ -80,7 +80,7 @@ def non_finite_outputs(tensors: Mapping[str, torch.Tensor]) -> list[tuple[str, i
     """(name, first bad row) of each tensor holding NaN or inf, e.g. a policy's actions."""
     found = []
     for name, t in tensors.items():
-        if t.is_floating_point():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):  # the common case: one reduction
             bad = ~torch.isfinite(t.reshape(len(t), -1)).all(dim=1)
             if bool(bad.any()):
                 found.append((name, int(bad.nonzero()[0])))

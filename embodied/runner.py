@@ -9,19 +9,13 @@ At the end: the last videos, ``learning_curves.png``.
     result = train(load_config("configs/reach_mlp_ppo.yaml", ["runner.iterations=10"]))
     print(result.final_eval["eval/success_rate"])
 
-``runner.resume_from`` (a checkpoint, a run dir: its newest valid checkpoint, or ``auto``: the
-newest run of the experiment) continues that run in its run dir: the actor (policy, optimizer,
-weight version), iteration, env-step count and wandb run go on, and the envs mid-episode when their
-snapshots verify with this user's key (``embodied.trust``; else they restart from their seeds).
-A checkpoint of another env, or of other spaces, is refused before training starts.
+``runner.resume_from`` continues a run where a checkpoint left it (``embodied.resume``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-import re
-import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -35,17 +29,18 @@ import torch
 import yaml
 
 from embodied.atomic import DiskFullError
-from embodied.checkpoint import (CheckpointError, ResumePoint, check_env_fits, check_init_from, find_checkpoint,
-                                 load_resume_point, prune_checkpoints, remove_partial)
+from embodied.checkpoint import check_init_from, prune_checkpoints, remove_partial
 from embodied.config import Config, ConfigError, to_dict
 from embodied.env_factory import check_env_config
 from embodied.evaluation import PeriodicEval, episode_metrics
-from embodied.logger import MetricLogger, read_wandb_id
+from embodied.logger import MetricLogger
 from embodied.placement import ActorLostError, ClusterLostError, make_backend
 from embodied.plot import plot_run
-from embodied.stop import StopRequest
 from embodied.preflight import preflight_run
-from embodied.trust import sign, signing_key, snapshot_blobs, trusted
+from embodied.resume import (process_rng_state, restore_run, resume_point, resume_state, wandb_id_of,
+                             with_resume_command)
+from embodied.stop import StopRequest
+from embodied.trust import signing_key
 from embodied.workers.group import Workers
 
 
@@ -112,15 +107,7 @@ def train(cfg: Config) -> TrainResult:
 
 def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -> TrainResult:
     """The run around the iterations: checks, run dir, workers, resume, eval, logging, checkpoints."""
-    check_env_config(cfg.env, "env")
-    check_env_config(cfg.resolved_eval_env(), "eval_env")
-    if cfg.env.preflight:  # check-env's fast checks on one env, before any worker starts or run dir is made
-        preflight_run(cfg, video=cfg.runner.eval_video != "none")
-    if cfg.policy.init_from:
-        try:
-            check_init_from(cfg.policy.init_from, cfg.policy)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+    check_before_start(cfg)
     resume = resume_point(cfg)
     signing_key()  # checkpoints sign their env snapshots: an unsafe key file fails here, before anything starts
     backend = make_backend(cfg.cluster)  # joins cluster.address (or fails) before a run dir exists
@@ -143,14 +130,7 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
         stop.__enter__()  # SIGINT/SIGTERM: finish the iteration, checkpoint, stop (see embodied.stop)
         workers = Workers.start(cfg, backend)
         if resume:
-            check_env_fits(resume.state, cfg.env.id, workers.spec, "runner.resume_from")
-            workers.load_actor_state(resume.actor)
-            restore_exact(workers, resume.state, cfg.runner.trust_checkpoint, resume.checkpoint)
-            workers.restarts.used = int(resume.state.get("worker_restarts", 0))  # the budget is per run
-            workers.restarts.episodes_dropped = int(resume.state.get("episodes_dropped", 0))
-            if resume.state.get("async_in_flight"):
-                print(f"runner.resume_from: {resume.state['async_in_flight']} rollout(s) were in flight (async) when "
-                      f"{resume.checkpoint} was saved; they are not trained on", file=sys.stderr)
+            restore_run(workers, resume, cfg)
         logger = MetricLogger(cfg.logger, run_dir, run_dir.name, to_dict(cfg), cfg.runner.iterations, start,
                               wandb_id_of(resume, run_dir))
         evaluate = PeriodicEval(workers, cfg, run_dir)
@@ -167,7 +147,7 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
         logger.log_videos(evaluate.videos(wait=True), step=max(last, start))  # the last eval's, once encoded
         workers.close()
     except (ClusterLostError, ActorLostError) as exc:
-        raise cluster_lost(exc, checkpoint, run_dir) from None
+        raise with_resume_command(exc, checkpoint, run_dir) from None
     finally:
         stop.__exit__()
         if logger is not None:
@@ -178,15 +158,18 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
     return TrainResult(run_dir, final_eval, checkpoint, history, plot, stop.signal, stop.exit_code, discarded)
 
 
-def cluster_lost(exc: ClusterLostError | ActorLostError, checkpoint: Path | None, run_dir: Path) -> RuntimeError:
-    """``exc`` with what the run can go on from: its last checkpoint (the workers, and the state they held
-    since, are gone with the cluster or the actor rank); ``run_dir`` is kept on it for the resume command."""
-    saved = (f"its last checkpoint is {checkpoint}" if checkpoint is not None else
-             "it saved no checkpoint yet (runner.checkpoint_every)")
-    when = "Once the cluster is back, resume" if isinstance(exc, ClusterLostError) else "Resume"
-    lost = type(exc)(f"{exc}; the run stopped: {saved}. {when} it with runner.resume_from={run_dir}")
-    lost.run_dir = run_dir  # type: ignore[attr-defined]
-    return lost
+def check_before_start(cfg: Config) -> None:
+    """What can fail before any worker starts or a run dir is made: the env configs, check-env's fast checks on
+    one env (``env.preflight``), and the ``policy.init_from`` checkpoint against the policy config."""
+    check_env_config(cfg.env, "env")
+    check_env_config(cfg.resolved_eval_env(), "eval_env")
+    if cfg.env.preflight:
+        preflight_run(cfg, video=cfg.runner.eval_video != "none")
+    if cfg.policy.init_from:
+        try:
+            check_init_from(cfg.policy.init_from, cfg.policy)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def iteration(it: int, iterations: Iterations, workers: Workers, cfg: Config, logger: MetricLogger,
@@ -219,77 +202,6 @@ def iteration(it: int, iterations: Iterations, workers: Workers, cfg: Config, lo
     return env_steps, checkpoint
 
 
-def resume_state(workers: Workers, warned: set[str]) -> dict:
-    """``workers.resume_state()``, its env snapshots signed with this user's key (``embodied.trust``); says
-    once if the envs cannot be saved (resume then reseeds them)."""
-    state = workers.resume_state()
-    state["envs_signature"] = sign(snapshot_blobs(state["envs"]), signing_key())
-    reasons = [s for rank in state["envs"] for s in rank if isinstance(s, str)]
-    if reasons and not warned:
-        warned.add(reasons[0])
-        warnings.warn(f"checkpoints will not resume exactly: {reasons[0]}; a resumed run restarts its envs from "
-                      f"their seeds", stacklevel=3)
-    return state
-
-
-def restore_exact(workers: Workers, state: dict, trust: bool = False, checkpoint: Path | None = None) -> None:
-    """RNG streams and envs as the checkpoint left them, so a resumed run goes on as if never stopped; the
-    env snapshots only if they verify with this user's key, or ``trust`` (``runner.trust_checkpoint``)."""
-    if "rng" in state:
-        set_process_rng_state(state["rng"])
-    problems = workers.restore(trusted(state.get("workers") or {}, trust, checkpoint))
-    if problems:
-        warnings.warn(f"resume is not exact: {'; '.join(problems)}; the envs restart from their seeds", stacklevel=3)
-
-
-def process_rng_state() -> dict:
-    """This process's python, numpy and torch RNG states, as plain types and tensors (weights_only-loadable)."""
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"python": random.getstate(), "numpy": (kind, keys.tolist(), pos, has_gauss, cached),
-            "torch": torch.get_rng_state()}
-
-
-def set_process_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
-
-
-def resume_point(cfg: Config) -> ResumePoint | None:
-    """Where ``runner.resume_from`` says to go on (None: a new run); refuses a checkpoint of another env."""
-    source = cfg.runner.resume_from
-    if source == "auto":
-        source = newest_run(cfg)
-        if source is None:
-            print(f"runner.resume_from=auto: no earlier run of {cfg.experiment.name!r} with a checkpoint in "
-                  f"{cfg.experiment.output_dir}; starting a new run")
-            return None
-        print(f"runner.resume_from=auto: continuing {source}")
-    if source is None:
-        return None
-    try:
-        resume = load_resume_point(source)
-        check_env_fits(resume.state, cfg.env.id, None, "runner.resume_from")
-    except (CheckpointError, FileNotFoundError, ValueError) as exc:
-        raise ConfigError(f"runner.resume_from: {exc}" if not str(exc).startswith("runner.") else str(exc)) from None
-    return resume
-
-
-def newest_run(cfg: Config) -> Path | None:
-    """The newest run dir of ``experiment.name`` (by its newest checkpoint's time) that holds a valid checkpoint."""
-    runs = []
-    name = re.compile(re.escape(cfg.experiment.name) + r"-\d{8}-\d{6}(-\d+)?")  # make_run_dir's names
-    for run_dir in Path(cfg.experiment.output_dir).glob(f"{cfg.experiment.name}-*"):
-        if not name.fullmatch(run_dir.name):
-            continue
-        try:
-            runs.append((find_checkpoint(run_dir).stat().st_mtime, run_dir))
-        except (FileNotFoundError, CheckpointError):
-            continue
-    return max(runs)[1] if runs else None
-
-
 def train_iteration(workers: Workers, cfg: Config, it: int) -> tuple[dict[str, float], int]:
     """Sync, rollout, update: the iteration's metrics and the env sub-steps it ran."""
     t0 = time.perf_counter()
@@ -317,11 +229,6 @@ def draw_learning_curves(run_dir: Path) -> Path | None:
     except Exception as exc:  # noqa: BLE001
         warnings.warn(f"plotting learning curves failed: {exc!r}", stacklevel=2)
         return None
-
-
-def wandb_id_of(resume: ResumePoint | None, run_dir: Path) -> str | None:
-    """The wandb run a resumed run continues (from its checkpoint, else its run dir)."""
-    return (resume.wandb_id or read_wandb_id(run_dir)) if resume else None
 
 
 def make_run_dir(cfg: Config) -> Path:

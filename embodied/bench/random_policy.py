@@ -35,9 +35,11 @@ class RandomPolicy(Policy):
         self.register_buffer("high", torch.tensor(spec.action_high, dtype=torch.float32))
         self.unused = nn.Parameter(torch.zeros(1))  # the actor's optimizer needs a parameter
         self.generator = torch.Generator().manual_seed(config.seed)
+        # The log-density of a whole chunk, once: act() runs every chunk step and should cost next to nothing.
+        self.chunk_logprob = -float(torch.log(self.high - self.low).sum()) * self.chunk
 
     def _logprob(self, batch: int) -> torch.Tensor:
-        return torch.full((batch,), -float(torch.log(self.high - self.low).sum()) * self.chunk) + 0 * self.unused
+        return torch.full((batch,), self.chunk_logprob) + 0 * self.unused
 
     def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
         batch = len(obs[TASK_DESCRIPTIONS])
@@ -46,7 +48,7 @@ class RandomPolicy(Policy):
             actions = ((self.low + self.high) / 2).expand(shape).clone()
         else:
             actions = self.low + (self.high - self.low) * torch.rand(shape, generator=self.generator)
-        return PolicyOutput(actions, self._logprob(batch).detach(), torch.zeros(batch), {})
+        return PolicyOutput(actions, torch.full((batch,), self.chunk_logprob), torch.zeros(batch), {})
 
     def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
         return {}

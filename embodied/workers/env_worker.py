@@ -271,13 +271,16 @@ class EnvWorker:
         executed = 0
         for t in range(chunk_steps):
             for stage in self.stages:
-                actions = np.concatenate([self._get_actions(s) for s in stage.shards])
+                parts = [self._get_actions(s) for s in stage.shards]
+                actions = parts[0] if len(parts) == 1 else np.concatenate(parts)
                 where = f"{label}, chunk step {t}"
                 with self.watch.watching(stage.venv, stage.start, where), self._located(stage, where):
                     result = stage.venv.chunk_step(actions)
                 check_env_result(result, self.env_id, stage.start, f"env worker {self.rank}, {label}, chunk step {t}")
                 for shard in stage.shards:
-                    self.link.to_rollout.put(self.link.key(shard), result.slice(*stage.rows(shard)))
+                    rows = stage.rows(shard)  # a shard that is the whole stage goes as it is (slice() copies episodes)
+                    whole = rows == (0, len(result.dones))
+                    self.link.to_rollout.put(self.link.key(shard), result if whole else result.slice(*rows))
                 stage.obs = result.obs
                 executed += int(result.executed.sum())
         return executed

@@ -163,7 +163,7 @@ class MultiStepRolloutWorker:
             results, acted = [], []
             for i, shards in enumerate(stages):
                 if t > 0:
-                    results.append(ChunkStepResult.concat([_get(link, s) for s in shards]))
+                    results.append(_joined([_get(link, s) for s in shards]))
                     obs[i] = results[i].obs
                 if t < chunk_steps:
                     acted.append(self._act(obs[i], deterministic))
@@ -255,6 +255,11 @@ def _get(link: Link, shard: Shard) -> Any:
             raise item.error
         raise PeerFailureError(item.message)
     return item
+
+
+def _joined(parts: list[ChunkStepResult]) -> ChunkStepResult:
+    """A stage's shard results as one batch (a single shard's as it came: concatenating copies every array)."""
+    return parts[0] if len(parts) == 1 else ChunkStepResult.concat(parts)
 
 
 def _send(link: Link, shards: list[Shard], out: PolicyOutput) -> None:
