@@ -254,13 +254,18 @@ class ActorWorker:
         from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                              get_optimizer_state_dict, set_optimizer_state_dict)
 
-        whole = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        # Only what trains is gathered: frozen weights (a LoRA backbone's) are the config's, which the twin has.
+        whole = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
         weights = get_model_state_dict(self.policy, options=whole)
         optim = get_optimizer_state_dict(self.policy, self.optimizer, options=whole)
         if not self.ranks.is_main:
             return None, None
         twin, twin_optimizer = self._twin()
-        twin.load_state_dict(weights)
+        missing, unexpected = twin.load_state_dict(weights, strict=False)
+        frozen = {name for name, p in twin.named_parameters() if not p.requires_grad}
+        if unexpected or set(missing) - frozen:
+            raise RuntimeError(f"fsdp: the gathered state does not fit the policy (missing "
+                               f"{sorted(set(missing) - frozen)[:5]}, unexpected {unexpected[:5]})")
         set_optimizer_state_dict(twin, twin_optimizer, optim, options=StateDictOptions(full_state_dict=True))
         return twin, twin_optimizer
 

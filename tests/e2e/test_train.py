@@ -65,12 +65,13 @@ def test_short_run_ray(tmp_path, ray_session):
 
 @pytest.mark.slow
 @pytest.mark.ray
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_two_actor_ranks_train_and_resume_into_one(tmp_path, ray_session, strategy):
-    """Rollout ranks 0 and 1 train on actor ranks 0 and 1 of one gloo process group; the checkpoint rank 0
-    writes resumes into a one-rank actor on the local backend."""
+@pytest.mark.parametrize("strategy, mode", [("ddp", "sync"), ("fsdp", "sync"), ("ddp", "async")])
+def test_two_actor_ranks_train_and_resume_into_one(tmp_path, ray_session, strategy, mode):
+    """Rollout ranks 0 and 1 train on actor ranks 0 and 1 of one gloo process group (sync, or async: the actor
+    asks for epoch k's trajectories while k + 1 rolls out); the checkpoint rank 0 writes resumes into a one-rank
+    actor on the local backend."""
     ranks = [*SHORT, "cluster.backend=ray", "cluster.num_env_workers=2", "cluster.num_rollout_workers=2",
-             "actor.num_ranks=2", f"actor.strategy={strategy}"]
+             "actor.num_ranks=2", f"actor.strategy={strategy}", f"runner.mode={mode}"]
     cfg = load_config(RECIPE, [*ranks, f"experiment.output_dir={tmp_path}"])
     first = train(cfg)
     check_run(cfg, first)

@@ -21,7 +21,7 @@ def main(out_dir: str) -> None:
     cluster.wait_for_nodes()
 
     from embodied.config import load_config
-    from embodied.placement import RayBackend
+    from embodied.placement import ActorLostError, RayBackend
     from embodied.workers.group import Workers
 
     cfg = load_config(RECIPE, [
@@ -39,11 +39,18 @@ def main(out_dir: str) -> None:
         placed = {name: ray.get(group.node_ids()) for name, group in groups.items()}
         workers.sync_weights()
         metrics = workers.update(workers.rollout(cfg.rollout.chunk_steps), iteration=1)
+        ray.kill(workers.actor_group.actors[1])  # an actor rank's process dies (its node, an OOM kill...)
+        rollout = workers.rollout(cfg.rollout.chunk_steps)
+        try:
+            workers.update(rollout, iteration=2)
+            lost = "no error"
+        except ActorLostError as exc:
+            lost = str(exc)
     finally:
         workers.close()
         backend.shutdown()
     nodes = {"head": cluster.head_node.node_id, "sim": sim.node_id, "learner": learner.node_id}
-    print(json.dumps({"nodes": nodes, "placed": placed, "loss": metrics["train/loss"]}))
+    print(json.dumps({"nodes": nodes, "placed": placed, "loss": metrics["train/loss"], "lost": lost}))
     ray.shutdown()
     cluster.shutdown()
 

@@ -1,15 +1,17 @@
 """Several nodes (``ray.cluster_utils.Cluster``, each with its own CPUs and custom resources): every worker group
-goes where ``cluster.*_resources`` send it, in placement groups (spread for the envs, packed for the learners)."""
+goes where ``cluster.*_resources`` send it, in placement groups (spread for the envs, packed for the learners),
+and an actor rank that dies there stops the update naming it (the run-level stop, with the last checkpoint and the
+resume command, is tested in ``tests/e2e/test_train.py``)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import math
 import pytest
 
 from embodied.config import ConfigError, load_config
@@ -32,6 +34,7 @@ def test_groups_go_to_the_nodes_their_resources_name_in_placement_groups(tmp_pat
     assert placed["rollout"] == [nodes["learner"]] * 2
     assert nodes["head"] not in sum(placed.values(), [])  # the head (driver) runs no worker
     assert math.isfinite(result["loss"])
+    assert result["lost"].startswith("actor rank 1 of 2 died during the update of iteration 2")
 
 
 def test_custom_resources_the_backend_lacks_and_empty_placement_bundles_are_refused():
