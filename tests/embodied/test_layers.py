@@ -28,9 +28,9 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("env machinery: building and checking envs", ["embodied.env_factory", "embodied.check_env",
                                                    "embodied.preflight"]),
     ("workers", ["embodied.workers"]),
-    ("runs: training, eval, SFT, collection, benchmarks", ["embodied.evaluation", "embodied.runner",
-                                                           "embodied.async_runner", "embodied.sft",
-                                                           "embodied.collect", "embodied.bench"]),
+    ("runs: training, resume, eval, SFT, collection, benchmarks",
+     ["embodied.evaluation", "embodied.runner", "embodied.async_runner", "embodied.resume", "embodied.sft",
+      "embodied.collect", "embodied.bench"]),
     ("entry point", ["embodied.cli"]),
 ]
 LAYER_OF = {component: i for i, (_, components) in enumerate(LAYERS) for component in components}
