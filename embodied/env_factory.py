@@ -158,7 +158,8 @@ def batched_twin(target: Any, cfg: EnvConfig) -> type | None:
     """The ``BatchedEnv`` class that steps ``target``'s envs natively for ``cfg``, or None (one env per env).
 
     An env class offers one through a ``batched_twin(obs_mode)`` classmethod (the built-in tasks do for
-    ``state``, and answer None for ``rgb``); ``env.vectorization: per_env`` declines it.
+    ``state``, and answer None for ``rgb``); ``vectorization: per_env`` declines it (the eval envs' default:
+    ``EvalEnvConfig.vectorization``).
     """
     offer = getattr(target, "batched_twin", None) if isinstance(target, type) and not is_batched(target) else None
     if cfg.vectorization != "native" or not callable(offer):

@@ -77,6 +77,9 @@ class EvalEnvConfig:
     obs_mode: Literal["state", "rgb", "state+rgb"] | None = None  # null = env.obs_mode
     max_episode_steps: int | None = None  # null = env.max_episode_steps
     kwargs: dict[str, Any] | None = None  # null = env.kwargs
+    # per_env (not env.vectorization): eval videos get a frame per sub-step, and `embodied eval` gives the same
+    # numbers with or without --video (a batched twin matches the per-env path to ~1e-13, not to the bit).
+    vectorization: Literal["native", "per_env"] = "per_env"
 
 
 @dataclass
@@ -220,6 +223,7 @@ class Config:
             max_episode_steps=o.max_episode_steps if o.max_episode_steps is not None else e.max_episode_steps,
             auto_reset=False,
             kwargs=dict(o.kwargs if o.kwargs is not None else e.kwargs),
+            vectorization=o.vectorization,
             preflight=e.preflight,
             step_timeout_s=e.step_timeout_s,
             build_retries=e.build_retries,

@@ -377,3 +377,20 @@ def test_control_frequency_is_the_envs_render_fps_or_none():
     assert control_frequency(EnvConfig(id="Reach-v0")) == 20.0  # 1 / (timestep x frame_skip)
     assert control_frequency(EnvConfig(id="tests.plain_envs:PointReach")) == 10.0  # through the adapter
     assert control_frequency(EnvConfig(id="tests.toy_envs:CountingEnv")) is None  # declares none
+
+
+def test_eval_envs_step_per_env_by_default_and_training_envs_natively():
+    """A batched twin gives one frame per chunk step and matches the per-env path to ~1e-13: eval envs default to
+    the per-env path, so videos get a frame per sub-step and an eval's numbers do not depend on --video."""
+    from embodied.config import load_config
+    from embodied.envs.chunked import ChunkedVectorEnv
+    from embodied.env_factory import make_vector_env
+
+    cfg = load_config(None, ["env.id=Reach-v0", "env.num_envs=2"])
+    native, evaluation = make_vector_env(cfg.env, 2), make_vector_env(cfg.resolved_eval_env(), 2, "eval_env")
+    try:
+        assert getattr(type(native), "batched", False) and not isinstance(native, ChunkedVectorEnv)
+        assert isinstance(evaluation, ChunkedVectorEnv)
+    finally:
+        native.close()
+        evaluation.close()
