@@ -93,12 +93,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     stop.cancel()
     report = rss_report(result.run_dir, args.warmup)
     restarts = int(result.history[-1]["workers/restarts"]) if result.history else 0
-    print(f"soak of {to_dict(cfg)['experiment']['name']} ({cfg.cluster.backend}): {len(result.history)} iterations "
+    iterations = len((result.run_dir / "metrics.jsonl").read_text().splitlines())  # the history keeps the last ones
+    print(f"soak of {to_dict(cfg)['experiment']['name']} ({cfg.cluster.backend}): {iterations} iterations "
           f"in {(time.monotonic() - started) / 60:.1f} min, {restarts} env-worker restarts survived; {result.run_dir}")
     print(f"{'process':<12} {'MiB after warm-up':>18} {'MiB at the end':>15} {'slope MiB/h':>12}")
     for name, row in report.items():
         print(f"{name:<12} {row['after_warmup']:>18.1f} {row['end']:>15.1f} {row['slope_mib_per_h']:>12.1f}")
-    return {"restarts": restarts, "iterations": len(result.history), "rss": report, "run_dir": str(result.run_dir)}
+    return {"restarts": restarts, "iterations": iterations, "rss": report, "run_dir": str(result.run_dir)}
 
 
 if __name__ == "__main__":

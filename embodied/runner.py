@@ -44,6 +44,9 @@ from embodied.trust import signing_key
 from embodied.workers.group import Workers
 
 
+HISTORY_KEPT = 5_000  # iterations of metrics a run keeps in memory for TrainResult.history
+
+
 @dataclass
 class TrainResult:
     """What a finished run leaves behind."""
@@ -51,7 +54,9 @@ class TrainResult:
     run_dir: Path
     final_eval: dict[str, float]  # eval/* metrics of the last iteration ({} if it ran no iteration)
     checkpoint: Path | None  # the last checkpoint
-    history: list[dict[str, float]] = field(default_factory=list)  # the metrics of every iteration run
+    # The metrics of every iteration run; of a long run, the last HISTORY_KEPT to 2 x HISTORY_KEPT (metrics.jsonl
+    # has them all).
+    history: list[dict[str, float]] = field(default_factory=list)
     plot: Path | None = None  # learning_curves.png, if drawn
     interrupted: str | None = None  # the signal (SIGINT, SIGTERM) that stopped the run early, if any
     exit_code: int = 0  # 128 + that signal's number (the shell's convention), else 0
@@ -187,6 +192,8 @@ def iteration(it: int, iterations: Iterations, workers: Workers, cfg: Config, lo
         metrics |= evaluate(it)
     logger.log(metrics, step=it, videos=evaluate.videos())
     history.append(metrics)
+    if len(history) > 2 * HISTORY_KEPT:  # a long run: ~3.6 KB an iteration would grow the driver for good
+        del history[:-HISTORY_KEPT]  # (metrics.jsonl keeps every row); in blocks, so trimming costs O(1) a row
     if due(it, cfg.runner.checkpoint_every, last) or stop.signal or logger.disk_full:
         in_flight = iterations.pause()  # async: producers at rest, so the envs saved match the counters
         checkpoint = workers.save_checkpoint(run_dir / "checkpoints" / f"iter_{it:06d}", {
