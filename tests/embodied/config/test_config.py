@@ -256,7 +256,7 @@ def test_resolved_eval_env_inherits_env_fields_and_never_auto_resets():
     assert cfg.eval_env == EvalEnvConfig()
     ev = cfg.resolved_eval_env()
     assert ev == EnvConfig(id="Reach-v0", num_envs=8, obs_mode="state+rgb", max_episode_steps=30,
-                           auto_reset=False, kwargs={"reward_type": "sparse"})
+                           auto_reset=False, kwargs={"reward_type": "sparse"}, vectorization="per_env")
     ev.kwargs["x"] = 1
     assert cfg.env.kwargs == {"reward_type": "sparse"}  # a copy, not the training env's dict
 
@@ -267,7 +267,9 @@ def test_resolved_eval_env_takes_its_own_fields():
                              "eval_env.id=tests.toy_envs:CountingEnv"])
     ev = cfg.resolved_eval_env()
     assert ev == EnvConfig(id="tests.toy_envs:CountingEnv", num_envs=3, obs_mode="state+rgb", max_episode_steps=7,
-                           auto_reset=False, kwargs={"image_size": 32})
+                           auto_reset=False, kwargs={"image_size": 32}, vectorization="per_env")  # eval's default
+    native = load_config(None, ["eval_env.vectorization=native"]).resolved_eval_env()
+    assert native.vectorization == "native"
 
 
 def test_to_dict_round_trip():
