@@ -16,6 +16,7 @@ import math
 import os
 import time
 import sys
+import threading
 import uuid
 import warnings
 from collections.abc import Callable
@@ -77,7 +78,7 @@ class MetricLogger:
     @property
     def wandb_id(self) -> str | None:
         """The wandb run id, for checkpoints (None without a wandb sink)."""
-        return next((s.run.id for s in self.sinks if isinstance(s, WandbSink)), None)
+        return next((s.run_id for s in self.sinks if isinstance(s, WandbSink)), None)
 
     def log(self, metrics: dict[str, float], step: int, videos: dict[str, Path] | None = None) -> None:
         """Metrics of iteration ``step`` and the videos finished since the last call."""
@@ -207,12 +208,25 @@ def format_eval(metrics: dict[str, float]) -> str:
 
 
 class WandbSink:
-    """A wandb run (``logger.wandb_mode``, overridden by ``$WANDB_MODE``); resumable by id."""
+    """A wandb run (``logger.wandb_mode``, overridden by ``$WANDB_MODE``); resumable by id.
+
+    The run starts on a thread: importing wandb and ``wandb.init`` (which waits for wandb's own service
+    process) take about a second, which training need not wait for. Rows logged meanwhile wait here and
+    go out, in order, with the first ``log`` after the start (or at ``close``); a start that fails is
+    warned about then and the sink is off.
+    """
 
     name = "wandb"
 
-    def __init__(self, run: Any, video_cls: Any) -> None:
-        self.run, self.video_cls = run, video_cls
+    def __init__(self, start: Callable[[], tuple[Any, Any]], run_id: str) -> None:
+        self.run: Any = None
+        self.video_cls: Any = None
+        self.failed = False
+        self._run_id = run_id
+        self._error: BaseException | None = None
+        self._waiting: list[Callable[[], None]] = []  # calls on the run, in order, until it has started
+        self._thread = threading.Thread(target=self._start, args=(start,), name="wandb-start", daemon=True)
+        self._thread.start()
 
     @classmethod
     def start(cls, cfg: LoggerConfig, run_dir: Path, name: str, config: dict[str, Any],
@@ -221,28 +235,65 @@ class WandbSink:
         mode = os.environ.get("WANDB_MODE", cfg.wandb_mode)
         if mode == "disabled":
             return None
-        import wandb
-
         run_id = wandb_id or uuid.uuid4().hex[:12]
-        # quiet: no banner and no ~30-line run summary at the end unless logger.wandb_summary asks for it.
-        settings = wandb.Settings(quiet=not cfg.wandb_summary, silent=not cfg.wandb_summary)
-        run = wandb.init(project=cfg.project, name=name, dir=str(run_dir), mode=mode, config=config, id=run_id,
-                         resume="allow", reinit="finish_previous", settings=settings)
-        (run_dir / WANDB_ID_FILE).write_text(run.id + "\n")
-        return cls(run, wandb.Video)
+
+        def start_run() -> tuple[Any, Any]:
+            import wandb
+
+            # quiet: no banner and no ~30-line run summary at the end unless logger.wandb_summary asks for it.
+            settings = wandb.Settings(quiet=not cfg.wandb_summary, silent=not cfg.wandb_summary)
+            run = wandb.init(project=cfg.project, name=name, dir=str(run_dir), mode=mode, config=config, id=run_id,
+                             resume="allow", reinit="finish_previous", settings=settings)
+            (run_dir / WANDB_ID_FILE).write_text(run.id + "\n")
+            return run, wandb.Video
+
+        return cls(start_run, run_id)
+
+    @property
+    def run_id(self) -> str | None:
+        """The run's id (known before it has started), None once its start failed."""
+        return None if self.failed else self._run_id
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        self.run.log(metrics, step=step)
+        self._waiting.append(lambda: self.run.log(metrics, step=step))
+        self._drain(wait=False)
 
     def log_videos(self, videos: dict[str, Path], step: int) -> None:
-        # Videos written on another node of a Ray cluster are not here to upload: skip them.
-        media = {key: self.video_cls(str(path), caption=path.parent.name, format="mp4")
-                 for key, path in videos.items() if path.is_file()}
-        if media:
-            self.run.log(media, step=step)
+        def send() -> None:
+            # Videos written on another node of a Ray cluster are not here to upload: skip them.
+            media = {key: self.video_cls(str(path), caption=path.parent.name, format="mp4")
+                     for key, path in videos.items() if path.is_file()}
+            if media:
+                self.run.log(media, step=step)
+
+        self._waiting.append(send)
+        self._drain(wait=False)
 
     def close(self) -> None:
-        self.run.finish()
+        self._drain(wait=True)
+        if self.run is not None:
+            self.run.finish()
+
+    def _start(self, start: Callable[[], tuple[Any, Any]]) -> None:
+        try:
+            self.run, self.video_cls = start()
+        except Exception as exc:  # noqa: BLE001 - reported on the training thread (_drain)
+            self._error = exc
+
+    def _drain(self, wait: bool) -> None:
+        """Send the waiting calls once the run has started (``wait``: wait for it); each call is sent once, so
+        one that raises (reported by ``MetricLogger``) is dropped."""
+        if self._thread.is_alive() and not wait:
+            return
+        self._thread.join()
+        if self._error is not None:
+            error, self._error, self.failed = self._error, None, True
+            warnings.warn(f"{self.name} logging could not start, switching it off: {error!r}", stacklevel=4)
+        if self.failed:
+            self._waiting = []
+            return
+        while self._waiting:
+            self._waiting.pop(0)()
 
 
 class TensorBoardSink:

@@ -2,16 +2,19 @@
 
 The batched built-in tasks (``envs/mujoco_batched.py``) keep every env as rows of arrays (its
 integration state, warm start, controls and mocap targets) rather than as an ``MjData`` each. A chunk is
-stepped by ``mujoco.rollout`` (C++; it releases the GIL) on a pool of ``nthread`` Python threads, each
-with its own ``MjData``, over a contiguous slice of the envs: one native call per env and chunk.
+stepped by ``mujoco.rollout`` (C++; it releases the GIL) in one of two ways:
 
-Why one call per env rather than one call for all N worlds: rollout returns states, not the solver's
-warm start (``qacc_warmstart``), and a chunk that starts from another warm start than the per-env env's
-drifts from it (3.6e-6 after 100 PickPlace steps with contacts). A call on one world leaves that world's
-warm start in the thread's ``MjData``, where it is read back, so the batched path is the per-env one to
-the last bit. Tasks whose reward reads contacts (grasps) step one control step per call instead: after
-it the thread's ``MjData`` holds the contacts of the last physics step, exactly what ``TableTopEnv.step``
-reads.
+- one native call per env and chunk, on ``nthread`` threads (the calling one and a pool), each with its own
+  ``MjData``, over a contiguous slice of the envs. Why not one call for all N worlds: rollout returns
+  states, not the solver's warm start (``qacc_warmstart``), and a chunk that starts from another warm start
+  than the per-env env's drifts from it (3.6e-6 after 100 PickPlace steps with contacts; 2.4e-5 in Push
+  with a cold start every control step). A call on one world leaves that world's warm start in the thread's
+  ``MjData``, where it is read back, so the batched path is the per-env one to the last bit. Tasks whose
+  reward reads contacts (grasps) step one control step per call instead: after it the thread's ``MjData``
+  holds the contacts of the last physics step, exactly what ``TableTopEnv.step`` reads.
+- ``exact_warmstart=False`` (Reach, where nothing touches: a cold start moves the state by ~1e-13): one
+  call for all N worlds on MuJoCo's own thread pool, with no Python between worlds, each chunk starting
+  the solver cold, as the env's reset does.
 """
 
 from __future__ import annotations
@@ -73,9 +76,11 @@ class NativeStepper:
     """
 
     def __init__(self, model: mujoco.MjModel, num_envs: int, nthread: int | None,
-                 finger_geoms: tuple[int, int] | None = None) -> None:
+                 finger_geoms: tuple[int, int] | None = None, exact_warmstart: bool = True) -> None:
         """``finger_geoms`` (left, right): report, per control step, whether each touches the env's contact
-        geom (then each control step is its own native call)."""
+        geom (then each control step is its own native call). ``exact_warmstart=False``: a chunk of every env
+        is one native call on MuJoCo's own threads, each chunk starting the solver cold (``warmstart`` stays
+        as reset left it), for models where that moves nothing that matters (the task says why)."""
         self.model = model
         self.num_envs = num_envs
         self.nthread = resolve_nthread(nthread, num_envs)
@@ -84,9 +89,14 @@ class NativeStepper:
         self.state = np.zeros((num_envs, self.nstate))
         self.warmstart = np.zeros((num_envs, model.nv))
         self.finger_geoms = finger_geoms
+        self.exact_warmstart = exact_warmstart or finger_geoms is not None
+        # One call for all worlds on MuJoCo's thread pool (nthread=0: the calling thread), no Python between them.
+        batch_threads = self.nthread if self.nthread > 1 else 0
+        self._batch = None if self.exact_warmstart else _rollout.Rollout(nthread=batch_threads)
         self._datas = [mujoco.MjData(model) for _ in range(self.nthread)]
         self._rollouts = [_rollout.Rollout(nthread=0) for _ in range(self.nthread)]  # runs on the calling thread
-        self._pool = ThreadPoolExecutor(self.nthread - 1, thread_name_prefix="mj-step") if self.nthread > 1 else None
+        own_pool = self.nthread > 1 and self._batch is None  # the batch call has MuJoCo's threads
+        self._pool = ThreadPoolExecutor(self.nthread - 1, thread_name_prefix="mj-step") if own_pool else None
         bounds = np.linspace(0, num_envs, self.nthread + 1).round().astype(int)
         self._slices = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
@@ -103,9 +113,13 @@ class NativeStepper:
         """
         n, chunk = controls.shape[:2]
         per_physics = np.repeat(controls, frame_skip, axis=1)  # [N, C * frame_skip, ncontrol]
-        out = np.zeros((n, chunk * frame_skip, self.nstate))  # rows of envs not stepped stay 0
+        shape = (n, chunk * frame_skip, self.nstate)
+        out = np.empty(shape) if active.all() else np.zeros(shape)  # rows of envs not stepped stay 0
         contacts = np.zeros((n, chunk, 2), dtype=bool) if self.finger_geoms is not None else None
         envs = np.flatnonzero(active)
+        if self._batch is not None:
+            self._all_at_once(envs, per_physics, out)
+            return ChunkPhysics(out[:, frame_skip - 1::frame_skip], None)
 
         def work(k: int) -> None:
             lo, hi = self._slices[k]
@@ -121,6 +135,21 @@ class NativeStepper:
         for future in futures:
             future.result()
         return ChunkPhysics(out[:, frame_skip - 1::frame_skip], contacts)
+
+    def _all_at_once(self, envs: np.ndarray, controls: np.ndarray, out: np.ndarray) -> None:
+        """The chunk of envs ``envs`` as one native call over MuJoCo's threads, each from its stored warm start."""
+        if not len(envs):
+            return  # every episode is over (auto_reset off): nothing to step
+        every = len(envs) == self.num_envs
+        start, warm, control = ((self.state, self.warmstart, controls) if every else
+                                (self.state[envs], self.warmstart[envs], np.ascontiguousarray(controls[envs])))
+        states = out if every else np.empty((len(envs),) + out.shape[1:])
+        nstep = controls.shape[1]
+        datas = self._datas if self.nthread > 1 else self._datas[:1]
+        self._batch.rollout([self.model] * len(envs), datas, nstep, CONTROL_SPEC, start, warm, control, states,
+                            np.empty((len(envs), nstep, self.model.nsensordata)), None)
+        if not every:
+            out[envs] = states
 
     def _whole_chunk(self, k: int, i: int, controls: np.ndarray, out: np.ndarray) -> None:
         data = self._datas[k]
@@ -151,6 +180,7 @@ class NativeStepper:
 
     def close(self) -> None:
         """Stop the threads."""
+        self._batch = None  # its threads end with it
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
