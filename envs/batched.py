@@ -65,6 +65,21 @@ class BatchedEnv(Protocol):
         """Free simulator resources."""
 
 
+def check_chunk_actions(actions: np.ndarray, num_envs: int, action_dim: int, name: str) -> np.ndarray:
+    """``actions`` as float32 [num_envs, C, action_dim] with C >= 1 and every entry finite, or a ValueError naming
+    ``name`` (the env) and what is wrong: the chunk-step contract's input check, shared by every implementation."""
+    actions = np.asarray(actions, dtype=np.float32)
+    expected = f"[{num_envs}, C, {action_dim}]"
+    if actions.ndim != 3 or actions.shape[0] != num_envs or actions.shape[2] != action_dim:
+        raise ValueError(f"{name}: actions must have shape {expected} (C >= 1), got {list(actions.shape)}")
+    if actions.shape[1] < 1:
+        raise ValueError(f"{name}: action chunk length must be >= 1, got shape {list(actions.shape)}")
+    if not np.isfinite(actions).all():
+        bad = np.argwhere(~np.isfinite(actions))[0].tolist()
+        raise ValueError(f"{name}: actions contain NaN or inf (first at [env, step, dim] = {bad})")
+    return actions
+
+
 def is_batched(target: object) -> bool:
     """Whether a registered env entry point implements ``BatchedEnv`` itself."""
     return bool(getattr(target, "batched", False))

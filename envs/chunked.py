@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from embodied.envs.batched import check_chunk_actions
 from embodied.numerics import NonFiniteError
 from embodied.types import TASK_DESCRIPTIONS, ChunkStepResult, EnvError, EpisodeFrames, EpisodeStats, Obs
 
@@ -206,7 +207,7 @@ class ChunkedVectorEnv:
         """Run one action chunk per env; see the module docstring for the contract."""
         if not self._obs:
             raise RuntimeError(f"{self.name}: call reset() before chunk_step()")
-        actions = self._check_actions(actions)
+        actions = check_chunk_actions(actions, self.num_envs, self.action_dim, self.name)
         return self._run_chunk(actions.shape[1], lambda i, c: actions[i, c])
 
     def expert_chunk_step(self, chunk: int, noise: float = 0.0,
@@ -373,18 +374,6 @@ class ChunkedVectorEnv:
         out: Obs = {key: np.stack([o[key] for o in per_env]) for key in per_env[0]}
         out[TASK_DESCRIPTIONS] = [ep.task for ep in self._episodes]  # read once per episode, at its reset
         return out
-
-    def _check_actions(self, actions: np.ndarray) -> np.ndarray:
-        actions = np.asarray(actions, dtype=np.float32)
-        expected = f"[{self.num_envs}, C, {self.action_dim}]"
-        if actions.ndim != 3 or actions.shape[0] != self.num_envs or actions.shape[2] != self.action_dim:
-            raise ValueError(f"{self.name}: actions must have shape {expected} (C >= 1), got {list(actions.shape)}")
-        if actions.shape[1] < 1:
-            raise ValueError(f"{self.name}: action chunk length must be >= 1, got shape {list(actions.shape)}")
-        if not np.isfinite(actions).all():
-            bad = np.argwhere(~np.isfinite(actions))[0].tolist()
-            raise ValueError(f"{self.name}: actions contain NaN or inf (first at [env, step, dim] = {bad})")
-        return actions
 
 
 def _non_finite(obs: Any, reward: Any) -> str:

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 import mujoco
 import numpy as np
 
+from embodied.envs.batched import check_chunk_actions
 from embodied.numerics import NonFiniteError
 from embodied.types import STATES, TASK_DESCRIPTIONS, ChunkStepResult, EpisodeStats, Obs
 from embodied.envs.mujoco_base import FINGER_RANGE, TableTopEnv
@@ -141,7 +142,7 @@ class TableTopBatchedEnv:
         """Run one action chunk float32 [B, C, A] under the chunk-step contract (``envs/chunked.py``)."""
         if not self._was_reset:
             raise RuntimeError(f"{self.name}: call reset() before chunk_step()")
-        actions = self._check_actions(actions)
+        actions = check_chunk_actions(actions, self.num_envs, self.action_dim, self.name)
         n, chunk = actions.shape[:2]
         active = ~self._finished
         self.progress = (time.monotonic(), -1, 0, "step")
@@ -307,18 +308,6 @@ class TableTopBatchedEnv:
 
     def _obs(self) -> Obs:
         return {STATES: self._states.copy(), TASK_DESCRIPTIONS: list(self._tasks)}
-
-    def _check_actions(self, actions: np.ndarray) -> np.ndarray:
-        actions = np.asarray(actions, dtype=np.float32)
-        expected = f"[{self.num_envs}, C, {self.action_dim}]"
-        if actions.ndim != 3 or actions.shape[0] != self.num_envs or actions.shape[2] != self.action_dim:
-            raise ValueError(f"{self.name}: actions must have shape {expected} (C >= 1), got {list(actions.shape)}")
-        if actions.shape[1] < 1:
-            raise ValueError(f"{self.name}: action chunk length must be >= 1, got shape {list(actions.shape)}")
-        if not np.isfinite(actions).all():
-            bad = np.argwhere(~np.isfinite(actions))[0].tolist()
-            raise ValueError(f"{self.name}: actions contain NaN or inf (first at [env, step, dim] = {bad})")
-        return actions
 
 
 # -- vectorised kinematics and shaping (the per-env task's formulas on arrays) ----------------------

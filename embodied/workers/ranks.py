@@ -99,8 +99,6 @@ class ProcessGroup(Ranks):
 
         self.dist, self.rank, self.size, self.strategy = dist, rank, size, strategy
         self.backend = resolve_backend(backend)
-        if self.backend == "nccl":
-            torch.cuda.set_device(torch.cuda.current_device())
         dist.init_process_group(self.backend, init_method=f"tcp://{address}", rank=rank, world_size=size,
                                 timeout=timedelta(seconds=timeout_s))
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
