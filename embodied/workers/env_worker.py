@@ -45,6 +45,25 @@ def release_freed_memory() -> bool:
     return True
 
 
+# glibc serves an allocation this large or larger with its own mmap, returned whole when freed. Left alone,
+# glibc raises its threshold to the size of each large block freed (up to 32 MiB): after the first env is
+# freed, MuJoCo's MjData arenas (13-15 MiB each for the built-in tasks, mostly never touched) come from the
+# heap, and every restart or replay that rebuilds them leaves resident holes there. A Reach soak's driver grew
+# ~226 MiB/h that way while its objects stayed flat. Below the threshold (rollout arrays, a tiny VLA's
+# activations) the heap keeps serving, as before.
+MMAP_THRESHOLD_BYTES = 8 << 20
+
+
+def pin_mmap_threshold(nbytes: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """Fix glibc's mmap threshold for this process (``mallopt(M_MMAP_THRESHOLD)``, which also stops its
+    dynamic raising); whether it could (not on other C libraries, whose allocators behave otherwise)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(-3, nbytes))  # -3: M_MMAP_THRESHOLD in glibc's malloc.h; returns 1 on success
+
+
 @dataclass
 class _Stage:
     """One pipeline stage of an env worker: contiguous shards, their vector env, its current obs."""
@@ -75,6 +94,7 @@ class EnvWorker:
         worker whose envs ``restore`` sets)."""
         if seed is None:  # a replacement: what the replaced worker's envs freed goes back to the system first
             release_freed_memory()
+        pin_mmap_threshold()  # simulators' large buffers (MjData arenas) are mapped, and unmapped when freed
         torch.set_num_threads(torch_threads)
         # A segfault in a simulator prints the Python stack of every thread (Ray runs env methods on
         # threads of its own; Ray's own handler shows only the main thread's).

@@ -126,3 +126,35 @@ def test_a_long_run_keeps_a_bounded_history_in_memory(tmp_path, monkeypatch):
     rows = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 7 and len(result.history) == 4  # trimmed to 2 at the 5th, then the 6th and 7th
     assert [m["env_steps"] for m in result.history] == [r["env_steps"] for r in rows[-4:]]
+
+
+def test_env_workers_map_simulator_buffers_so_that_freeing_them_returns_them():
+    """MuJoCo's MjData arena is 13 MiB for Reach-v0, mostly never touched. Once glibc raised its mmap threshold
+    past that (it does after the first such block is freed), rebuilt envs came from the heap and left resident
+    holes: a soak's driver grew ~226 MiB/h. An env worker pins the threshold, so the blocks are mapped and
+    unmapped whole: building and freeing 20 MjData leaves the heap as it was."""
+    import ctypes
+
+    import mujoco
+
+    import embodied.workers.env_worker as env_worker
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                         "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except AttributeError:
+        pytest.skip("not glibc >= 2.33")
+    mallinfo2.restype = MallInfo2
+    restarted_group(EnvConfig(id="Reach-v0", num_envs=2), 1)  # builds an env worker, as a run does
+    model = mujoco.MjModel.from_xml_string("<mujoco><size memory='13M'/><worldbody><body><freejoint/>"
+                                           "<geom size='.1'/></body></worldbody></mujoco>")
+    heap, mapped = mallinfo2().arena, mallinfo2().hblkhd
+    datas = [mujoco.MjData(model) for _ in range(20)]
+    assert mallinfo2().hblkhd - mapped >= 20 * 13 << 20  # each arena a mapping of its own
+    del datas
+    assert mallinfo2().hblkhd - mapped < 1 << 20  # all handed back
+    assert mallinfo2().arena - heap < 32 << 20  # and the heap never held them (260 MiB without the pin)
+    assert env_worker.MMAP_THRESHOLD_BYTES < 13 << 20
