@@ -23,7 +23,8 @@ from embodied.checkpoint import PACKAGES, package_version
 from embodied.config import Config, EnvConfig
 from embodied.config.schema import VideoConfig
 from embodied.eval_plan import EvalPlan, env_eval_episodes
-from embodied.placement import ActorLostError, Backend, ClusterLostError, LocalBackend, WorkerGroup, process_rss_mib
+from embodied.placement import (ActorLostError, Backend, ClusterLostError, LocalBackend, WorkerGroup, process_rss_mib,
+                                without_frames)
 from embodied.policy import Policy, PolicySpec
 from embodied.registry import ALGORITHMS, ENVS
 from embodied.types import EpisodeStats, EvalEpisode, PeerFailure, PeerFailureError, RolloutSummary, Trajectory
@@ -317,6 +318,7 @@ class Evaluator:
             try:
                 return exchange(self.backend, handles, self.envs, env_handles), set(fresh)
             except WorkerFailure as failure:
+                without_frames(failure)  # its finished frames held this round's futures and workers in a cycle
                 self.backend.check_connected()  # a worker lost with its cluster is not restarted
                 where = f"eval episodes from {min(episode_ids)}" + (f" at iteration {self.iteration}" if self.iteration else "")
                 replayed = failure.signature == last or failure.signature in self.replayed
@@ -435,6 +437,7 @@ class Workers:
             try:
                 return exchange(self.backend, handles, self.train_envs, env_handles)
             except WorkerFailure as failure:
+                without_frames(failure)  # its finished frames held this round's futures and workers in a cycle
                 self.backend.check_connected()  # a worker lost with its cluster is not restarted
                 replayed, last = failure.signature == last, failure.signature
                 new_seed = self.fresh_seed(self.restarts.used + 1) if replayed else None

@@ -158,3 +158,31 @@ def test_env_workers_map_simulator_buffers_so_that_freeing_them_returns_them():
     assert mallinfo2().hblkhd - mapped < 1 << 20  # all handed back
     assert mallinfo2().arena - heap < 32 << 20  # and the heap never held them (260 MiB without the pin)
     assert env_worker.MMAP_THRESHOLD_BYTES < 13 << 20
+
+
+def test_a_failed_env_workers_envs_are_freed_when_it_is_replaced_not_at_a_full_collection(tmp_path, monkeypatch):
+    """A worker's exception reached the driver with frames holding the worker and its envs, in a cycle that only
+    Python's rare full collections free: a soak kept up to five replaced workers' envs alive. Errors now cross the
+    worker boundary without their frames' variables, and the driver lets go of a handled failure's frames. With
+    the collector off, the env that raised is gone once the run ends."""
+    import gc
+
+    from tests.embodied.workers.test_faults import faulty_config
+    from tests.toy_envs import FaultyEnv
+
+    raised: list[weakref.ref] = []
+    broken = FaultyEnv._broken_physics
+
+    def tracked(self):
+        raised.append(weakref.ref(self))
+        return broken(self)
+
+    monkeypatch.setattr(FaultyEnv, "_broken_physics", tracked)
+    gc.collect()
+    gc.disable()
+    try:
+        result = runner.train(faulty_config(tmp_path, "raise", tmp_path / "fault.marker"))
+        assert result.history[-1]["workers/restarts"] == 1.0 and len(raised) == 1  # the fault did happen
+        assert raised[0]() is None, "the failed worker's env outlived its replacement"
+    finally:
+        gc.enable()
