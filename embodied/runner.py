@@ -15,9 +15,7 @@ At the end: the last videos, ``learning_curves.png``.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import random
-import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -47,9 +45,6 @@ from embodied.workers.group import Workers
 
 
 HISTORY_KEPT = 5_000  # iterations of metrics a run keeps in memory for TrainResult.history
-# A torch optimizer's first step imports torch._dynamo (~0.9 s of CPU here, a third of the default recipe's start-up);
-# a local run's actor lives in this process, so the import starts on a thread while the preflight and the envs run.
-OPTIMIZER_IMPORTS = ("torch._dynamo",)
 
 
 @dataclass
@@ -117,8 +112,6 @@ def train(cfg: Config) -> TrainResult:
 
 def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -> TrainResult:
     """The run around the iterations: checks, run dir, workers, resume, eval, logging, checkpoints."""
-    if cfg.cluster.backend == "local":
-        import_in_background(OPTIMIZER_IMPORTS)
     check_before_start(cfg)
     resume = resume_point(cfg)
     signing_key()  # checkpoints sign their env snapshots: an unsafe key file fails here, before anything starts
@@ -168,21 +161,6 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
     final_eval = {k: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
     plot = draw_learning_curves(run_dir) if cfg.runner.plot else None
     return TrainResult(run_dir, final_eval, checkpoint, history, plot, stop.signal, stop.exit_code, discarded)
-
-
-def import_in_background(modules: tuple[str, ...]) -> threading.Thread:
-    """Import ``modules`` on a daemon thread (what is already imported costs nothing); a failure is left to the
-    import that needs the module, which raises it where it belongs."""
-    def work() -> None:
-        for name in modules:
-            try:
-                importlib.import_module(name)
-            except Exception:  # noqa: BLE001 - the real import raises it again, with its own traceback
-                return
-
-    thread = threading.Thread(target=work, name="import-in-background", daemon=True)
-    thread.start()
-    return thread
 
 
 def check_before_start(cfg: Config) -> None:
