@@ -228,6 +228,8 @@ class MultiStepRolloutWorker:
         results: list[ChunkStepResult] = [s[1] for s in steps]
 
         def stack(arrays: list) -> torch.Tensor:
+            if isinstance(arrays[0], np.ndarray):  # one copy, writable (Ray hands over read-only arrays)
+                return torch.from_numpy(np.stack(arrays))
             return torch.stack([torch.as_tensor(a) for a in arrays])
 
         return Trajectory(
