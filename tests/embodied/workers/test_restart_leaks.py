@@ -132,31 +132,47 @@ def test_env_workers_map_simulator_buffers_so_that_freeing_them_returns_them():
     """MuJoCo's MjData arena is 13 MiB for Reach-v0, mostly never touched. Once glibc raised its mmap threshold
     past that (it does after the first such block is freed), rebuilt envs came from the heap and left resident
     holes: a soak's driver grew ~226 MiB/h. An env worker pins the threshold, so the blocks are mapped and
-    unmapped whole: building and freeing 20 MjData leaves the heap as it was."""
-    import ctypes
-
-    import mujoco
+    unmapped whole: building and freeing 20 MjData leaves the heap as it was. Measured in a process of its own,
+    where no other test's threads allocate meanwhile."""
+    import json
+    import subprocess
+    import sys
 
     import embodied.workers.env_worker as env_worker
 
-    class MallInfo2(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                         "fsmblks", "uordblks", "fordblks", "keepcost")]
+    script = """
+import ctypes, json, mujoco
+from embodied.config import EnvConfig
+from tests.embodied.workers.test_restart_leaks import restarted_group
 
-    try:
-        mallinfo2 = ctypes.CDLL(None).mallinfo2
-    except AttributeError:
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                              "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+mallinfo2 = ctypes.CDLL(None).mallinfo2
+mallinfo2.restype = MallInfo2
+restarted_group(EnvConfig(id="Reach-v0", num_envs=2), 1)  # builds an env worker, as a run does
+model = mujoco.MjModel.from_xml_string("<mujoco><size memory='13M'/><worldbody><body><freejoint/>"
+                                       "<geom size='.1'/></body></worldbody></mujoco>")
+before = mallinfo2()
+datas = [mujoco.MjData(model) for _ in range(20)]
+held = mallinfo2()
+del datas
+after = mallinfo2()
+print(json.dumps({"mapped_held": held.hblkhd - before.hblkhd, "mapped_left": after.hblkhd - before.hblkhd,
+                  "heap_grew": after.arena - before.arena}))
+"""
+    import ctypes
+
+    if not hasattr(ctypes.CDLL(None), "mallinfo2"):
         pytest.skip("not glibc >= 2.33")
-    mallinfo2.restype = MallInfo2
-    restarted_group(EnvConfig(id="Reach-v0", num_envs=2), 1)  # builds an env worker, as a run does
-    model = mujoco.MjModel.from_xml_string("<mujoco><size memory='13M'/><worldbody><body><freejoint/>"
-                                           "<geom size='.1'/></body></worldbody></mujoco>")
-    heap, mapped = mallinfo2().arena, mallinfo2().hblkhd
-    datas = [mujoco.MjData(model) for _ in range(20)]
-    assert mallinfo2().hblkhd - mapped >= 20 * 13 << 20  # each arena a mapping of its own
-    del datas
-    assert mallinfo2().hblkhd - mapped < 1 << 20  # all handed back
-    assert mallinfo2().arena - heap < 32 << 20  # and the heap never held them (260 MiB without the pin)
+    root = Path(__file__).resolve().parents[3]
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert m["mapped_held"] >= 20 * 13 << 20  # each arena a mapping of its own
+    assert m["mapped_left"] < 1 << 20  # all handed back
+    assert m["heap_grew"] < 32 << 20  # and the heap never held them (260 MiB without the pin)
     assert env_worker.MMAP_THRESHOLD_BYTES < 13 << 20
 
 
