@@ -138,7 +138,7 @@ class _WorkerThread:
                 future.set_result(result)
             else:
                 future.set_exception(without_frames(error))
-            del call, future, fn, args, result, error  # this thread holds nothing of the call while it waits for the next
+            del call, future, fn, args, result, error  # hold nothing of the call while waiting for the next
 
 
 class LocalGroup:
