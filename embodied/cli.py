@@ -125,6 +125,16 @@ def _env_error(exc: Exception) -> int:
 
 def _train(path: str, overrides: list[str]) -> int:
     from embodied.config import ConfigError, load_config
+    from embodied.logger import prestart_wandb
+
+    try:
+        cfg = load_config(path, overrides)  # imports no torch
+    except ConfigError as exc:
+        return _error(exc)
+    except Exception as exc:
+        return _env_error(exc)
+    prestart_wandb(cfg.logger)  # wandb's import, on the other core, while torch's runs here
+
     from embodied.runner import train
 
     from embodied.atomic import DiskFullError
@@ -132,7 +142,7 @@ def _train(path: str, overrides: list[str]) -> int:
     from embodied.placement import ActorLostError, ClusterLostError
 
     try:
-        result = train(load_config(path, overrides))
+        result = train(cfg)
     except ConfigError as exc:
         return _error(exc)
     except (DiskFullError, CheckpointError) as exc:

@@ -14,9 +14,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
+import queue
+import subprocess
 import sys
 import threading
+import time
 import uuid
 import warnings
 from collections.abc import Callable
@@ -25,6 +27,7 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
+from embodied import wandb_process
 from embodied.atomic import atomic_path, disk_full
 from embodied.config import LoggerConfig
 
@@ -208,46 +211,44 @@ def format_eval(metrics: dict[str, float]) -> str:
 
 
 class WandbSink:
-    """A wandb run (``logger.wandb_mode``, overridden by ``$WANDB_MODE``); resumable by id.
+    """A wandb run (``logger.wandb_mode``, overridden by ``$WANDB_MODE``), resumable by id, in a process
+    of its own (:mod:`embodied.wandb_process`).
 
-    The run starts on a thread: importing wandb and ``wandb.init`` (which waits for wandb's own service
-    process) take about a second, which training need not wait for. Rows logged meanwhile wait here and
-    go out, in order, with the first ``log`` after the start (or at ``close``); a start that fails is
-    warned about then and the sink is off.
+    Importing wandb and ``wandb.init`` take about a second of CPU; on a thread here they held the GIL
+    that the first iterations need, so they run beside training instead. Rows go to that process over
+    its stdin, written by a thread of this one, so a slow or stuck wandb never blocks training. A start
+    that fails is warned about at the next ``log`` (or at ``close``) and the sink is off; a ``log`` that
+    fails there is printed to stderr by that process (``[logging] wandb log failed``), and the next goes on.
     """
 
     name = "wandb"
+    close_timeout_s = 120.0  # wandb's finish syncs the run; past this the process is killed
 
-    def __init__(self, start: Callable[[], tuple[Any, Any]], run_id: str) -> None:
-        self.run: Any = None
-        self.video_cls: Any = None
+    def __init__(self, start: dict[str, Any], run_id: str) -> None:
         self.failed = False
         self._run_id = run_id
-        self._error: BaseException | None = None
-        self._waiting: list[Callable[[], None]] = []  # calls on the run, in order, until it has started
-        self._thread = threading.Thread(target=self._start, args=(start,), name="wandb-start", daemon=True)
-        self._thread.start()
+        self._status: dict[str, str] | None = None  # the process's answer to the start
+        handle = wandb_process.take()
+        self.process = handle.popen
+        self._rows: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._rows.put(_line(start))
+        self._writer = threading.Thread(target=self._write, name="wandb-rows", daemon=True)
+        self._reader = threading.Thread(target=self._read, args=(handle.status_fd,), name="wandb-status", daemon=True)
+        self._writer.start()
+        self._reader.start()
 
     @classmethod
     def start(cls, cfg: LoggerConfig, run_dir: Path, name: str, config: dict[str, Any],
               wandb_id: str | None) -> WandbSink | None:
         """The sink, or None when wandb is disabled; ``wandb_id`` continues that run."""
-        mode = os.environ.get("WANDB_MODE", cfg.wandb_mode)
+        mode = wandb_mode(cfg)
         if mode == "disabled":
             return None
         run_id = wandb_id or uuid.uuid4().hex[:12]
-
-        def start_run() -> tuple[Any, Any]:
-            import wandb
-
-            # quiet: no banner and no ~30-line run summary at the end unless logger.wandb_summary asks for it.
-            settings = wandb.Settings(quiet=not cfg.wandb_summary, silent=not cfg.wandb_summary)
-            run = wandb.init(project=cfg.project, name=name, dir=str(run_dir), mode=mode, config=config, id=run_id,
-                             resume="allow", reinit="finish_previous", settings=settings)
-            (run_dir / WANDB_ID_FILE).write_text(run.id + "\n")
-            return run, wandb.Video
-
-        return cls(start_run, run_id)
+        init = {"project": cfg.project, "name": name, "dir": str(run_dir), "mode": mode, "config": config,
+                "id": run_id, "resume": "allow", "reinit": "finish_previous"}
+        # summary: wandb's banner and ~30-line run summary at the end only if logger.wandb_summary asks for them.
+        return cls({"init": init, "summary": cfg.wandb_summary, "id_file": str(run_dir / WANDB_ID_FILE)}, run_id)
 
     @property
     def run_id(self) -> str | None:
@@ -255,45 +256,80 @@ class WandbSink:
         return None if self.failed else self._run_id
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        self._waiting.append(lambda: self.run.log(metrics, step=step))
-        self._drain(wait=False)
+        self._send({"log": metrics, "step": step})
 
     def log_videos(self, videos: dict[str, Path], step: int) -> None:
-        def send() -> None:
-            # Videos written on another node of a Ray cluster are not here to upload: skip them.
-            media = {key: self.video_cls(str(path), caption=path.parent.name, format="mp4")
-                     for key, path in videos.items() if path.is_file()}
-            if media:
-                self.run.log(media, step=step)
-
-        self._waiting.append(send)
-        self._drain(wait=False)
+        self._send({"videos": {key: str(path) for key, path in videos.items()}, "step": step})
 
     def close(self) -> None:
-        self._drain(wait=True)
-        if self.run is not None:
-            self.run.finish()
-
-    def _start(self, start: Callable[[], tuple[Any, Any]]) -> None:
+        self._reader.join()  # the start's answer (or the process's end)
+        self._check()
+        self._rows.put(None)  # end of input: the process finishes the run
+        self._writer.join()
         try:
-            self.run, self.video_cls = start()
-        except Exception as exc:  # noqa: BLE001 - reported on the training thread (_drain)
-            self._error = exc
+            self.process.wait(timeout=self.close_timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise TimeoutError(f"wandb did not finish the run in {self.close_timeout_s:.0f} s; "
+                               "its process was killed") from None
 
-    def _drain(self, wait: bool) -> None:
-        """Send the waiting calls once the run has started (``wait``: wait for it); each call is sent once, so
-        one that raises (reported by ``MetricLogger``) is dropped."""
-        if self._thread.is_alive() and not wait:
-            return
-        self._thread.join()
-        if self._error is not None:
-            error, self._error, self.failed = self._error, None, True
-            warnings.warn(f"{self.name} logging could not start, switching it off: {error!r}", stacklevel=4)
+    def _send(self, message: dict[str, Any]) -> None:
+        self._check()
+        if not self.failed:
+            self._rows.put(_line(message))
+
+    def _check(self) -> None:
+        """Switch the sink off, with a warning, once the process says its start failed or has died."""
         if self.failed:
-            self._waiting = []
             return
-        while self._waiting:
-            self._waiting.pop(0)()
+        if not self._reader.is_alive() and self._status is None:  # its status pipe closed without an answer
+            self._status = {"error": f"the wandb process exited with code {self.process.wait()} before it "
+                                     "started the run"}
+        if self._status is not None and "error" in self._status:
+            problem = f"could not start, switching it off: {self._status['error']}"
+        elif self.process.poll() not in (None, 0):
+            problem = f"stopped, switching it off: its process exited with code {self.process.returncode}"
+        else:
+            return
+        self.failed = True
+        warnings.warn(f"{self.name} logging {problem}", stacklevel=4)
+
+    def _read(self, fd: int) -> None:
+        with os.fdopen(fd) as status:
+            line = status.readline()
+        if line:
+            self._status = json.loads(line)
+
+    def _write(self) -> None:
+        stdin = self.process.stdin
+        assert stdin is not None
+        try:
+            while (data := self._rows.get()) is not None:
+                stdin.write(data)
+                stdin.flush()
+        except OSError:
+            pass  # the process died: _check reports it
+        finally:
+            try:
+                stdin.close()
+            except OSError:
+                pass
+
+
+def wandb_mode(cfg: LoggerConfig) -> str:
+    """``logger.wandb_mode``, unless ``$WANDB_MODE`` overrides it."""
+    return os.environ.get("WANDB_MODE", cfg.wandb_mode)
+
+
+def prestart_wandb(cfg: LoggerConfig) -> None:
+    """Start wandb's process now if this run logs to wandb, so that its import runs beside torch's."""
+    if "wandb" in cfg.backends and wandb_mode(cfg) != "disabled":
+        wandb_process.prestart()
+
+
+def _line(message: dict[str, Any]) -> bytes:
+    # default=str: a config may hold paths; metrics are floats, and NaN passes (json writes NaN).
+    return (json.dumps(message, default=str) + "\n").encode()
 
 
 class TensorBoardSink:

@@ -15,7 +15,8 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from embodied.registry import POLICIES, load_entry_point
+from embodied.policy_config import PolicyConfig, policy_config_class
+from embodied.registry import load_entry_point
 from embodied.types import LogprobGranularity, Obs, PolicyOutput
 
 
@@ -29,31 +30,6 @@ class PolicySpec:
     action_low: tuple[float, ...]  # per-dimension bounds of the env's action space
     action_high: tuple[float, ...]
     wrist_image_shape: tuple[int, ...] | None = None  # (H, W, 3) of wrist images, None without them
-
-
-@dataclass
-class PolicyConfig:
-    """Fields every policy has. Subclasses add their own, each with a default and a doc line."""
-
-    type: str = "mlp"  # registered policy name (see `embodied list policies`)
-    action_chunk: int = 1  # C: actions emitted per inference, executed open-loop by the env
-    init_from: str | None = None  # checkpoint (folder or run dir) whose policy weights training starts from, e.g. SFT's
-
-    model_class: ClassVar[str] = ""  # "module:attr" of the Policy subclass built from this config
-    # Fields that shape the weights (besides type and action_chunk): a checkpoint whose policy
-    # differs in one of them cannot be loaded by policy.init_from, which says so up front.
-    architecture_fields: ClassVar[tuple[str, ...]] = ()
-
-    def required_observations(self) -> set[str]:
-        """What the env must give: a subset of {"states", "images"} (checked against env.obs_mode up front)."""
-        return set()
-
-    def validate(self) -> list[str]:
-        """Problems only this policy type can see, each prefixed by its field path (``policy.x``).
-
-        Called by the config loader before any worker starts; the default finds none.
-        """
-        return []
 
 
 class Policy(nn.Module, abc.ABC):
@@ -158,11 +134,3 @@ def build_policy(config: PolicyConfig, spec: PolicySpec) -> Policy:
     """Instantiate the model class the config names."""
     cls = load_entry_point(type(config).model_class)
     return cls(config, spec)
-
-
-def policy_config_class(name: str) -> type[PolicyConfig]:
-    """The registered configuration dataclass for ``policy.type: name``."""
-    cls = POLICIES.resolve(name)
-    if not (isinstance(cls, type) and issubclass(cls, PolicyConfig)):
-        raise TypeError(f"policy {name!r} resolves to {cls!r}, which is not a PolicyConfig subclass")
-    return cls

@@ -22,9 +22,14 @@ from embodied.config import Config, ConfigError, EnvConfig
 from embodied.registry import ENVS
 
 
-def preflight(cfg: EnvConfig, section: str, video: bool) -> None:
-    """Raise ``ConfigError`` if ``cfg``'s env fails a fast check; warn once for each degrading finding."""
-    results = check_env(cfg, fast=True, render="require" if video else "skip")
+def preflight(cfg: EnvConfig, section: str, video: bool, video_vectorization: str = "native") -> None:
+    """Raise ``ConfigError`` if ``cfg``'s env fails a fast check; warn once for each degrading finding.
+
+    With ``video``, frames are checked on the path the eval envs record them through: the eval section's
+    ``vectorization`` (``video_vectorization``), which for a built-in task picks its batched twin or not.
+    """
+    render_path = "native" if video_vectorization == "native" else "per_env"
+    results = check_env(cfg, fast=True, render="require" if video else "skip", render_path=render_path)
     who = _who(cfg, section)
     failed = [r for r in results if r.severity == "error"]
     if failed:
@@ -38,9 +43,9 @@ def preflight_run(cfg: Config, video: bool) -> None:
     """``embodied train``'s preflight: the training env, and the eval env where it is another env (or renders)."""
     eval_env = cfg.resolved_eval_env()
     same = _same_env(cfg.env, eval_env)
-    preflight(cfg.env, "env", video and same)
+    preflight(cfg.env, "env", video and same, eval_env.vectorization)
     if not same:
-        preflight(eval_env, "eval_env", video)
+        preflight(eval_env, "eval_env", video, eval_env.vectorization)
 
 
 def _same_env(a: EnvConfig, b: EnvConfig) -> bool:

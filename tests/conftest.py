@@ -17,9 +17,102 @@ if "EMBODIED_CACHE" not in os.environ:
     os.environ["EMBODIED_CACHE"] = tempfile.mkdtemp(prefix="embodied-test-cache-")
     atexit.register(shutil.rmtree, os.environ["EMBODIED_CACHE"], True)
 
+import json  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
+
+# A stand-in ``wandb`` package. The wandb sink runs wandb in a process of its own, so a monkeypatched
+# ``wandb.init`` would not reach it: the fixture puts this package first on that process's PYTHONPATH.
+FAKE_WANDB = """
+import json, os
+
+
+def _record(entry):
+    with open(os.environ["FAKE_WANDB_LOG"], "a") as f:
+        f.write(json.dumps(entry) + "\\n")
+
+
+class Settings:
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+class Video:
+    def __init__(self, path, caption=None, format=None):
+        self.path, self.caption, self.format = path, caption, format
+
+
+class Run:
+    def __init__(self, **kwargs):
+        self.id = kwargs.get("id") or "fake"
+        self.fail_on = os.environ.get("FAKE_WANDB_FAIL", "")
+        if self.fail_on == "init":
+            raise RuntimeError("cannot reach wandb")
+        kwargs["settings"] = kwargs["settings"].kwargs
+        _record({"init": kwargs})
+
+    def log(self, data, step):
+        if self.fail_on == "log":
+            raise ConnectionError("wandb is down")
+        _record({"log": {k: {"Video": v.path} if isinstance(v, Video) else v for k, v in data.items()},
+                 "step": step})
+
+    def finish(self):
+        if self.fail_on == "finish":
+            raise ConnectionError("wandb is down")
+        _record({"finish": True})
+
+
+def init(**kwargs):
+    return Run(**kwargs)
+"""
+
+
+@dataclass
+class FakeWandbRun:
+    """What the stand-in wandb recorded of one run."""
+
+    init_kwargs: dict[str, Any]
+    logged: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    finished: bool = False
+
+
+class FakeWandb:
+    """The stand-in wandb, seen from a test: ``fail_on`` (``init``, ``log`` or ``finish``) and its ``runs``."""
+
+    def __init__(self, log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.log, self.monkeypatch = log, monkeypatch
+
+    def fail_on(self, method: str) -> None:
+        self.monkeypatch.setenv("FAKE_WANDB_FAIL", method)
+
+    def runs(self) -> list[FakeWandbRun]:
+        runs: list[FakeWandbRun] = []
+        lines = self.log.read_text().splitlines() if self.log.exists() else []
+        for entry in map(json.loads, lines):
+            if "init" in entry:
+                runs.append(FakeWandbRun(entry["init"]))
+            elif "log" in entry:
+                runs[-1].logged.append((entry["step"], entry["log"]))
+            else:
+                runs[-1].finished = True
+        return runs
+
+
+@pytest.fixture
+def fake_wandb(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> FakeWandb:
+    """wandb, offline, replaced in the wandb sink's process by a stand-in that records each call."""
+    root = tmp_path_factory.mktemp("fake_wandb")
+    (root / "wandb").mkdir()
+    (root / "wandb" / "__init__.py").write_text(FAKE_WANDB)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("FAKE_WANDB_LOG", str(root / "calls.jsonl"))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    return FakeWandb(root / "calls.jsonl", monkeypatch)
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 from contextlib import ExitStack
+from typing import Literal
 
 from embodied.check_env.batched import BatchedChecks
 from embodied.check_env.diagnosis import CheckFailed, describe_target
@@ -41,8 +42,14 @@ __all__ = ["LOAD", "CheckFailed", "CheckResult", "RenderCheck", "Severity", "bui
 
 
 def check_env(cfg: EnvConfig, steps: int = 100, chunk: int = 4, seed: int = 0, fast: bool = False,
-              render: RenderCheck = "check") -> list[CheckResult]:
-    """Run every check that applies to ``cfg.id`` (``fast``: the preflight's subset) and return one row each."""
+              render: RenderCheck = "check", render_path: Literal["both", "per_env", "native"] = "both"
+              ) -> list[CheckResult]:
+    """Run every check that applies to ``cfg.id`` (``fast``: the preflight's subset) and return one row each.
+
+    ``render_path`` says where frames are checked when a built-in task also has a batched twin: on both
+    paths, or only on the one that records the videos (the preflight's choice: a render check builds an env
+    and a GL context, a tenth of a second of the start-up). An env with one path always has it checked.
+    """
     rows = Rows(cfg)
     with ExitStack() as stack:
         target = rows.run(LOAD, lambda: resolve_target(cfg), record=False)
@@ -50,11 +57,12 @@ def check_env(cfg: EnvConfig, steps: int = 100, chunk: int = 4, seed: int = 0, f
             return rows.results
         rows.target = target
         kind = BatchedChecks if is_batched(target) else SingleChecks
-        kind(rows, cfg, target, stack, seed=seed, steps=steps, chunk=chunk, fast=fast, render=render).run_all()
         twin = batched_twin(target, cfg)  # the path env workers take by default: its rows follow the per-env ones
+        own_render = render if twin is None or render_path != "native" else "skip"
+        kind(rows, cfg, target, stack, seed=seed, steps=steps, chunk=chunk, fast=fast, render=own_render).run_all()
         if twin is not None and not rows.stopped:
             BatchedChecks(rows, cfg, twin, stack, seed=seed, steps=steps, chunk=chunk, fast=fast,
-                          render=render).run_all()
+                          render=render if render_path != "per_env" else "skip").run_all()
     return rows.results
 
 

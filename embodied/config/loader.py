@@ -21,7 +21,7 @@ from typing import Any, Literal, Union
 import yaml
 
 from embodied.config.schema import Config
-from embodied.policy import PolicyConfig, policy_config_class
+from embodied.policy_config import PolicyConfig, policy_config_class
 from embodied.registry import ALGORITHMS, ENVS, UnknownNameError
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from embodied.policy import PolicyConfig
+from embodied.policy_config import PolicyConfig
 
 
 @dataclass

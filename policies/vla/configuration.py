@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from embodied.policy import PolicyConfig
+from embodied.policy_config import PolicyConfig
 
 TINY_PREFIX = "tiny:"
 TINY_NAMES = ("smolvlm-tiny", "qwen2_5_vl-tiny", "paligemma-tiny")

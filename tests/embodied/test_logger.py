@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -27,48 +28,13 @@ def toy_config(tmp_path: Path, *overrides: str):
     ])
 
 
-class FakeRun:
-    """Stands in for a wandb run; ``fail_on`` names the method that raises."""
-
-    def __init__(self, fail_on: str = "", **init_kwargs) -> None:
-        self.id = init_kwargs.get("id") or "fake"
-        self.init_kwargs, self.fail_on, self.logged = init_kwargs, fail_on, []
-
-    def log(self, data, step):
-        if self.fail_on == "log":
-            raise ConnectionError("wandb is down")
-        self.logged.append((step, data))
-
-    def finish(self):
-        if self.fail_on == "finish":
-            raise ConnectionError("wandb is down")
-
-
-@pytest.fixture
-def fake_wandb(monkeypatch):
-    """wandb.init returning FakeRuns (kept in the returned list); ``fail_on`` set per test."""
-    import wandb
-
-    runs: list[FakeRun] = []
-
-    def init(**kwargs):
-        run = FakeRun(fail_on=getattr(init, "fail_on", ""), **kwargs)
-        runs.append(run)
-        return run
-
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setattr(wandb, "init", init)
-    return init, runs
-
-
-def test_a_wandb_that_raises_does_not_stop_training_and_each_drop_is_reported(tmp_path, fake_wandb, capsys):
-    init, runs = fake_wandb
-    init.fail_on = "log"
+def test_a_wandb_that_raises_does_not_stop_training_and_each_drop_is_reported(tmp_path, fake_wandb, capfd):
+    fake_wandb.fail_on("log")
     cfg = toy_config(tmp_path, "logger.backends=[console, wandb]", "runner.iterations=3")
     result = train(cfg)
-    assert len(result.history) == 3 and len(runs) == 1
+    assert len(result.history) == 3 and len(fake_wandb.runs()) == 1 and fake_wandb.runs()[0].finished
     assert (result.run_dir / "metrics.jsonl").read_text().count("\n") == 3
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err  # printed by wandb's own process
     assert err.count("[logging] wandb log failed (dropped): ConnectionError('wandb is down')") == 3  # retried each time
 
 
@@ -139,35 +105,46 @@ def test_a_checkpoint_that_cannot_be_written_for_lack_of_space_names_its_path(tm
     assert list((tmp_path / "checkpoints").iterdir()) == []  # no half-written folder
 
 
-def test_a_wandb_that_cannot_start_does_not_stop_training(tmp_path, monkeypatch):
-    import wandb
-
-    def init(**kwargs):
-        raise RuntimeError("cannot reach wandb")
-
+def test_a_wandb_that_cannot_start_does_not_stop_training(tmp_path, fake_wandb, monkeypatch):
+    fake_wandb.fail_on("init")
     monkeypatch.setenv("WANDB_MODE", "online")
-    monkeypatch.setattr(wandb, "init", init)
     with pytest.warns(UserWarning, match="wandb logging could not start.*cannot reach wandb"):
         result = train(toy_config(tmp_path, "logger.backends=[wandb]"))
     assert len(result.history) == 2
 
 
+def test_a_wandb_process_that_dies_switches_the_sink_off_and_training_goes_on(tmp_path, fake_wandb):
+    logger = MetricLogger(LoggerConfig(backends=["wandb"]), tmp_path, "run", {}, total=3)
+    (sink,) = [s for s in logger.sinks if s.name == "wandb"]
+    logger.log({"x": 1.0}, step=1)
+    deadline = time.monotonic() + 60
+    while not (fake_wandb.runs() and fake_wandb.runs()[0].logged):  # started, and took the first row
+        assert time.monotonic() < deadline, "the wandb process never logged"
+        time.sleep(0.05)
+    sink.process.kill()
+    sink.process.wait()
+    with pytest.warns(UserWarning, match=r"wandb logging stopped, switching it off: its process exited with code -9"):
+        logger.log({"x": 2.0}, step=2)
+    assert logger.wandb_id is None
+    logger.log({"x": 3.0}, step=3)  # no more warnings, nothing sent
+    logger.close()
+    assert [json.loads(line)["x"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+
+
 def test_wandb_gets_metrics_videos_and_a_stored_run_id(tmp_path, fake_wandb):
-    init, runs = fake_wandb
     logger = MetricLogger(LoggerConfig(backends=["wandb"]), tmp_path, "run", {"a": 1}, total=3)
     video = write_mp4(tmp_path / "v.mp4", [np.full((16, 16, 3), 99, np.uint8)] * 3, fps=5)
     logger.log({"x": 1.0}, step=1, videos={"eval/video/iter_000001/v": video})
     logger.close()
-    (run,) = runs
+    (run,) = fake_wandb.runs()
     assert run.init_kwargs["resume"] == "allow" and run.init_kwargs["mode"] == "offline"
-    assert read_wandb_id(tmp_path) == run.id == run.init_kwargs["id"]
-    assert run.logged[0] == (1, {"x": 1.0})
-    step, media = run.logged[1]
-    assert step == 1 and type(media["eval/video/iter_000001/v"]).__name__ == "Video"
+    assert run.init_kwargs["config"] == {"a": 1} and run.init_kwargs["settings"] == {"quiet": True, "silent": True}
+    assert read_wandb_id(tmp_path) == run.init_kwargs["id"] and run.finished
+    assert run.logged == [(1, {"x": 1.0}), (1, {"eval/video/iter_000001/v": {"Video": str(video)}})]
     # A logger given that id continues the same run.
     MetricLogger(LoggerConfig(backends=["wandb"]), tmp_path, "run", {}, total=3, start_step=1,
-                 wandb_id=run.id).close()
-    assert runs[1].init_kwargs["id"] == run.id
+                 wandb_id=run.init_kwargs["id"]).close()
+    assert fake_wandb.runs()[1].init_kwargs["id"] == run.init_kwargs["id"]
 
 
 def test_real_wandb_offline_run_logs_a_video(tmp_path, monkeypatch):
@@ -209,12 +186,11 @@ def test_console_bar_shows_eta_rate_and_success(tmp_path, capsys):
     assert "[eval @ it 2] success 0.75 [0.40, 0.90]" in out and "(8 episodes)" in out
 
 
-def test_a_sink_failing_at_close_is_reported_not_raised(tmp_path, fake_wandb, capsys):
-    init, runs = fake_wandb
-    init.fail_on = "finish"
+def test_a_sink_failing_at_close_is_reported_not_raised(tmp_path, fake_wandb, capfd):
+    fake_wandb.fail_on("finish")
     logger = MetricLogger(LoggerConfig(backends=["wandb"]), tmp_path, "run", {}, total=2)
     logger.close()
-    assert "[logging] wandb close failed" in capsys.readouterr().err
+    assert "[logging] wandb close failed: ConnectionError('wandb is down')" in capfd.readouterr().err
 
 
 def test_resumed_metrics_jsonl_drops_lines_after_the_checkpoint(tmp_path):
@@ -237,7 +213,6 @@ def test_a_torn_last_line_is_dropped_on_resume_and_metrics_go_on(tmp_path):
 
 
 def test_metrics_rows_carry_wall_clock_time(tmp_path):
-    import time
 
     before = time.time()
     logger = MetricLogger(LoggerConfig(backends=[]), tmp_path, "run", {}, total=2)
@@ -263,3 +238,32 @@ def test_real_wandb_is_quiet_at_the_end_unless_asked(tmp_path, monkeypatch, capf
     logger.close()
     loud = capfd.readouterr()
     assert "wandb" in loud.out + loud.err
+
+
+def test_the_prestarted_wandb_process_is_the_one_the_run_uses(tmp_path, fake_wandb):
+    from embodied import wandb_process
+    from embodied.logger import prestart_wandb
+
+    prestart_wandb(LoggerConfig(backends=["console"]))
+    assert wandb_process._prestarted == []  # no wandb sink, no process
+    prestart_wandb(LoggerConfig(backends=["wandb"]))
+    (prestarted,) = wandb_process._prestarted
+    logger = MetricLogger(LoggerConfig(backends=["wandb"]), tmp_path, "run", {}, total=1)
+    (sink,) = [s for s in logger.sinks if s.name == "wandb"]
+    assert sink.process is prestarted.popen and wandb_process._prestarted == []
+    logger.log({"x": 1.0}, step=1)
+    logger.close()
+    assert fake_wandb.runs()[0].logged == [(1, {"x": 1.0})]
+
+
+def test_loading_a_config_imports_no_torch():
+    """So that `embodied train` starts wandb's process before torch's second-long import (embodied.cli)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from embodied.config import load_config; from embodied.logger import prestart_wandb; "
+            "load_config('configs/pick_color_tinyvla_flow_ppo.yaml', []); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'transformers')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parents[2]).stdout
+    assert out.strip() == "[]"

@@ -286,3 +286,23 @@ def test_builtin_tasks_pass_quietly_and_quickly(env_id, obs_mode, steps, recwarn
     preflight(EnvConfig(id=env_id, obs_mode=obs_mode, max_episode_steps=steps), "env", video=True)
     assert time.perf_counter() - t0 < 15  # measured ~0.3 s (Reach) and ~1 s (PickColor, rgb); CI machines vary
     assert not [w for w in recwarn if "preflight" in str(w.message) or "fix:" in str(w.message)]
+
+
+def test_frames_are_checked_on_the_path_the_eval_videos_take(monkeypatch):
+    """A built-in task has two paths (per env, and its batched twin); the preflight renders only the eval's,
+    with one GL context."""
+    from embodied.envs.mujoco_base import OffscreenRenderer
+    from embodied.envs.mujoco_batched import TableTopBatchedEnv
+
+    contexts, batched_frames = [], []
+    make, render = OffscreenRenderer.__init__, TableTopBatchedEnv.render
+    monkeypatch.setattr(OffscreenRenderer, "__init__", lambda self, *a, **k: contexts.append(1) or make(self, *a, **k))
+    monkeypatch.setattr(TableTopBatchedEnv, "render", lambda self: batched_frames.append(1) or render(self))
+    cfg = EnvConfig(id="Reach-v0", obs_mode="state", max_episode_steps=50)
+    for vectorization, batched in (("per_env", False), ("native", True)):
+        contexts.clear(), batched_frames.clear()
+        preflight(cfg, "env", video=True, video_vectorization=vectorization)
+        assert len(contexts) == 1 and bool(batched_frames) == batched, vectorization
+    contexts.clear()
+    preflight(cfg, "env", video=False)
+    assert contexts == []

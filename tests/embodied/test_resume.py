@@ -74,30 +74,13 @@ def test_resume_from_a_checkpoint_file_drops_metrics_logged_after_it(tmp_path):
     assert steps == [1, 2, 3]
 
 
-def test_resume_continues_the_wandb_run(tmp_path, monkeypatch):
-    import wandb
-
-    ids: list[tuple[str, str]] = []
-
-    class Run:
-        def __init__(self, id, resume, **_):
-            self.id = id
-            ids.append((id, resume))
-
-        def log(self, data, step):
-            pass
-
-        def finish(self):
-            pass
-
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setattr(wandb, "init", lambda **kw: Run(**kw))
+def test_resume_continues_the_wandb_run(tmp_path, fake_wandb):
     first = runner.train(toy_config(tmp_path, "logger.backends=[wandb]"))
     run_id = (first.run_dir / WANDB_ID_FILE).read_text().strip()
     assert load_checkpoint(first.checkpoint)["wandb_id"] == run_id
     runner.train(toy_config(tmp_path, "logger.backends=[wandb]", "runner.iterations=3",
                             f"runner.resume_from={first.run_dir}"))
-    assert ids == [(run_id, "allow"), (run_id, "allow")]
+    assert [(r.init_kwargs["id"], r.init_kwargs["resume"]) for r in fake_wandb.runs()] == [(run_id, "allow")] * 2
 
 
 def test_checkpoint_lookup(tmp_path):

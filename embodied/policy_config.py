@@ -1,0 +1,45 @@
+"""``PolicyConfig``, the base of every policy's configuration dataclass, and the lookup of one by name.
+
+Apart from ``embodied.policy`` (the torch interface) so that loading a config imports no torch: the
+CLI reads the config first and starts what can run beside torch's import (the wandb process).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from embodied.registry import POLICIES
+
+
+@dataclass
+class PolicyConfig:
+    """Fields every policy has. Subclasses add their own, each with a default and a doc line."""
+
+    type: str = "mlp"  # registered policy name (see `embodied list policies`)
+    action_chunk: int = 1  # C: actions emitted per inference, executed open-loop by the env
+    init_from: str | None = None  # checkpoint (folder or run dir) whose policy weights training starts from, e.g. SFT's
+
+    model_class: ClassVar[str] = ""  # "module:attr" of the Policy subclass built from this config
+    # Fields that shape the weights (besides type and action_chunk): a checkpoint whose policy
+    # differs in one of them cannot be loaded by policy.init_from, which says so up front.
+    architecture_fields: ClassVar[tuple[str, ...]] = ()
+
+    def required_observations(self) -> set[str]:
+        """What the env must give: a subset of {"states", "images"} (checked against env.obs_mode up front)."""
+        return set()
+
+    def validate(self) -> list[str]:
+        """Problems only this policy type can see, each prefixed by its field path (``policy.x``).
+
+        Called by the config loader before any worker starts; the default finds none.
+        """
+        return []
+
+
+def policy_config_class(name: str) -> type[PolicyConfig]:
+    """The registered configuration dataclass for ``policy.type: name``."""
+    cls = POLICIES.resolve(name)
+    if not (isinstance(cls, type) and issubclass(cls, PolicyConfig)):
+        raise TypeError(f"policy {name!r} resolves to {cls!r}, which is not a PolicyConfig subclass")
+    return cls
