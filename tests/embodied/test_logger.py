@@ -256,6 +256,17 @@ def test_the_prestarted_wandb_process_is_the_one_the_run_uses(tmp_path, fake_wan
     assert fake_wandb.runs()[0].logged == [(1, {"x": 1.0})]
 
 
+def test_a_prestarted_wandb_process_whose_run_never_starts_exits_quietly(fake_wandb, capfd):
+    from embodied import wandb_process
+
+    wandb_process.prestart()
+    (process,) = wandb_process._prestarted
+    wandb_process._prestarted.clear()
+    process.popen.stdin.close()  # what the CLI's exit does when the config or the preflight is refused
+    assert process.popen.wait(timeout=60) == 0
+    assert fake_wandb.runs() == [] and capfd.readouterr().err == ""
+
+
 def test_loading_a_config_imports_no_torch():
     """So that `embodied train` starts wandb's process before torch's second-long import (embodied.cli)."""
     import subprocess
