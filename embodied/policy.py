@@ -15,7 +15,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from embodied.policy_config import PolicyConfig, policy_config_class
+from embodied.policy_config import PolicyConfig  # re-exported: policies and workers import it from here
 from embodied.registry import load_entry_point
 from embodied.types import LogprobGranularity, Obs, PolicyOutput
 
