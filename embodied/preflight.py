@@ -16,20 +16,21 @@ from __future__ import annotations
 
 import json
 import warnings
+from typing import Literal
 
 from embodied.check_env import CheckResult, check_env, describe_target
 from embodied.config import Config, ConfigError, EnvConfig
 from embodied.registry import ENVS
 
 
-def preflight(cfg: EnvConfig, section: str, video: bool, video_vectorization: str = "native") -> None:
+def preflight(cfg: EnvConfig, section: str, video: bool,
+              video_vectorization: Literal["native", "per_env"] = "native") -> None:
     """Raise ``ConfigError`` if ``cfg``'s env fails a fast check; warn once for each degrading finding.
 
     With ``video``, frames are checked on the path the eval envs record them through: the eval section's
     ``vectorization`` (``video_vectorization``), which for a built-in task picks its batched twin or not.
     """
-    render_path = "native" if video_vectorization == "native" else "per_env"
-    results = check_env(cfg, fast=True, render="require" if video else "skip", render_path=render_path)
+    results = check_env(cfg, fast=True, render="require" if video else "skip", render_path=video_vectorization)
     who = _who(cfg, section)
     failed = [r for r in results if r.severity == "error"]
     if failed:

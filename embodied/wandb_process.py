@@ -44,7 +44,7 @@ def prestart() -> None:
 
 def take() -> WandbProcess:
     """The prestarted process if it is still alive, else a new one."""
-    while _prestarted:
+    if _prestarted:
         process = _prestarted.pop()
         if process.popen.poll() is None:
             return process

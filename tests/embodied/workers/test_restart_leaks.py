@@ -134,6 +134,7 @@ def test_env_workers_map_simulator_buffers_so_that_freeing_them_returns_them():
     holes: a soak's driver grew ~226 MiB/h. An env worker pins the threshold, so the blocks are mapped and
     unmapped whole: building and freeing 20 MjData leaves the heap as it was. Measured in a process of its own,
     where no other test's threads allocate meanwhile."""
+    import ctypes
     import json
     import subprocess
     import sys
@@ -162,8 +163,6 @@ after = mallinfo2()
 print(json.dumps({"mapped_held": held.hblkhd - before.hblkhd, "mapped_left": after.hblkhd - before.hblkhd,
                   "heap_grew": after.arena - before.arena}))
 """
-    import ctypes
-
     if not hasattr(ctypes.CDLL(None), "mallinfo2"):
         pytest.skip("not glibc >= 2.33")
     root = Path(__file__).resolve().parents[3]
