@@ -42,6 +42,7 @@ class VLAConfig(PolicyConfig):
     value_hidden: int = 256  # width of the value head's hidden layer
     lora_rank: int = 0  # LoRA rank through peft; 0 trains the whole backbone
     lora_alpha: float = 16.0  # LoRA scaling numerator (scale = alpha / rank)
+    freeze_backbone: bool = False  # only the action head, value head and state projection train (RLinf's train_expert_only for π0 under PPO)
     lora_target_modules: list[str] | None = None  # module name suffixes LoRA wraps (null: the family's attention and MLP projections of the language model)
     device: Literal["cpu", "cuda", "auto"] = "cpu"  # where the rollout and actor copies run (auto: cuda when present)
     dtype: Literal["float32", "bfloat16"] = "float32"  # backbone weights and activations (heads stay float32)
@@ -81,6 +82,12 @@ class VLAConfig(PolicyConfig):
             p.append(f"policy.temperature: must be > 0, got {self.temperature}")
         if self.lora_rank < 0:
             p.append(f"policy.lora_rank: must be >= 0 (0: no LoRA), got {self.lora_rank}")
+        if self.freeze_backbone and self.lora_rank > 0:
+            p.append(f"policy.freeze_backbone: the backbone is frozen, so its LoRA adapters (policy.lora_rank="
+                     f"{self.lora_rank}) would never train; set lora_rank to 0 or freeze_backbone to false")
+        if self.freeze_backbone and self.action_head in ("tokens", "autoregressive"):
+            p.append(f"policy.freeze_backbone: action_head={self.action_head} reads its actions from the backbone's "
+                     "LM head, so a frozen backbone leaves its actions nothing to train (use gaussian or flow)")
         if self.lora_target_modules is not None and self.lora_rank == 0:
             p.append("policy.lora_target_modules: set, but policy.lora_rank is 0 (LoRA off)")
         if self.device == "cuda":

@@ -92,6 +92,10 @@ class VLAPolicy(Policy):
         self._peft: list[Any] = []  # the peft wrapper, kept out of the module tree (its weights are backbone's)
         if config.lora_rank > 0:
             self._add_lora(config)
+        if config.freeze_backbone:
+            # The value loss and the policy gradient then reach only the heads: the features the action head
+            # reads stay those the SFT run learnt, and each update skips the backbone's backward pass.
+            self.backbone.requires_grad_(False)
         if self.head.continuous:
             lm_head = backbone.get_output_embeddings().weight
             if lm_head is not backbone.get_input_embeddings().weight:

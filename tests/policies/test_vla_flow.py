@@ -111,6 +111,22 @@ def test_gradients_of_the_logprob_reach_the_expert_and_the_lora_adapters(mode, l
         assert all("lora_" in n for n in grads if n.startswith("backbone."))
 
 
+@pytest.mark.parametrize("mode", ["sde", "noise"])
+def test_a_frozen_backbone_leaves_the_policy_gradient_and_the_value_loss_to_the_heads(mode):
+    policy = make(flow_logprob=mode, freeze_backbone=True)
+    trainable = {n for n, p in policy.named_parameters() if p.requires_grad}
+    assert trainable and not any(n.startswith("backbone.") for n in trainable)
+    assert any(n.startswith("head.expert.") for n in trainable) and any(n.startswith("value_head.") for n in trainable)
+    with torch.no_grad():
+        out = policy.act(observations(4))
+    r = ratio(policy, out)
+    assert torch.allclose(r, torch.ones_like(r), atol=1e-5)
+    logprobs, _, values = policy.evaluate(out.forward_inputs, out.actions)
+    (logprobs.sum() + values.sum()).backward()
+    assert all(p.grad is None for p in policy.backbone.parameters())
+    assert policy.head.expert.velocity.weight.grad.abs().sum() > 0
+
+
 def test_the_prefix_is_computed_once_per_act_and_reused_by_every_euler_step(monkeypatch):
     policy = make(flow_steps=6)
     calls = {"backbone": 0, "encode": 0}
@@ -252,13 +268,15 @@ BAD = [
     ("policy.flow_noise_std_min=0.3", "flow_noise_std_min / flow_noise_std_max: need 0 < min <= max"),
     ("policy.action_bins=128", "policy.action_bins: only the token heads have bins"),
     ("policy.flow_heads=3", "flow_heads dividing flow_width"),
+    ("policy.freeze_backbone=true policy.lora_rank=4", "policy.freeze_backbone: .* LoRA adapters .* would never train"),
+    ("policy.freeze_backbone=true policy.action_head=tokens", "policy.freeze_backbone: action_head=tokens reads"),
 ]
 
 
 @pytest.mark.parametrize("override,message", BAD)
 def test_bad_flow_settings_are_named_before_any_worker(override, message):
     with pytest.raises(ConfigError, match=message):
-        load_config("configs/pick_color_tinyvla_flow_ppo.yaml", [override])
+        load_config("configs/pick_color_tinyvla_flow_ppo.yaml", override.split())
 
 
 def test_a_flow_head_is_one_head_among_the_others():
