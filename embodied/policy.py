@@ -77,13 +77,7 @@ class Policy(nn.Module, abc.ABC):
         overrides it with its own objective.
         """
         logprobs, _, _ = self.evaluate(forward_inputs, actions)
-        executed = executed.to(logprobs.device)
-        if logprobs.dim() == 1:
-            weight = executed.float().sum(-1) / executed.shape[-1]
-            return -(logprobs * weight).sum() / weight.sum().clamp_min(1e-8)
-        mask = executed if logprobs.dim() == 2 else executed.unsqueeze(-1).expand_as(logprobs)
-        mask = mask.float()
-        return -(logprobs * mask).sum() / mask.sum().clamp_min(1e-8)
+        return masked_nll(logprobs, executed)
 
     def describe(self) -> str:
         """One line printed when training starts: what the policy is and its parameter counts."""
@@ -134,3 +128,18 @@ def build_policy(config: PolicyConfig, spec: PolicySpec) -> Policy:
     """Instantiate the model class the config names."""
     cls = load_entry_point(type(config).model_class)
     return cls(config, spec)
+
+
+def masked_nll(logprobs: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
+    """Negative log-likelihood of demonstrated chunks, averaged over their executed sub-steps.
+
+    ``logprobs`` per chunk [B] (each weighted by its share of executed sub-steps), per action [B, C] or
+    per token [B, C, A]; ``executed`` [B, C] is False past an episode's end.
+    """
+    executed = executed.to(logprobs.device)
+    if logprobs.dim() == 1:
+        weight = executed.float().sum(-1) / executed.shape[-1]
+        return -(logprobs * weight).sum() / weight.sum().clamp_min(1e-8)
+    mask = executed if logprobs.dim() == 2 else executed.unsqueeze(-1).expand_as(logprobs)
+    mask = mask.float()
+    return -(logprobs * mask).sum() / mask.sum().clamp_min(1e-8)

@@ -333,6 +333,11 @@ class FlowHead(ActionHead):
         entropy = _gaussian_entropy(std).view(n, batch, self.chunk).sum(0)
         return HeadOutput(chain[:, -1], logp, entropy, prefix.hidden[-1][:, -1])
 
+    def supervised_loss(self, backbone: Backbone, actions: torch.Tensor, inputs: dict[str, torch.Tensor],
+                        executed: torch.Tensor) -> torch.Tensor:
+        """The flow-matching loss: a flow head has no likelihood to maximise."""
+        return self.flow_matching_loss(backbone, actions, executed)
+
     def flow_matching_loss(self, backbone: Backbone, actions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """π0's loss on normalized ``actions`` [B, C, A]: MSE of the velocity against ``noise - action``,
         averaged over the entries of executed actions (``mask`` [B, C])."""

@@ -30,6 +30,8 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+from embodied.policy import masked_nll
+
 Run = Callable[..., torch.Tensor]  # run(extra_ids [B, k] | None, extra_embeds [k, H] | None) -> hidden
 
 
@@ -89,6 +91,13 @@ class ActionHead(nn.Module):
     def evaluate(self, backbone: Backbone, actions: torch.Tensor, inputs: dict[str, torch.Tensor]) -> HeadOutput:
         """Score ``actions`` (bins or normalized values) given the forward inputs ``act`` recorded."""
         raise NotImplementedError
+
+    def supervised_loss(self, backbone: Backbone, actions: torch.Tensor, inputs: dict[str, torch.Tensor],
+                        executed: torch.Tensor) -> torch.Tensor:
+        """What ``embodied sft`` minimizes on demonstrated ``actions`` (bins or normalized values)
+        [B, C, A], with ``executed`` [B, C] False past an episode's end: by default their negative
+        log-likelihood under ``evaluate``."""
+        return masked_nll(self.evaluate(backbone, actions, inputs).logprobs.float(), executed)
 
 
 class SlotHead(ActionHead):

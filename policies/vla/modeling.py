@@ -193,11 +193,10 @@ class VLAPolicy(Policy):
 
     def supervised_loss(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor,
                         executed: torch.Tensor) -> torch.Tensor:
-        """The flow head's flow-matching loss; the other heads' negative log-likelihood."""
-        if isinstance(self.head, FlowHead):
-            return self.head.flow_matching_loss(self._backbone(forward_inputs), self._head_actions(actions),
-                                                executed.to(self.device_))
-        return super().supervised_loss(forward_inputs, actions, executed)
+        """The head's own objective (``ActionHead.supervised_loss``): the negative log-likelihood, or the
+        flow head's flow-matching loss."""
+        return self.head.supervised_loss(self._backbone(forward_inputs), self._head_actions(actions), forward_inputs,
+                                         executed.to(self.device_))
 
     def _head_actions(self, actions: torch.Tensor) -> torch.Tensor:
         """Env actions as the head sees them: normalized values (continuous heads) or bins."""
