@@ -42,8 +42,8 @@ class VLAConfig(PolicyConfig):
     value_hidden: int = 256  # width of the value head's hidden layer
     lora_rank: int = 0  # LoRA rank through peft; 0 trains the whole backbone
     lora_alpha: float = 16.0  # LoRA scaling numerator (scale = alpha / rank)
-    freeze_backbone: bool = False  # only the action head, value head and state projection train (RLinf's train_expert_only for π0 under PPO)
     lora_target_modules: list[str] | None = None  # module name suffixes LoRA wraps (null: the family's attention and MLP projections of the language model)
+    freeze_backbone: bool = False  # only the action head, value head and state projection train (RLinf's train_expert_only for π0 under PPO)
     device: Literal["cpu", "cuda", "auto"] = "cpu"  # where the rollout and actor copies run (auto: cuda when present)
     dtype: Literal["float32", "bfloat16"] = "float32"  # backbone weights and activations (heads stay float32)
     gradient_checkpointing: bool = False  # recompute the backbone's layers in backward: less activation memory, ~1.3x the compute
