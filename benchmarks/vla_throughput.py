@@ -35,7 +35,8 @@ and wrist images with built-in instructions, all under ``torch.no_grad``:
 Then one PPO minibatch step per head, as ``ActorWorker._step`` does it: ``policy.evaluate`` on the
 ``forward_inputs`` of an act() batch, ``ppo_loss``, backward, grad-norm clip and an Adam step over
 the trainable parameters; and ``policy.evaluate`` alone under ``no_grad`` (what recomputing
-log-probs costs: one expert step for Flow-SDE, K for Flow-Noise). Times are medians of ``--repeats`` runs after one warm-up run, with
+log-probs costs: one expert step for Flow-SDE, K for Flow-Noise), and how far the first PPO ratio
+is from 1 (``max|ratio-1|``: ``evaluate`` against ``act``'s log-probs, before any update). Times are medians of ``--repeats`` runs after one warm-up run, with
 ``torch.cuda.synchronize()`` around each on CUDA. ``--scale medium`` builds (into a temporary
 folder, with ``policies/vla/tiny.py``'s SmolVLM config scaled up) an Idefics3 model of about 119M
 parameters, ``--scale large`` one of about 400M (SmolLM2-360M's text widths) with a 1024-wide,
@@ -121,6 +122,7 @@ class StepRow:
     step_s: float  # median seconds per PPO minibatch step
     evaluate_s: float  # median seconds of policy.evaluate alone (no_grad)
     trainable: int  # trainable parameters
+    ratio_error: float  # max |exp(evaluate - act log-probs) - 1| before any update: the first PPO ratio's drift
 
     @property
     def samples_per_s(self) -> float:
@@ -307,6 +309,9 @@ def bench_ppo_step(policy: Any, head: str, batch: int, args: argparse.Namespace)
     advantages = torch.randn(batch, generator=gen).to(dev)
     old_logprobs, old_values = out.logprobs.to(dev), out.values.to(dev)
     returns = old_values + torch.randn(batch, generator=gen).to(dev)
+    with torch.no_grad():  # before any step: evaluate must replay act, so the first ratio is 1 up to rounding
+        first = policy.evaluate(out.forward_inputs, out.actions)[0]
+    ratio_error = float((first.float() - old_logprobs).exp().sub(1).abs().max())
 
     def step() -> None:
         logprobs, entropy, values = policy.evaluate(out.forward_inputs, out.actions)
@@ -322,9 +327,9 @@ def bench_ppo_step(policy: Any, head: str, batch: int, args: argparse.Namespace)
             policy.evaluate(out.forward_inputs, out.actions)
 
     t = medians({"step": step, "evaluate": evaluate}, dev, args.repeats)
-    row = StepRow(head, batch, t["step"], t["evaluate"], sum(p.numel() for p in params))
-    print(f"  {head:15s} PPO step, batch {batch}: {1e3 * row.step_s:.1f} ms, evaluate {1e3 * row.evaluate_s:.1f} ms",
-          flush=True)
+    row = StepRow(head, batch, t["step"], t["evaluate"], sum(p.numel() for p in params), ratio_error)
+    print(f"  {head:15s} PPO step, batch {batch}: {1e3 * row.step_s:.1f} ms, evaluate {1e3 * row.evaluate_s:.1f} ms, "
+          f"first max|ratio-1| {row.ratio_error:.1e}", flush=True)
     return row
 
 
@@ -347,10 +352,11 @@ def table(act_rows: list[ActRow], step_rows: list[StepRow]) -> str:
     for r in act_rows:
         lines.append(f"{r.head:15s} {r.batch:5d} {r.act_rate:13.1f} {r.raw_rate:13.1f} {r.ratio:8.2f}  {r.reference}")
     lines += ["", "PPO minibatch step (evaluate + ppo_loss + backward + clip + Adam), and evaluate alone (no_grad)",
-              f"{'head':15s} {'batch':>5s} {'ms/step':>10s} {'samples/s':>10s} {'evaluate ms':>12s} {'trainable':>12s}"]
+              f"{'head':15s} {'batch':>5s} {'ms/step':>10s} {'samples/s':>10s} {'evaluate ms':>12s} {'trainable':>12s} "
+              f"{'max|ratio-1|':>13s}"]
     for s in step_rows:
         lines.append(f"{s.head:15s} {s.batch:5d} {1e3 * s.step_s:10.1f} {s.samples_per_s:10.1f} "
-                     f"{1e3 * s.evaluate_s:12.1f} {s.trainable:12,d}")
+                     f"{1e3 * s.evaluate_s:12.1f} {s.trainable:12,d} {s.ratio_error:13.1e}")
     return "\n".join(lines)
 
 

@@ -25,6 +25,8 @@ def test_quick_run_prints_every_head_and_writes_the_png(tmp_path, capsys):
     for r in result["act"]:
         assert math.isfinite(r.ratio) and r.act_rate > 0 and r.raw_rate > 0
     assert all(s.step_s > 0 and s.evaluate_s > 0 for s in result["ppo_step"])
+    assert all(0 <= s.ratio_error < 1e-4 for s in result["ppo_step"])  # evaluate replays act on the CPU
+    assert "max|ratio-1|" in text
     assert "flow expert: width" in text and "evaluate ms" in text
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
