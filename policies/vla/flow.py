@@ -334,13 +334,10 @@ class FlowHead(ActionHead):
         return HeadOutput(chain[:, -1], logp, entropy, prefix.hidden[-1][:, -1])
 
     def supervised_loss(self, backbone: Backbone, actions: torch.Tensor, inputs: dict[str, torch.Tensor],
-                        executed: torch.Tensor) -> torch.Tensor:
-        """The flow-matching loss: a flow head has no likelihood to maximise."""
-        return self.flow_matching_loss(backbone, actions, executed)
-
-    def flow_matching_loss(self, backbone: Backbone, actions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """π0's loss on normalized ``actions`` [B, C, A]: MSE of the velocity against ``noise - action``,
-        averaged over the entries of executed actions (``mask`` [B, C])."""
+                        mask: torch.Tensor) -> torch.Tensor:
+        """π0's flow-matching loss (a flow head has no likelihood to maximise) on normalized ``actions``
+        [B, C, A]: MSE of the velocity against ``noise - action``, averaged over the entries of executed
+        actions (``mask`` [B, C])."""
         cache = self.expert.encode_prefix(backbone.prefix())
         batch, device = actions.shape[0], actions.device
         t = Beta(torch.tensor(1.5, device=device), torch.tensor(1.0, device=device)).sample((batch,)) * 0.999 + 0.001
