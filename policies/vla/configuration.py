@@ -34,9 +34,6 @@ class VLAConfig(PolicyConfig):
     flow_steps: int = 10  # flow head: Euler denoising steps per chunk (πRL trains with 3-4)
     flow_logprob: Literal["sde", "noise"] = "sde"  # flow head under RL: Flow-SDE (one noisy step per chunk) or Flow-Noise (learned std, every step)
     flow_noise_level: float = 0.5  # flow head, sde: a in sigma_t = a * sqrt(t / (1 - t))
-    # flow head, sde: also score the deterministic (ODE) steps, each a Gaussian of this std around its mean, so
-    # PPO's clip bounds how far an update moves them (null: the chosen step alone, Flow-SDE as in πRL)
-    flow_sde_anchor_std: float | None = None
     flow_noise_std_min: float = 0.08  # flow head, noise: lower bound of the learned std (normalized action units)
     flow_noise_std_max: float = 0.16  # flow head, noise: upper bound of the learned std
     flow_width: int = 256  # flow head: the action expert's width
@@ -115,9 +112,6 @@ class VLAConfig(PolicyConfig):
         if not self.flow_noise_level > 0:
             p.append(f"policy.flow_noise_level: must be > 0 (a in sigma_t = a * sqrt(t / (1 - t))), got "
                      f"{self.flow_noise_level}")
-        if self.flow_sde_anchor_std is not None and not (self.flow_sde_anchor_std > 0 and self.flow_logprob == "sde"):
-            p.append(f"policy.flow_sde_anchor_std: must be > 0 and is only read with flow_logprob=sde, got "
-                     f"{self.flow_sde_anchor_std} with flow_logprob={self.flow_logprob}")
         if not 0 < self.flow_noise_std_min <= self.flow_noise_std_max:
             p.append(f"policy.flow_noise_std_min / flow_noise_std_max: need 0 < min <= max, got "
                      f"{self.flow_noise_std_min} > {self.flow_noise_std_max}" if self.flow_noise_std_min > 0 else

@@ -26,12 +26,7 @@ velocity ``v`` at ``x_t``: ``x0 = x_t - t v`` and ``x1 = x_t + (1 - t) v``; the 
   exactly ``x_t - δ v``;
 - ``sde`` (Flow-SDE, from Flow-GRPO): at one step per chunk, drawn at random, ``w1 = t - δ - σ² δ / (2t)``
   and ``std = σ √δ`` with ``σ_t = a √(t / (1 - t))`` (``a`` = ``flow_noise_level``; at ``t = 1`` the
-  denominator is ``δ``, as in RLinf). The chunk's log-prob is that step's Gaussian. With
-  ``flow_sde_anchor_std`` set, the ``K - 1`` deterministic steps are scored too, each as a Gaussian
-  of that std around its ODE mean (the rollout's transitions sit at the old mean, so they add a
-  constant there): PPO's ratio then sees how far an update moves the deterministic steps, and its
-  clip bounds that drift, which the chosen step's Gaussian alone leaves free (rollouts still draw
-  noise at the one step).
+  denominator is ``δ``, as in RLinf). The chunk's log-prob is that step's Gaussian.
 - ``noise`` (Flow-Noise): every step has ``w1 = t - δ`` and ``std`` from a learned head on the expert's
   output, squashed into ``[flow_noise_std_min, flow_noise_std_max]``. The log-prob is the sum of the
   ``K`` step Gaussians (the start ``N(0, I)`` is left out: it does not depend on the weights, so no
@@ -181,12 +176,10 @@ class FlowLogprob:
     """How a denoising step is made stochastic and scored: one strategy per ``policy.flow_logprob``.
 
     ``noisy_steps`` says which of the ``K`` steps draw noise for each row; ``step_std`` gives the
-    std of the next sample and the weight of ``x1`` in its mean at a step. ``anchor_std`` is the std
-    with which the steps that follow the ODE are scored (0: they are not scored).
+    std of the next sample and the weight of ``x1`` in its mean at a step.
     """
 
     name: ClassVar[str] = ""
-    anchor_std: float = 0.0
 
     def noisy_steps(self, batch: int, steps: int, device: torch.device) -> torch.Tensor:
         """Bool [B, K]: the steps that draw noise (the others follow the ODE)."""
@@ -201,9 +194,8 @@ class FlowLogprob:
         return {}
 
     def replayed_steps(self, inputs: dict[str, torch.Tensor], batch: int, steps: int,
-                       device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(long [B, S], bool [B, S]): the steps ``evaluate`` scores for each row, and which of them drew
-        noise in ``act`` (the others followed the ODE and are scored with ``anchor_std``)."""
+                       device: torch.device) -> torch.Tensor:
+        """Long [B, S]: the steps ``evaluate`` scores for each row (the noisy ones of ``act``)."""
         raise NotImplementedError
 
 
@@ -212,9 +204,8 @@ class FlowSDE(FlowLogprob):
 
     name = "sde"
 
-    def __init__(self, noise_level: float, anchor_std: float | None = None) -> None:
+    def __init__(self, noise_level: float) -> None:
         self.noise_level = noise_level
-        self.anchor_std = anchor_std or 0.0
 
     def noisy_steps(self, batch, steps, device):
         chosen = torch.randint(0, steps, (batch,), device=device)
@@ -232,11 +223,7 @@ class FlowSDE(FlowLogprob):
     def replayed_steps(self, inputs, batch, steps, device):
         if STEP not in inputs:
             raise ValueError(f"policy.flow_logprob=sde: forward_inputs have no {STEP!r} (not from act with sampling)")
-        chosen = inputs[STEP].to(device).long()[:, None]
-        if not self.anchor_std:
-            return chosen, torch.ones_like(chosen, dtype=torch.bool)
-        every = torch.arange(steps, device=device).expand(batch, steps)
-        return every, every == chosen
+        return inputs[STEP].to(device).long()[:, None]
 
 
 class FlowNoise(FlowLogprob):
@@ -255,8 +242,7 @@ class FlowNoise(FlowLogprob):
         return std, (t - delta)[:, None, None]
 
     def replayed_steps(self, inputs, batch, steps, device):
-        every = torch.arange(steps, device=device).expand(batch, steps)
-        return every, torch.ones_like(every, dtype=torch.bool)
+        return torch.arange(steps, device=device).expand(batch, steps)
 
 
 class FlowHead(ActionHead):
@@ -266,14 +252,13 @@ class FlowHead(ActionHead):
     continuous = True
 
     def __init__(self, chunk: int, action_dim: int, placeholder_id: int, prefix_width: int, shape: ExpertShape,
-                 steps: int, logprob: str, noise_level: float, noise_std: tuple[float, float],
-                 anchor_std: float | None = None) -> None:
+                 steps: int, logprob: str, noise_level: float, noise_std: tuple[float, float]) -> None:
         super().__init__(chunk, action_dim, placeholder_id)
         self.expert = FlowExpert(chunk, action_dim, prefix_width, shape)
         self.steps = steps
         self.logprob: FlowLogprob
         if logprob == "sde":
-            self.logprob = FlowSDE(noise_level, anchor_std)
+            self.logprob = FlowSDE(noise_level)
         elif logprob == "noise":
             self.noise_std = nn.Linear(shape.width, action_dim)  # only Flow-Noise has (and trains) it
             self.logprob = FlowNoise(self.noise_std, *noise_std)
@@ -282,9 +267,8 @@ class FlowHead(ActionHead):
 
     def describe(self) -> str:
         e = self.expert
-        anchor = f", ODE steps anchored at std {self.logprob.anchor_std:g}" if self.logprob.anchor_std else ""
         return (f" (flow expert: width {e.velocity.in_features}, depth {len(e.layers)}, "
-                f"{e.layers[0].self_attn.heads} heads, {self.steps} Euler steps, log-probs {self.logprob.name}{anchor})")
+                f"{e.layers[0].self_attn.heads} heads, {self.steps} Euler steps, log-probs {self.logprob.name})")
 
     def _times(self, device: torch.device) -> torch.Tensor:
         return torch.linspace(1.0, 0.0, self.steps + 1, device=device)
@@ -320,9 +304,6 @@ class FlowHead(ActionHead):
                 on = noisy[:, k, None]
                 logp = logp + torch.where(on, _gaussian_logp(x, mean, std), 0.0)
                 entropy = entropy + torch.where(on, _gaussian_entropy(std), 0.0)
-                if self.logprob.anchor_std:  # an ODE step scored at its own mean: a constant, as evaluate adds it
-                    anchored = _gaussian_logp(x, mean, torch.full_like(std, self.logprob.anchor_std))
-                    logp = logp + torch.where(on, 0.0, anchored)
             else:
                 x = mean
             chain.append(x)
@@ -340,18 +321,16 @@ class FlowHead(ActionHead):
         device = prefix.mask.device
         chain = inputs[CHAIN].to(device).float()  # [B, K + 1, C, A]
         batch = chain.shape[0]
-        steps, noisy = self.logprob.replayed_steps(inputs, batch, self.steps, device)  # [B, S] each
+        steps = self.logprob.replayed_steps(inputs, batch, self.steps, device)  # [B, S]
         n = steps.shape[1]
         cache = self.expert.encode_prefix(prefix).repeat(n)
-        flat, flat_noisy = steps.T.reshape(-1), noisy.T.reshape(-1)  # copy j of the batch: every row's j-th step
+        flat = steps.T.reshape(-1)  # copy j of the batch holds every row's j-th scored step
         rows = torch.arange(batch, device=device).repeat(n)
         x, target = chain[rows, flat], chain[rows, flat + 1]
         t = self._times(device)[flat]
-        mean, std = self._step(x, t, cache, flat_noisy)
-        on = flat_noisy[:, None, None]
-        score_std = torch.where(on, std, torch.full_like(std, self.logprob.anchor_std))
-        logp = _gaussian_logp(target, mean, score_std).view(n, batch, self.chunk).sum(0)
-        entropy = torch.where(on[:, :, 0], _gaussian_entropy(score_std), 0.0).view(n, batch, self.chunk).sum(0)
+        mean, std = self._step(x, t, cache, torch.ones_like(flat, dtype=torch.bool))
+        logp = _gaussian_logp(target, mean, std).view(n, batch, self.chunk).sum(0)
+        entropy = _gaussian_entropy(std).view(n, batch, self.chunk).sum(0)
         return HeadOutput(chain[:, -1], logp, entropy, prefix.hidden[-1][:, -1])
 
     def supervised_loss(self, backbone: Backbone, actions: torch.Tensor, inputs: dict[str, torch.Tensor],

@@ -384,7 +384,7 @@ def make_head(config: VLAConfig, chunk: int, action_dim: int, placeholder_id: in
         shape = ExpertShape(config.flow_width, config.flow_depth, config.flow_heads)
         return FlowHead(chunk, action_dim, placeholder_id, hidden_size, shape, config.flow_steps,
                         config.flow_logprob, config.flow_noise_level,
-                        (config.flow_noise_std_min, config.flow_noise_std_max), config.flow_sde_anchor_std)
+                        (config.flow_noise_std_min, config.flow_noise_std_max))
     raise ValueError(f"policy.action_head: unknown head {name!r}; known: tokens, autoregressive, gaussian, flow")
 
 

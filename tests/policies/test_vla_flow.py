@@ -77,42 +77,6 @@ def test_sde_step_has_the_closed_form_mean_and_std():
     assert torch.allclose(w1[:, 0, 0], t - delta - sigma ** 2 * delta / (2 * t))
 
 
-def test_an_sde_anchor_scores_the_ode_steps_so_the_ratio_sees_how_far_an_update_moves_them():
-    """flow_sde_anchor_std: the first ratio is still 1; after an update, the chunk's log-prob is the chosen
-    step's Gaussian plus, for every deterministic step, a Gaussian of the anchor std around the new ODE mean."""
-    s, steps = 0.1, 4
-    policy = make(flow_logprob="sde", flow_steps=steps, flow_sde_anchor_std=s)
-    assert "ODE steps anchored at std 0.1" in policy.describe()
-    with torch.no_grad():
-        out = policy.act(observations(6))
-    r = ratio(policy, out, slice(0, 3))
-    assert torch.allclose(r, torch.ones_like(r), atol=1e-5), r
-    const = steps - 1  # deterministic steps per chunk, each scored at its own (old) mean in act
-    plain = FlowSDE(policy.head.logprob.noise_level)
-    with torch.no_grad():
-        anchored_old, _, _ = policy.evaluate(out.forward_inputs, out.actions)
-        for p in policy.head.expert.parameters():
-            p.add_(0.02 * torch.randn_like(p))  # "an update"
-        anchored, entropy, _ = policy.evaluate(out.forward_inputs, out.actions)
-        policy.head.logprob, sde = plain, policy.head.logprob
-        chosen_only, chosen_entropy, _ = policy.evaluate(out.forward_inputs, out.actions)
-        policy.head.logprob = sde
-        # The drift of the deterministic steps, computed step by step.
-        chain, step = out.forward_inputs[CHAIN], out.forward_inputs[STEP]
-        cache = policy.head.expert.encode_prefix(policy._backbone(out.forward_inputs).prefix())
-        times = torch.linspace(1, 0, steps + 1)
-        expected = chosen_only.clone()
-        for k in range(steps):
-            mean, _ = policy.head._step(chain[:, k], times[k].expand(6), cache, None)
-            det = -0.5 * ((chain[:, k + 1] - mean) / s) ** 2 - math.log(s) - 0.5 * math.log(2 * math.pi)
-            expected += torch.where((step != k)[:, None], det.sum(-1), 0.0)
-    assert torch.allclose(anchored, expected, atol=1e-4)
-    assert torch.equal(entropy, chosen_entropy)  # only the noisy step has an entropy
-    at_old_mean = const * policy.head.action_dim * (-math.log(s) - 0.5 * math.log(2 * math.pi))
-    assert torch.allclose(anchored_old - out.logprobs, torch.zeros(6, 2), atol=1e-4)
-    assert (anchored - chosen_only < at_old_mean - 1e-3).all()  # the moved ODE steps lower the ratio
-
-
 def test_noise_mode_learns_a_bounded_std_at_every_step_with_an_entropy():
     policy = make(flow_logprob="noise", flow_steps=3, flow_noise_std_min=0.05, flow_noise_std_max=0.2)
     with torch.no_grad():
@@ -132,9 +96,9 @@ def test_noise_mode_learns_a_bounded_std_at_every_step_with_an_entropy():
     assert policy.head.noise_std.weight.grad.abs().sum() > 0  # the std head learns from the log-prob
 
 
-@pytest.mark.parametrize("mode,lora,anchor", [("sde", 0, None), ("noise", 0, None), ("sde", 4, None), ("sde", 0, 0.1)])
-def test_gradients_of_the_logprob_reach_the_expert_and_the_lora_adapters(mode, lora, anchor):
-    policy = make(flow_logprob=mode, lora_rank=lora, flow_sde_anchor_std=anchor)
+@pytest.mark.parametrize("mode,lora", [("sde", 0), ("noise", 0), ("sde", 4)])
+def test_gradients_of_the_logprob_reach_the_expert_and_the_lora_adapters(mode, lora):
+    policy = make(flow_logprob=mode, lora_rank=lora)
     with torch.no_grad():
         out = policy.act(observations(4))
     logprobs, _, values = policy.evaluate(out.forward_inputs, out.actions)
@@ -304,8 +268,6 @@ BAD = [
     ("policy.flow_noise_std_min=0.3", "flow_noise_std_min / flow_noise_std_max: need 0 < min <= max"),
     ("policy.action_bins=128", "policy.action_bins: only the token heads have bins"),
     ("policy.flow_heads=3", "flow_heads dividing flow_width"),
-    ("policy.flow_sde_anchor_std=0", "policy.flow_sde_anchor_std: must be > 0"),
-    ("policy.flow_logprob=noise policy.flow_sde_anchor_std=0.1", "only read with flow_logprob=sde, got 0.1 with flow_logprob=noise"),
     ("policy.freeze_backbone=true policy.lora_rank=4", "policy.freeze_backbone: .* LoRA adapters .* would never train"),
     ("policy.freeze_backbone=true policy.action_head=tokens", "policy.freeze_backbone: action_head=tokens reads"),
 ]
