@@ -42,8 +42,10 @@ def test_ppo_with_critic_warmup_and_gae_trains_the_flow_head(tmp_path, mode):
 
 
 @pytest.mark.slow
-def test_grpo_trains_the_flow_head(tmp_path):
-    short_run(GRPO, tmp_path, "env.num_envs=4", "algorithm.group_size=2", "rollout.chunk_steps=2")
+@pytest.mark.parametrize("mode", ["sde", "noise"])
+def test_grpo_trains_the_flow_head(tmp_path, mode):
+    short_run(GRPO, tmp_path, f"policy.flow_logprob={mode}", "env.num_envs=4", "algorithm.group_size=2",
+              "rollout.chunk_steps=2")
 
 
 @pytest.mark.slow
