@@ -361,6 +361,10 @@ def validate(cfg: Config) -> list[str]:
         except UnknownNameError as exc:
             p.append(f"{section}.id: {exc}")
     need(cfg.policy.action_chunk >= 1, f"policy.action_chunk: chunk size must be >= 1, got {cfg.policy.action_chunk}")
+    for where, path in (("policy.init_from", cfg.policy.init_from), ("runner.resume_from", cfg.runner.resume_from)):
+        # `policy.init_from=$RUN` with $RUN unset would otherwise train from scratch without a word.
+        need(path is None or path.strip() != "", f"{where}: an empty path (an unset shell variable?); leave it out "
+                                                 f"or set it to null to start without one")
     p += cfg.policy.validate()
     p += _obs_mode_problems(cfg)
     for name, ranks in (("num_env_workers", cfg.cluster.num_env_workers),

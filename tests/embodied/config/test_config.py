@@ -165,6 +165,14 @@ def test_policy_type_that_is_not_a_config_class():
     assert "policy.type" in msg and "not a PolicyConfig subclass" in msg
 
 
+@pytest.mark.parametrize("field", ["policy.init_from", "runner.resume_from"])
+def test_an_empty_checkpoint_path_is_refused_not_read_as_none(field):
+    msg = error_of([f"{field}="])  # e.g. field=$RUN with $RUN unset
+    assert f"{field}: an empty path" in msg
+    section, name = field.split(".")
+    assert getattr(getattr(load_config(None, [f"{field}=null"]), section), name) is None
+
+
 def test_action_chunk_zero():
     msg = error_of(["policy.action_chunk=0"])
     assert "policy.action_chunk" in msg and ">= 1" in msg
