@@ -128,9 +128,14 @@ class PeriodicEval:
         video_dir = str(self.run_dir / "videos" / f"iter_{iteration:06d}") if self.records(iteration) else None
         t0 = time.perf_counter()
         self.workers.evaluator.iteration = iteration  # labels a restart of an eval env worker
+        actor, wait = self.workers.actor_group, self.workers.backend.wait
         try:
-            self.workers.sync_weights()
-            episodes = [e for e in self.workers.evaluate(n, video_dir) if e.env_index < n]
+            wait(actor.call("use_average", True))  # actor.ema_decay: eval the average (else a no-op)
+            try:
+                self.workers.sync_weights()
+                episodes = [e for e in self.workers.evaluate(n, video_dir) if e.env_index < n]
+            finally:
+                wait(actor.call("use_average", False))  # the next iteration publishes the live weights again
         except ClusterLostError:
             raise  # the run stops (embodied.runner says where it can go on from)
         except Exception as exc:  # noqa: BLE001 - training goes on without eval

@@ -407,6 +407,13 @@ def validate(cfg: Config) -> list[str]:
     need(a.ent_coef >= 0, f"algorithm.ent_coef: must be >= 0, got {a.ent_coef}")
     need(cfg.actor.lr > 0, f"actor.lr: must be > 0, got {cfg.actor.lr}")
     need(cfg.actor.adam_eps > 0, f"actor.adam_eps: must be > 0, got {cfg.actor.adam_eps}")
+    need(0.0 <= cfg.actor.ema_decay < 1.0,
+         f"actor.ema_decay: must be in [0, 1) (0: no average), got {cfg.actor.ema_decay}")
+    need(not (cfg.actor.ema_decay and cfg.runner.mode == "async"),
+         "actor.ema_decay: evals load the average into the rollout workers, which runner.mode=async keeps acting "
+         "with; use runner.mode=sync")
+    need(not (cfg.actor.ema_decay and cfg.actor.strategy == "fsdp" and cfg.actor.num_ranks > 1),
+         "actor.ema_decay: not with actor.strategy=fsdp over several ranks (the average would be sharded); use ddp")
     p += _actor_rank_problems(cfg)
     seed = cfg.experiment.seed
     need(0 <= seed < 2**32, f"experiment.seed: must be in [0, 2**32) (numpy's seed range), got {seed}")

@@ -129,6 +129,10 @@ class ActorConfig:
     strategy: Literal["ddp", "fsdp"] = "ddp"
     dist_backend: Literal["auto", "gloo", "nccl"] = "auto"  # process-group backend (auto: nccl on GPUs, else gloo)
     grad_accumulation_steps: int = 1  # micro-batches per minibatch: the same step in less memory
+    # An exponential moving average of the trained weights, updated after every optimizer step (0: none). Evals,
+    # checkpoints' policy/ and what init_from or `embodied eval` reads are the average; rollouts act with the live
+    # weights (on-policy), kept in the checkpoint too for resume. openpi trains π0 with 0.99.
+    ema_decay: float = 0.0
 
 
 @dataclass

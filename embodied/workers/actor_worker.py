@@ -5,10 +5,17 @@ One worker is one rank. With ``actor.num_ranks > 1`` the ranks join one process 
 ``embodied.workers.ranks``): each gets its own share of the trajectories, takes its share of every
 minibatch, and the gradients are summed, so the ranks step as one rank would on the whole batch.
 ``actor.grad_accumulation_steps`` splits each rank's share again into micro-batches, one backward each.
+
+``actor.ema_decay`` keeps an exponential moving average of the trained parameters, stepped after every
+optimizer step. The live weights act in rollouts and train; the average is what evals act with
+(``use_average``) and what a checkpoint's policy holds, the live weights riding along as ``live_policy``
+so a resumed run trains on exactly where it stopped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +64,7 @@ class ActorWorker:
                              f"parameters (Policy.value_head_prefixes), so warm-up could not train the critic alone")
         self.generator = torch.Generator().manual_seed(seed)
         self.version = 0
+        self._live: dict[str, torch.Tensor] | None = None  # the live weights while the policy holds the average
 
     def _build_optimizer(self) -> None:
         # Only what trains: a LoRA-wrapped backbone's frozen weights get no optimizer state.
@@ -64,6 +72,61 @@ class ActorWorker:
         self.optimizer = torch.optim.Adam(self.params, lr=self.cfg.lr, eps=self.cfg.adam_eps)
         self.device = self.params[0].device if self.params else torch.device("cpu")
         self.value_head = {id(p) for p in self.policy.value_head_parameters()}
+        self._reset_average()
+
+    # -- the moving average (actor.ema_decay) ------------------------------------------------------
+
+    def _trained(self) -> dict[str, torch.nn.Parameter]:
+        return {name: p for name, p in self.policy.named_parameters() if p.requires_grad}
+
+    def _reset_average(self) -> None:
+        """The average starts at the weights the policy holds now (float32, whatever the policy's dtype)."""
+        self.ema: dict[str, torch.Tensor] | None = None
+        if self.cfg.ema_decay > 0:
+            self.ema = {name: p.detach().float().clone() for name, p in self._trained().items()}
+
+    @torch.no_grad()
+    def _step_average(self) -> None:
+        if self.ema is not None:
+            for name, p in self._trained().items():
+                self.ema[name].lerp_(p.detach().float(), 1.0 - self.cfg.ema_decay)
+
+    @torch.no_grad()
+    def use_average(self, on: bool) -> None:
+        """Put the average into the policy (``on``), or the live weights back. Evals and checkpoints run between
+        the two calls; weights published meanwhile are the average. A no-op without ``actor.ema_decay``."""
+        if self.ema is None or on == (self._live is not None):
+            return
+        trained = self._trained()
+        if on:
+            self._live = {name: p.detach().clone() for name, p in trained.items()}
+        source = self.ema if on else self._live
+        assert source is not None
+        for name, p in trained.items():
+            p.copy_(source[name])
+        if not on:
+            self._live = None
+
+    @contextmanager
+    def _averaged(self) -> Iterator[dict[str, torch.Tensor]]:
+        """The policy holds the average inside; yields the live trained weights ({} without an average)."""
+        was_on = self._live is not None
+        self.use_average(True)
+        try:
+            yield {name: t.detach().clone() for name, t in (self._live or {}).items()}
+        finally:
+            self.use_average(was_on)
+
+    def _load_policy(self, policy: Policy, state: dict[str, Any]) -> None:
+        """A checkpoint's policy into ``policy``: its saved weights (the average, if its run kept one), then the live
+        weights its run trained on (``live_policy``), if any."""
+        load_policy_state(policy, state)
+        if self.cfg.ema_decay > 0 and policy is self.policy:
+            self._reset_average()
+        if state.get("live_policy"):
+            _, unexpected = policy.load_state_dict(state["live_policy"], strict=False)
+            if unexpected:
+                raise ValueError(f"the checkpoint's live_policy names parameters this policy lacks: {unexpected[:5]}")
 
     # -- ranks -----------------------------------------------------------------------------------
 
@@ -100,6 +163,8 @@ class ActorWorker:
     def update(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
         """One update (``algorithm.update_epochs`` passes of minibatches); returns train metrics."""
         a = self.algo
+        if self._live is not None:
+            raise RuntimeError("update while the policy holds the weight average (use_average(False) first)")
         batch, batch_metrics = self.algorithm.prepare(trajectories)
         batch_metrics = self._batch_metrics(batch_metrics)
         staleness = (self.version - batch["versions"]).float()  # per chunk step, in updates (async: <= max_staleness)
@@ -209,6 +274,7 @@ class ActorWorker:
                 f"neither published nor checkpointed (algorithm.skip_nonfinite_updates=true skips such minibatches "
                 f"and counts them in train/skipped_minibatches)")
         self.optimizer.step()
+        self._step_average()
         return stats
 
     def state(self) -> dict[str, Any]:
@@ -217,20 +283,22 @@ class ActorWorker:
         A policy that exports itself (``exports_pretrained``) is saved as a folder by
         ``save_checkpoint``; its trainable state is here only for comparisons in memory.
         """
-        policy, optimizer = self._whole()
-        if policy is None:
-            return {}  # fsdp: rank 0 answers for the group
-        weights = policy.trainable_state() if policy.exports_pretrained else policy.state_dict()
+        with self._averaged() as live:
+            policy, optimizer = self._whole()
+            if policy is None:
+                return {}  # fsdp: rank 0 answers for the group
+            weights = policy.trainable_state() if policy.exports_pretrained else policy.state_dict()
         return {"policy": weights, "optimizer": optimizer.state_dict(), "version": self.version,
-                "generator": self.generator.get_state()}
+                "generator": self.generator.get_state(), **({"live_policy": live} if live else {})}
 
     def save_checkpoint(self, path: str, extra: dict[str, Any]) -> str:
         """Write a checkpoint folder (``embodied.checkpoint``) from rank 0, in the one-process format whatever the
         number of ranks (so it resumes into any number, and transformers opens an exported policy alone)."""
-        policy, optimizer = self._whole()
-        if policy is not None and self.ranks.is_main:
-            save_policy_checkpoint(Path(path), policy, optimizer, self.version, self.spec, extra,
-                                   {"generator": self.generator.get_state()})
+        with self._averaged() as live:  # policy/ holds the average: what evals measured and init_from reads
+            policy, optimizer = self._whole()
+            if policy is not None and self.ranks.is_main:
+                actor_extra = {"generator": self.generator.get_state(), **({"live_policy": live} if live else {})}
+                save_policy_checkpoint(Path(path), policy, optimizer, self.version, self.spec, extra, actor_extra)
         return path
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -238,7 +306,7 @@ class ActorWorker:
         if self.ranks.strategy == "fsdp" and self.ranks.size > 1:
             self._load_sharded(state)
         else:
-            load_policy_state(self.policy, state)
+            self._load_policy(self.policy, state)
             self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
         if "generator" in state:  # the minibatch order goes on where it stopped
@@ -281,7 +349,7 @@ class ActorWorker:
                                                              set_model_state_dict, set_optimizer_state_dict)
 
         twin, twin_optimizer = self._twin()
-        load_policy_state(twin, state)
+        self._load_policy(twin, state)
         twin_optimizer.load_state_dict(state["optimizer"])
         whole = StateDictOptions(full_state_dict=True)
         set_model_state_dict(self.policy, twin.state_dict(), options=whole)
