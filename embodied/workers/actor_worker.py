@@ -288,6 +288,8 @@ class ActorWorker:
             if policy is None:
                 return {}  # fsdp: rank 0 answers for the group
             weights = policy.trainable_state() if policy.exports_pretrained else policy.state_dict()
+            if live:  # state dicts share the parameters' storage, which the live weights overwrite on the way out
+                weights = {name: t.clone() for name, t in weights.items()}
         return {"policy": weights, "optimizer": optimizer.state_dict(), "version": self.version,
                 "generator": self.generator.get_state(), **({"live_policy": live} if live else {})}
 

@@ -49,6 +49,11 @@ def test_the_average_follows_every_optimizer_step_and_swaps_in_and_out_exactly()
         torch.testing.assert_close(actor.ema[name], expected[name], rtol=0, atol=1e-6)
         assert not torch.equal(actor.ema[name], live[name])
 
+    state = actor.state()  # in memory, as a checkpoint holds it: the average as the policy, the live weights beside
+    for name in live:
+        assert torch.equal(state["policy"][name], actor.ema[name]) and torch.equal(state["live_policy"][name], live[name])
+    assert all(torch.equal(w, live[n]) for n, w in trained(actor).items())
+
     actor.use_average(True)
     published = actor.weights()[1]
     assert published is not None
