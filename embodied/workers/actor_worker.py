@@ -113,7 +113,7 @@ class ActorWorker:
         was_on = self._live is not None
         self.use_average(True)
         try:
-            yield {name: t.detach().clone() for name, t in (self._live or {}).items()}
+            yield dict(self._live or {})  # already a copy, and use_average(False) only lets go of it
         finally:
             self.use_average(was_on)
 
