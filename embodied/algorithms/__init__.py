@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from embodied.algorithms.base import Algorithm, LossOutput, RolloutReset
 from embodied.algorithms.gae import compute_gae
-from embodied.algorithms.grpo import group_advantages, grpo_loss
+from embodied.algorithms.grpo import episode_mean_weights, group_advantages, grpo_loss
 from embodied.algorithms.ppo import PPOLossOutput, normalize_advantages, ppo_loss
 
-__all__ = ["Algorithm", "LossOutput", "PPOLossOutput", "RolloutReset", "compute_gae", "group_advantages",
-           "grpo_loss", "normalize_advantages", "ppo_loss"]
+__all__ = ["Algorithm", "LossOutput", "PPOLossOutput", "RolloutReset", "compute_gae", "episode_mean_weights",
+           "group_advantages", "grpo_loss", "normalize_advantages", "ppo_loss"]

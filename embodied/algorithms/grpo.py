@@ -7,7 +7,8 @@ ended: one episode per env. An env's score is its episode return (or its success
 the same for each of its executed sub-steps. Groups whose scores are all equal carry no signal:
 they are dropped (their advantages masked) and counted. The loss is the clipped surrogate with
 an asymmetric clip ``[1 - clip_coef_low, 1 + clip_coef_high]`` (DAPO's clip-higher) and no value
-loss.
+loss, averaged over executed sub-steps, or over episodes with ``algorithm.grpo_loss_mean: episode``
+(see ``episode_mean_weights``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,24 @@ def group_advantages(scores: torch.Tensor, group_size: int, eps: float = 1e-6) -
     kept = (groups.max(1, keepdim=True).values - groups.min(1, keepdim=True).values) > 0
     adv = torch.where(kept, (groups - mean) / (std + eps), torch.zeros_like(groups))
     return adv.view(-1).to(scores.dtype), kept.expand_as(groups).reshape(-1)
+
+
+def episode_mean_weights(executed: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """Per-env advantage weights [N] that turn the loss's mean over sub-steps into a mean over episodes.
+
+    ``executed`` [T, N, ...] marks each env's executed sub-steps, ``kept`` [N] its group's spread. The
+    loss averages over every executed sub-step, so an episode counts as much as it is long. A success
+    ends its episode early, so under that mean a group's failures outweigh its successes: the group's
+    advantages no longer sum to zero over the loss, and every update also pushes down whatever was
+    sampled. Scaling each kept env's advantage by (mean length of the kept episodes) / (its length)
+    gives every episode the same total weight at the same overall scale, the surrogate being linear in
+    the advantage. Dropped envs get 0.
+    """
+    lengths = executed.transpose(0, 1).reshape(executed.shape[1], -1).sum(1).double()
+    if not bool(kept.any()):
+        return torch.zeros_like(lengths)
+    mean = lengths[kept].mean()
+    return torch.where(kept & (lengths > 0), mean / lengths.clamp_min(1.0), torch.zeros_like(lengths))
 
 
 def grpo_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
@@ -82,6 +101,8 @@ class GRPO:
         traj = Trajectory.concat(trajectories)
         scores = self._scores(trajectories, traj)
         adv, kept = group_advantages(scores, self.cfg.group_size)
+        if self.cfg.grpo_loss_mean == "episode":
+            adv = adv * episode_mean_weights(traj.executed, kept).to(adv.dtype)
         steps = traj.executed.shape[0]
         advantages = adv.float().unsqueeze(0).expand(steps, -1)
         # A dropped group's steps are masked out of the loss through "executed" (a copy: the rollout's

@@ -104,6 +104,10 @@ class AlgorithmConfig:
     critic_warmup_iterations: int = 0  # first iterations train only the value head (after SFT, before the policy moves)
     group_size: int = 8  # grpo: envs per group, sharing one reset seed (env.num_envs must be a multiple)
     grpo_score: Literal["return", "success"] = "return"  # grpo: what is compared within a group
+    # grpo: what the loss averages over. "token": every executed sub-step of the batch (DAPO), so an episode
+    # weighs as much as it is long; "episode": each episode's sub-steps, then the episodes (DeepSeekMath's
+    # GRPO), so a group's advantages sum to zero in the loss even when successes end their episodes early.
+    grpo_loss_mean: Literal["token", "episode"] = "token"
     clip_coef_low: float | None = None  # grpo: ratio clip below 1 (null: clip_coef)
     clip_coef_high: float | None = None  # grpo: ratio clip above 1 (null: clip_coef; larger explores more)
     # runner.mode=async: how many weight versions older than the actor's a trajectory may be when trained on

@@ -1,5 +1,5 @@
-"""GRPO: group advantages and the asymmetric clipped loss against plain loops; groups share a start state;
-a short GRPO run trains; critic warm-up moves only the value head."""
+"""GRPO: group advantages and the asymmetric clipped loss against plain loops; the episode mean against a
+plain loop; groups share a start state; a short GRPO run trains; critic warm-up moves only the value head."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.algorithms import group_advantages, grpo_loss
+from embodied.algorithms import episode_mean_weights, group_advantages, grpo_loss
 
 
 def test_group_advantages_match_a_plain_loop():
@@ -48,6 +48,73 @@ def test_grpo_loss_matches_a_plain_loop_with_an_asymmetric_clip():
     assert out["loss"].item() == pytest.approx(-total / count, rel=1e-5)
 
 
+def test_the_episode_mean_weighs_every_episode_alike_and_a_group_sums_to_zero():
+    """Successes that end early: under the token mean the group's advantages sum to < 0 over the loss;
+    the episode weights make the loss a plain mean over episodes of each episode's sub-step mean."""
+    g = torch.Generator().manual_seed(2)
+    steps, envs, chunk = 6, 8, 3
+    lengths = [2, 6, 6, 6, 3, 6, 6, 5]  # chunk steps each env executed (a success ends early)
+    executed = torch.zeros(steps, envs, chunk, dtype=torch.bool)
+    for n, length in enumerate(lengths):
+        executed[:length, n] = True
+    executed[4, 7, 2] = False  # the last env's episode ends inside a chunk
+    scores = torch.tensor([1.0, 0, 0, 0, 1, 0, 1, 0], dtype=torch.float64)  # success scores, two groups of 4
+    adv, kept = group_advantages(scores, 4)
+    counts = executed.sum(dim=(0, 2)).double()
+    assert float((adv * counts).sum()) < -1.0  # token mean: the failures outweigh the early successes
+    weights = episode_mean_weights(executed, kept)
+    weighted = adv * weights
+    for k in range(2):
+        assert float((weighted * counts)[4 * k:4 * k + 4].sum()) == pytest.approx(0.0, abs=1e-9)
+
+    new, old = torch.randn(steps, envs, chunk, generator=g), torch.randn(steps, envs, chunk, generator=g)
+    flat = lambda x: x.reshape(steps * envs, chunk)  # noqa: E731 - the [T * N, C] layout of a batch
+    out = grpo_loss(flat(new), flat(old), weighted.float().expand(steps, envs).reshape(-1), flat(executed), 0.2, 0.28)
+    per_episode = []
+    for n in range(envs):
+        terms = []
+        for t in range(steps):
+            for c in range(chunk):
+                if executed[t, n, c]:
+                    ratio = math.exp(new[t, n, c] - old[t, n, c])
+                    a = adv[n].item()
+                    terms.append(min(ratio * a, min(max(ratio, 0.8), 1.28) * a))
+        per_episode.append(sum(terms) / len(terms))
+    assert out["loss"].item() == pytest.approx(-sum(per_episode) / envs, rel=1e-5)
+
+
+@pytest.mark.parametrize("mean", ["token", "episode"])
+def test_grpo_prepare_weighs_episodes_as_configured(mean):
+    from embodied.algorithms.grpo import GRPO
+    from embodied.config import AlgorithmConfig
+    from embodied.types import Trajectory
+
+    steps, envs, chunk = 5, 4, 2
+    executed = torch.zeros(steps, envs, chunk, dtype=torch.bool)
+    for n, length in enumerate([2, 5, 5, 4]):
+        executed[:length, n] = True
+    rewards = torch.zeros(steps, envs, chunk)
+    rewards[0, 0, 0] = 1.0  # env 0 scores best and ends first
+    z = torch.zeros(steps, envs)
+    traj = Trajectory(forward_inputs={"x": torch.zeros(steps, envs, 1)}, actions=torch.zeros(steps, envs, chunk, 2),
+                      logprobs=torch.zeros(steps, envs, chunk), values=z, rewards=rewards, executed=executed,
+                      dones=z.bool(), terminated=z.bool(), final_values=z, next_values=torch.zeros(envs), version=0)
+    batch, _ = GRPO(AlgorithmConfig(name="grpo", group_size=4, grpo_loss_mean=mean)).prepare([traj])
+    total = float((batch["advantages"].double() * batch["executed"].sum(1)).sum())  # the loss's weight on the group
+    if mean == "episode":
+        assert total == pytest.approx(0.0, abs=1e-6)
+    else:
+        assert total < -1.0
+
+
+def test_dropped_groups_get_no_episode_weight():
+    executed = torch.ones(4, 4, 2, dtype=torch.bool)
+    executed[2:, 1] = False
+    kept = torch.tensor([False, False, True, True])
+    assert episode_mean_weights(executed, kept).tolist() == [0.0, 0.0, 1.0, 1.0]
+    assert episode_mean_weights(executed, torch.zeros(4, dtype=torch.bool)).tolist() == [0.0] * 4
+
+
 def test_a_group_of_envs_starts_from_one_state_and_groups_differ():
     from embodied.config import load_config
     from embodied.placement import LocalBackend
@@ -71,13 +138,14 @@ def test_a_group_of_envs_starts_from_one_state_and_groups_differ():
 
 
 @pytest.mark.slow
-def test_a_short_grpo_run_trains_on_whole_episodes(tmp_path):
+@pytest.mark.parametrize("mean", ["token", "episode"])
+def test_a_short_grpo_run_trains_on_whole_episodes(tmp_path, mean):
     from embodied.config import load_config
     from embodied.runner import train
 
     cfg = load_config(None, ["env.id=Reach-v0", "env.num_envs=8", "env.auto_reset=false", "env.max_episode_steps=12",
                              "algorithm.name=grpo", "algorithm.group_size=4", "algorithm.num_minibatches=2",
-                             "rollout.chunk_steps=3", "policy.action_chunk=4", "policy.hidden_sizes=[16]",
+                             f"algorithm.grpo_loss_mean={mean}", "rollout.chunk_steps=3", "policy.action_chunk=4", "policy.hidden_sizes=[16]",
                              "runner.iterations=3", "runner.eval_every=0", "runner.eval_episodes=2", "eval_env.num_envs=2",
                              "logger.backends=[]", "logger.progress_bar=false", "runner.plot=false",
                              f"experiment.output_dir={tmp_path}"])
