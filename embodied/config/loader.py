@@ -407,6 +407,8 @@ def validate(cfg: Config) -> list[str]:
     need(a.ent_coef >= 0, f"algorithm.ent_coef: must be >= 0, got {a.ent_coef}")
     need(cfg.actor.lr > 0, f"actor.lr: must be > 0, got {cfg.actor.lr}")
     need(cfg.actor.adam_eps > 0, f"actor.adam_eps: must be > 0, got {cfg.actor.adam_eps}")
+    need(cfg.actor.lr_warmup_iterations >= 0,
+         f"actor.lr_warmup_iterations: must be >= 0 (0: no warmup), got {cfg.actor.lr_warmup_iterations}")
     need(0.0 <= cfg.actor.ema_decay < 1.0,
          f"actor.ema_decay: must be in [0, 1) (0: no average), got {cfg.actor.ema_decay}")
     need(not (cfg.actor.ema_decay and cfg.runner.mode == "async"),

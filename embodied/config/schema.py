@@ -126,6 +126,10 @@ class ActorConfig:
     lr: float = 3e-4  # Adam learning rate
     adam_eps: float = 1e-5  # Adam epsilon
     anneal_lr: bool = True  # decay the learning rate linearly to 0 over runner.iterations
+    # Iterations over which the learning rate rises linearly from 0, per optimizer step, counted from the first
+    # policy update (after algorithm.critic_warmup_iterations). Adam's first steps move every weight by about lr
+    # whatever its gradient, before its second-moment estimate settles.
+    lr_warmup_iterations: int = 0
     # Data-parallel actor ranks (cluster.backend=ray): one torch.distributed process group; each minibatch is
     # split over the ranks and the gradients summed, so N ranks take the step one rank would.
     num_ranks: int = 1

@@ -160,6 +160,20 @@ class ActorWorker:
         items = [inbox.get(f"actor{self.ranks.rank}", timeout=TRAJECTORY_TIMEOUT_S) for _ in range(sources)]
         return self.update([trajectory for _, trajectory in sorted(items, key=lambda item: item[0])], iteration)
 
+    def lr_at(self, iteration: int, step: int) -> float:
+        """The learning rate of optimizer step ``step`` (0-based) of ``iteration`` (1-based): linear decay to 0
+        over the run (``actor.anneal_lr``) times a linear rise over the first ``actor.lr_warmup_iterations``
+        policy iterations. A function of the position alone, so a resumed run takes the same steps."""
+        lr = self.cfg.lr
+        if self.cfg.anneal_lr:
+            lr *= 1.0 - (iteration - 1) / max(self.total_iterations, 1)
+        warm = self.cfg.lr_warmup_iterations
+        policy_iteration = iteration - self.algo.critic_warmup_iterations  # the value head alone trains before
+        if warm and policy_iteration > 0:
+            steps = self.algo.update_epochs * self.algo.num_minibatches
+            lr *= min(1.0, (policy_iteration - 1 + (step + 1) / steps) / warm)
+        return lr
+
     def update(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
         """One update (``algorithm.update_epochs`` passes of minibatches); returns train metrics."""
         a = self.algo
@@ -173,15 +187,13 @@ class ActorWorker:
             proximal = torch.where(fresh, batch["logprobs"], self._proximal_logprobs(batch))
             batch["behaviour_logprobs"], batch["logprobs"] = batch["logprobs"], proximal
         size = batch["values"].shape[0]
-        if self.cfg.anneal_lr:
-            frac = 1.0 - (iteration - 1) / max(self.total_iterations, 1)
-            self.optimizer.param_groups[0]["lr"] = frac * self.cfg.lr
         warmup = iteration <= a.critic_warmup_iterations
         stats: dict[str, list[float]] = {}
         skipped = 0
         for epoch in range(a.update_epochs):
             perm = torch.randperm(size, generator=self.generator)
             for k, mb in enumerate(perm.chunk(a.num_minibatches)):  # several ranks: equal parts (config check)
+                self.optimizer.param_groups[0]["lr"] = self.lr_at(iteration, epoch * a.num_minibatches + k)
                 step = self._step(_take(batch, mb), warmup, f"iteration {iteration}, epoch {epoch}, minibatch {k}")
                 if step is None:
                     skipped += 1
