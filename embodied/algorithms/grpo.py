@@ -55,11 +55,10 @@ def episode_mean_weights(executed: torch.Tensor, kept: torch.Tensor) -> torch.Te
     gives every episode the same total weight at the same overall scale, the surrogate being linear in
     the advantage. Dropped envs get 0.
     """
-    lengths = executed.transpose(0, 1).reshape(executed.shape[1], -1).sum(1).double()
+    lengths = executed.transpose(0, 1).flatten(1).sum(1).double()
     if not bool(kept.any()):
         return torch.zeros_like(lengths)
-    mean = lengths[kept].mean()
-    return torch.where(kept & (lengths > 0), mean / lengths.clamp_min(1.0), torch.zeros_like(lengths))
+    return torch.where(kept, lengths[kept].mean() / lengths.clamp_min(1.0), torch.zeros_like(lengths))
 
 
 def grpo_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,

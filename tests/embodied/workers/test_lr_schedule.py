@@ -12,9 +12,11 @@ from tests.embodied.workers.test_critic_warmup import rollout
 from tests.policies import test_cnn
 
 
-def actor(warmup: int, anneal: bool, critic_warmup: int = 0, minibatches: int = 2, lr: float = 1e-3) -> ActorWorker:
+def actor(warmup: int, anneal: bool, critic_warmup: int = 0, epochs: int = 2, minibatches: int = 2,
+          lr: float = 1e-3) -> ActorWorker:
     return ActorWorker(CNNConfig(action_chunk=test_cnn.C, **test_cnn.SMALL), test_cnn.WRIST,
-                       AlgorithmConfig(update_epochs=2, num_minibatches=minibatches, critic_warmup_iterations=critic_warmup),
+                       AlgorithmConfig(update_epochs=epochs, num_minibatches=minibatches,
+                                       critic_warmup_iterations=critic_warmup),
                        ActorConfig(lr=lr, anneal_lr=anneal, lr_warmup_iterations=warmup), total_iterations=10, seed=0)
 
 
@@ -35,8 +37,7 @@ def test_the_first_adam_step_moves_the_weights_by_the_warmed_up_rate():
     iterations of one step each, the first step's largest move is a quarter of the plain one."""
     moves = {}
     for warmup in (0, 4):
-        a = actor(warmup=warmup, anneal=False, minibatches=1, lr=1e-2)
-        a.algo.update_epochs = 1
+        a = actor(warmup=warmup, anneal=False, epochs=1, minibatches=1, lr=1e-2)
         before = {k: v.clone() for k, v in a.policy.state_dict().items()}
         metrics = a.update([rollout(a.policy, test_cnn.obs(4))], iteration=1)
         after = a.policy.state_dict()
@@ -48,4 +49,3 @@ def test_the_first_adam_step_moves_the_weights_by_the_warmed_up_rate():
 def test_a_negative_warmup_is_refused_by_name():
     with pytest.raises(ConfigError, match="actor.lr_warmup_iterations: must be >= 0"):
         load_config(None, ["actor.lr_warmup_iterations=-1"])
-
