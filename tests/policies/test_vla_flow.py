@@ -10,13 +10,20 @@ import torch
 
 from embodied.config import ConfigError, load_config
 from embodied.policies.vla.configuration import VLAConfig
-from embodied.policies.vla.flow import CHAIN, STEP, FlowExpert, FlowHead, FlowSDE, ExpertShape
+from embodied.policies.flow_logprob import CHAIN, STEP, FlowSDE, step_distribution
+from embodied.policies.vla.flow import FlowExpert, FlowHead, ExpertShape
 from embodied.policies.vla.modeling import VLAPolicy
 from embodied.policies.vla.tiny import TINY_BACKBONES
 from tests.policies.test_vla import observations, spec
 
 SMALL = {"flow_width": 64, "flow_depth": 2, "flow_heads": 2}
 
+
+
+def _step(head, x, t, cache, noisy):
+    """Mean and std of the next sample, as the head's sampling computes them."""
+    v, features = head.expert(x, t, cache)
+    return step_distribution(head.logprob, x, v, features, t, 1.0 / head.steps, noisy, None)
 
 def make(backbone: str = "smolvlm-tiny", **fields) -> VLAPolicy:
     torch.manual_seed(0)
@@ -61,7 +68,7 @@ def test_sde_makes_exactly_the_recorded_step_stochastic():
         cache = policy.head.expert.encode_prefix(backbone.prefix())
         times = torch.linspace(1, 0, 6)
         for k in range(5):
-            ode, _ = policy.head._step(chain[:, k], times[k].expand(8), cache, None)
+            ode, _ = _step(policy.head, chain[:, k], times[k].expand(8), cache, None)
             off_path = (chain[:, k + 1] - ode).abs().amax((1, 2)) > 1e-5
             assert torch.equal(off_path, step == k)  # every other step follows the ODE exactly
 
@@ -71,7 +78,7 @@ def test_sde_step_has_the_closed_form_mean_and_std():
     sde = FlowSDE(a)
     features = torch.zeros(2, 3, 8)
     t = torch.tensor([1.0, 0.5])
-    std, w1 = sde.step_std(t, delta, features)
+    std, w1 = sde.step_std(t, delta, features, 8)
     sigma = torch.tensor([a * math.sqrt(1 / delta), a * math.sqrt(0.5 / 0.5)])  # at t = 1 the denominator is delta
     assert torch.allclose(std[:, 0, 0], sigma * math.sqrt(delta))
     assert torch.allclose(w1[:, 0, 0], t - delta - sigma ** 2 * delta / (2 * t))
@@ -86,7 +93,7 @@ def test_noise_mode_learns_a_bounded_std_at_every_step_with_an_entropy():
         chain = out.forward_inputs[CHAIN]
         for k in range(3):
             t = torch.full((4,), 1 - k / 3)
-            mean, std = policy.head._step(chain[:, k], t, cache, torch.ones(4, dtype=torch.bool))
+            mean, std = _step(policy.head, chain[:, k], t, cache, torch.ones(4, dtype=torch.bool))
             assert ((std >= 0.05) & (std <= 0.2)).all()
             assert (chain[:, k + 1] - mean).abs().max() > 1e-4  # noise at every step
     assert STEP not in out.forward_inputs
