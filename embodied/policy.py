@@ -8,6 +8,7 @@ names its model class as a lazy ``"module:attr"`` string, so loading a config im
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -78,6 +79,16 @@ class Policy(nn.Module, abc.ABC):
         """
         logprobs, _, _ = self.evaluate(forward_inputs, actions)
         return masked_nll(logprobs, executed)
+
+    def fit_statistics(self, batches: Iterable[tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]]) -> None:
+        """Fit input and output statistics to demonstrations before supervised learning starts.
+
+        ``batches`` yields ``(forward_inputs, actions [B, C, A], executed [B, C])``. By default each
+        batch's inputs go to ``observe`` (the MLP's running state normalization); π0 computes the
+        state and action mean and std its model normalizes with, when its checkpoint has none.
+        """
+        for forward_inputs, _, _ in batches:
+            self.observe(forward_inputs)
 
     def describe(self) -> str:
         """One line printed when training starts: what the policy is and its parameter counts."""

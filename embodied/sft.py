@@ -181,10 +181,10 @@ def train_loader(data: Demonstrations, train_set: Subset, batch_size: int, first
 
 @torch.no_grad()
 def fit_input_statistics(policy: Policy, train_set: Subset, batch_size: int) -> None:
-    """Let the policy fit its input statistics (the MLP's state normalization) to the demonstrations
-    before it learns with them; RL then goes on updating them from its own rollouts."""
-    for obs, _, _ in DataLoader(train_set, batch_size=batch_size, collate_fn=collate):
-        policy.observe(policy.forward_inputs(obs))
+    """Let the policy fit its statistics to the demonstrations before it learns with them (the MLP's state
+    normalization, which RL then goes on updating from its own rollouts; π0's state and action mean/std)."""
+    batches = DataLoader(train_set, batch_size=batch_size, collate_fn=collate)
+    policy.fit_statistics((policy.forward_inputs(obs), actions, executed) for obs, actions, executed in batches)
 
 
 def bc_loss(policy: Policy, obs: dict, actions: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,1 @@
+"""π0 as transformers ships it (``policy.type: pi0``)."""

@@ -1,0 +1,117 @@
+"""Configuration of π0 as transformers ships it (``policy.type: pi0``).
+
+``policy.model_path`` is a folder of ``PI0ForConditionalGeneration`` in transformers' own format, a
+LeRobot π0 folder (its ``config.json`` says ``"type": "pi0"``; the weights go through transformers'
+conversion mapping and the config is translated, ``pretrained.py``), or ``tiny:pi0-tiny`` (built
+offline, ``tiny.py``). What the model predicts is a chunk of ``chunk_size`` actions padded to
+``max_action_dim``; the env executes the first ``policy.action_chunk`` of them, in its own dimensions.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from embodied.policy_config import PolicyConfig
+
+TINY_PREFIX = "tiny:"
+TINY_NAMES = ("pi0-tiny",)
+FLOW_LOGPROBS = ("sde", "noise")
+
+
+@dataclass
+class PI0PolicyConfig(PolicyConfig):
+    type: str = "pi0"  # registered policy name
+    model_path: str = "tiny:pi0-tiny"  # transformers PI0 folder, LeRobot π0 folder, or tiny:pi0-tiny (built offline)
+    tokenizer_path: str | None = None  # folder with PaliGemma's tokenizer, for a model folder without one (LeRobot's)
+    norm_stats: str | None = None  # JSON of state/action mean and std; null: the model folder's, else the env's bounds
+    flow_steps: int | None = None  # Euler denoising steps per chunk (null: the checkpoint's num_inference_steps)
+    flow_logprob: Literal["sde", "noise"] = "noise"  # RL log-probs: Flow-SDE (one noisy step) or Flow-Noise (every step)
+    flow_noise_level: float = 0.5  # sde: a in sigma_t = a * sqrt(t / (1 - t))
+    flow_noise_std_min: float = 0.08  # noise: lower bound of the learned std (normalized action units)
+    flow_noise_std_max: float = 0.16  # noise: upper bound of the learned std
+    use_wrist_image: bool = True  # the wrist camera is a second π0 camera when the env has one
+    use_states: bool = True  # the normalized proprioceptive state enters the action expert (zeros when false)
+    max_cameras: int = 3  # cameras the prompt may hold (π0 was trained with up to 3: base and two wrists)
+    max_instruction_tokens: int = 32  # instruction tokens kept in the fixed-length prompt (longer is an error)
+    value_hidden: int = 256  # width of the value head's hidden layer
+    lora_rank: int = 0  # LoRA rank through peft on the VLM's language model and the action expert; 0 trains all
+    lora_alpha: float = 16.0  # LoRA scaling numerator (scale = alpha / rank)
+    freeze_vision: bool = False  # keep the SigLIP tower and projector fixed (LeRobot's freeze_vision_encoder)
+    device: Literal["cpu", "cuda", "auto"] = "cpu"  # where the rollout and actor copies run (auto: cuda when present)
+    dtype: Literal["float32", "bfloat16"] = "float32"  # weights and activations (heads and log-probs stay float32)
+    gradient_checkpointing: bool = False  # recompute the vision tower's layers in backward (the cache path cannot be)
+
+    model_class: ClassVar[str] = "embodied.policies.pi0.modeling:PI0Policy"
+    architecture_fields: ClassVar[tuple[str, ...]] = ("use_states",)
+
+    def required_observations(self) -> set[str]:
+        return {"images", "states"} if self.use_states else {"images"}
+
+    def validate(self) -> list[str]:
+        """Checks that need no model: the folder is a π0, numeric ranges, the device."""
+        p: list[str] = []
+        chunk_size = None
+        if self.model_path.startswith(TINY_PREFIX):
+            name = self.model_path[len(TINY_PREFIX):]
+            if name not in TINY_NAMES:
+                p.append(f"policy.model_path: unknown tiny π0 {name!r}; known: "
+                         f"{', '.join(TINY_PREFIX + n for n in TINY_NAMES)}")
+        else:
+            problem, chunk_size = pi0_folder_problem(Path(self.model_path).expanduser())
+            if problem:
+                p.append(problem)
+        if chunk_size is not None and self.action_chunk > chunk_size:
+            p.append(f"policy.action_chunk: {self.action_chunk} executed actions, but the checkpoint predicts chunks "
+                     f"of {chunk_size} (its chunk_size)")
+        if self.tokenizer_path is not None and not Path(self.tokenizer_path).expanduser().is_dir():
+            p.append(f"policy.tokenizer_path: {self.tokenizer_path!r} is not a folder")
+        if self.norm_stats is not None and not Path(self.norm_stats).expanduser().is_file():
+            p.append(f"policy.norm_stats: {self.norm_stats!r} is not a file")
+        if self.flow_steps is not None and self.flow_steps < 1:
+            p.append(f"policy.flow_steps: must be >= 1 Euler step, got {self.flow_steps}")
+        if self.flow_logprob not in FLOW_LOGPROBS:
+            p.append(f"policy.flow_logprob: unknown mode {self.flow_logprob!r}; known: {', '.join(FLOW_LOGPROBS)}")
+        if not self.flow_noise_level > 0:
+            p.append(f"policy.flow_noise_level: must be > 0, got {self.flow_noise_level}")
+        if not 0 < self.flow_noise_std_min <= self.flow_noise_std_max:
+            p.append(f"policy.flow_noise_std_min / flow_noise_std_max: need 0 < min <= max, got "
+                     f"{self.flow_noise_std_min} and {self.flow_noise_std_max}")
+        if self.max_cameras < 1:
+            p.append(f"policy.max_cameras: must be >= 1, got {self.max_cameras}")
+        if self.max_instruction_tokens < 1:
+            p.append(f"policy.max_instruction_tokens: must be >= 1, got {self.max_instruction_tokens}")
+        if self.lora_rank < 0:
+            p.append(f"policy.lora_rank: must be >= 0 (0: no LoRA), got {self.lora_rank}")
+        if self.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                p.append("policy.device: 'cuda' but torch sees no CUDA device here (use cpu or auto)")
+        return p
+
+
+def read_config_json(path: Path) -> dict[str, Any] | None:
+    """A folder's ``config.json`` as a dict (None when absent or unreadable)."""
+    try:
+        return json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def pi0_folder_problem(path: Path) -> tuple[str | None, int | None]:
+    """(what is wrong with ``path`` as a π0 folder or None, the chunk_size its config declares)."""
+    where = f"policy.model_path: {str(path)!r}"
+    if not path.is_dir():
+        return f"{where} is not a folder (a PI0ForConditionalGeneration save_pretrained folder, a LeRobot π0 " \
+               "folder, or tiny:pi0-tiny)", None
+    config = read_config_json(path)
+    if config is None:
+        return f"{where} has no readable config.json", None
+    kind = config.get("model_type") or config.get("type")
+    if kind != "pi0":
+        return (f"{where} is not a π0: its config.json says {('model_type' if 'model_type' in config else 'type')}="
+                f"{kind!r} (policy.type=vla reads image-text-to-text backbones)"), None
+    return None, config.get("chunk_size", 50)

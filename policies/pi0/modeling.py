@@ -1,0 +1,401 @@
+"""π0 as a policy: transformers' ``PI0ForConditionalGeneration`` with the RL around it.
+
+    policy = PI0Policy(PI0PolicyConfig(model_path="tiny:pi0-tiny", action_chunk=4), spec)
+    out = policy.act(obs)            # obs: main_images uint8 [B, H, W, 3], task_descriptions, states
+    logprobs, entropy, values = policy.evaluate(out.forward_inputs, out.actions)   # replays act exactly
+
+π0's layers, its KV cache and its flow-matching loss are transformers'. What is ours:
+
+- **The recorded Euler loop.** ``act`` runs the VLM prefix once (``model.model.embed_prefix`` and
+  ``model.model.vlm`` with ``use_cache=True``), then ``flow_steps`` action-expert passes over that
+  cache (``embed_action_time`` -> ``model.model`` -> ``action_out_proj``, what ``forward`` runs), each
+  followed by ``cache.crop`` back to the prefix: without the crop the next step silently attends to
+  the previous step's action tokens. The chain of samples is recorded; with ``deterministic`` the
+  loop is the ODE from noise, step for step what ``sample_actions`` computes.
+- **Log-probs** through ``policies/flow_logprob.py`` (Flow-SDE or Flow-Noise, one implementation
+  with our flow head). ``evaluate`` replays every scored step in one batched pass: the prefix with
+  gradients on B rows, ``cache.batch_repeat_interleave(S)``, one expert pass on B·S rows. Only the
+  executed chunk positions and the env's action dimensions draw noise and are scored; the padded
+  dimensions and the positions past ``action_chunk`` follow the ODE.
+- **The value head** reads the VLM prefix (the masked mean of its last hidden states) and the
+  normalized state. The prefix is what π0 already computes once per chunk, it sees the images and
+  the instruction, and the state enters π0 only in the expert's suffix, so it is added here. The
+  prefix's last layer and final norm are reached by the value loss alone (the expert reads only the
+  VLM's keys and values), so under GRPO they get no gradient on any rank.
+- **LoRA** (peft) on the VLM's language model and the expert (their attention and MLP projections,
+  not SigLIP), with the action/time/state projections trained whole (``modules_to_save``).
+  The expert's ``embed_tokens`` (263M at full size) is never read by π0, so it is frozen.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from embodied.policies.flow_logprob import (CHAIN, STEP, Velocity, make_flow_logprob, sample_chain,
+                                            score_chain)
+from embodied.policies.pi0.configuration import PI0PolicyConfig
+from embodied.policies.pi0.pretrained import load_pi0, parameter_split, resolve_model_path
+from embodied.policies.pi0.processing import STD_EPS, NormStats, PI0Inputs, fitted_stats, folder_stats, load_stats
+from embodied.policy import Policy, PolicySpec
+from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, Obs, PolicyOutput
+
+HEADS_FILE = "heads.pt"  # value head and Flow-Noise's std head (a plain state dict)
+POLICY_FILE = "embodied_policy.json"  # the policy config and the base model, for people and tools
+LORA_TARGETS = r"model\.(vlm\.language_model|dit)\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
+PROJECTIONS = ["embed_action_time", "action_out_proj"]  # trained whole under LoRA
+
+
+@dataclass
+class Prefix:
+    """The VLM over the prompt and images: its cache, last hidden states, mask, and the padded state."""
+
+    cache: Any  # transformers DynamicCache, one entry per VLM layer
+    hidden: torch.Tensor  # [B, L, H]
+    mask: torch.Tensor  # [B, L], 0 on padding
+    state: torch.Tensor  # [B, max_state_dim], normalized, in the model's dtype
+    length: int  # the cache's length (L)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class PI0Policy(Policy):
+    """π0 (transformers' PI0ForConditionalGeneration) acting in an env (see the module docstring)."""
+
+    exports_pretrained = True
+    value_head_prefixes = ("value_head.",)
+    logprob_granularity = "action"
+
+    def __init__(self, config: PI0PolicyConfig, spec: PolicySpec) -> None:
+        super().__init__()
+        from embodied.policies.vla.tiny import quiet_transformers
+
+        quiet_transformers()
+        if spec.image_shape is None:
+            raise ValueError("policy.type=pi0 needs images: set env.obs_mode to 'rgb' or 'state+rgb'")
+        self.config, self.spec = config, spec
+        self.device_ = resolve_device(config.device)
+        self.dtype_ = {"float32": torch.float32, "bfloat16": torch.bfloat16}[config.dtype]
+        self.model_dir = resolve_model_path(config.model_path)
+        model, self.tokenizer, self.source = load_pi0(self.model_dir, self.dtype_, config.tokenizer_path)
+        pc = model.config
+        self.chunk_size, self.max_action_dim, self.max_state_dim = pc.chunk_size, pc.max_action_dim, pc.max_state_dim
+        self.chunk, self.action_dim = config.action_chunk, spec.action_dim
+        self.state_dim = spec.state_dim if config.use_states else 0
+        self.use_wrist = config.use_wrist_image and spec.wrist_image_shape is not None
+        self._check_sizes(config, spec)
+        self.steps = config.flow_steps or int(pc.num_inference_steps)
+        self.inputs = PI0Inputs(self.tokenizer, pc, 1 + int(self.use_wrist), config.max_instruction_tokens)
+        self.stats_source = ""
+        for name in ("state_mean", "state_std", "action_mean", "action_std"):
+            self.register_buffer(name, torch.zeros(0))
+        self.set_stats(self._initial_stats(config, spec))
+        hidden = int(pc.vlm_config.text_config.hidden_size)
+        self.value_head = nn.Sequential(nn.Linear(hidden + self.max_state_dim, config.value_hidden), nn.Tanh(),
+                                        nn.Linear(config.value_hidden, 1))
+        if config.flow_logprob == "noise":
+            self.noise_std = nn.Linear(int(pc.dit_config.hidden_size), self.max_action_dim)
+        self.logprob = make_flow_logprob(config.flow_logprob, config.flow_noise_level, getattr(self, "noise_std", None),
+                                         (config.flow_noise_std_min, config.flow_noise_std_max))
+        scored = torch.zeros(self.chunk_size, self.max_action_dim, dtype=torch.bool)
+        scored[:self.chunk, :self.action_dim] = True
+        self.register_buffer("scored", scored, persistent=False)
+        self.model = model
+        if getattr(model.model.dit, "embed_tokens", None) is not None:
+            model.model.dit.embed_tokens.requires_grad_(False)  # π0 never reads it: nothing to train or sync
+        if config.freeze_vision:
+            model.model.vlm.vision_tower.requires_grad_(False)
+            model.model.vlm.multi_modal_projector.requires_grad_(False)
+        self._peft: list[Any] = []  # the peft wrapper, kept out of the module tree (its weights are the model's)
+        if config.lora_rank > 0:
+            self._add_lora(config)
+        self._checkpointed: list[nn.Module] = []
+        if config.gradient_checkpointing:
+            self._checkpointed = self._checkpoint_vision()
+        self.model.eval()  # no dropout: act and evaluate must agree
+        self.to(self.device_)
+
+    # -- construction ------------------------------------------------------------------------
+
+    def _check_sizes(self, config: PI0PolicyConfig, spec: PolicySpec) -> None:
+        where = f"policy.model_path {config.model_path!r}"
+        if spec.action_dim > self.max_action_dim:
+            raise ValueError(f"env action dimension {spec.action_dim} exceeds {where}'s max_action_dim "
+                             f"{self.max_action_dim}")
+        if self.state_dim > self.max_state_dim:
+            raise ValueError(f"env state dimension {self.state_dim} exceeds {where}'s max_state_dim "
+                             f"{self.max_state_dim} (or set policy.use_states=false)")
+        if config.action_chunk > self.chunk_size:
+            raise ValueError(f"policy.action_chunk: {config.action_chunk} executed actions, but {where} predicts "
+                             f"chunks of {self.chunk_size} (its chunk_size)")
+        cameras = 1 + int(self.use_wrist)
+        if cameras > config.max_cameras:
+            raise ValueError(f"policy.max_cameras: the env gives {cameras} cameras (main and wrist), more than "
+                             f"{config.max_cameras}; raise it or set policy.use_wrist_image=false")
+
+    def _initial_stats(self, config: PI0PolicyConfig, spec: PolicySpec) -> NormStats:
+        if config.norm_stats:
+            stats = load_stats(Path(config.norm_stats).expanduser(), f"policy.norm_stats {config.norm_stats}")
+            where = "policy.norm_stats"
+        else:
+            stats = folder_stats(self.model_dir)
+            where = f"policy.model_path {config.model_path!r}"
+        if stats is None:
+            warnings.warn(f"policy.type=pi0: {config.model_path} carries no normalization statistics, so actions are "
+                          "normalized by the env's action bounds and states are not normalized; SFT computes them "
+                          "from its demonstrations (policy.norm_stats gives them)", stacklevel=2)
+            return NormStats.from_bounds(spec.action_low, spec.action_high, self.state_dim)
+        stats.check(self.state_dim, spec.action_dim, where)
+        return stats
+
+    def set_stats(self, stats: NormStats) -> None:
+        """Use these normalization statistics (buffers, so weight sync and checkpoints carry them)."""
+        device = self.state_mean.device
+        for name in ("state_mean", "state_std", "action_mean", "action_std"):
+            setattr(self, name, torch.tensor(getattr(stats, name), dtype=torch.float32, device=device))
+        self.stats_source = stats.source
+
+    def stats(self) -> NormStats:
+        return NormStats(self.state_mean.tolist(), self.state_std.tolist(), self.action_mean.tolist(),
+                         self.action_std.tolist(), self.stats_source)
+
+    def _add_lora(self, config: PI0PolicyConfig) -> None:
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                          target_modules=LORA_TARGETS, modules_to_save=PROJECTIONS, bias="none")
+        with warnings.catch_warnings():  # peft asks transformers a deprecated question; not ours to fix
+            warnings.simplefilter("ignore", FutureWarning)
+            self._peft = [get_peft_model(self.model, lora)]
+
+    def _checkpoint_vision(self) -> list[nn.Module]:
+        """Activation checkpointing of the SigLIP tower's layers only: checkpointing a VLM or expert layer
+        recomputes it in backward, and the recompute appends to the shared KV cache a second time."""
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
+        tower = self.model.model.vlm.vision_tower
+        tower.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return [m for m in tower.modules() if isinstance(m, GradientCheckpointingLayer)]
+
+    def fsdp_units(self) -> list[nn.Module]:
+        """The VLM's and the expert's transformer layers (and SigLIP's), each sharded on its own."""
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
+        return [m for m in self.model.modules() if isinstance(m, GradientCheckpointingLayer)]
+
+    def train(self, mode: bool = True) -> PI0Policy:
+        super().train(mode)
+        self.model.eval()  # dropout stays off
+        for layer in self._checkpointed:  # transformers checkpoints a layer only in training mode
+            layer.training = True
+        return self
+
+    def describe(self) -> str:
+        split = parameter_split(self.model)
+        trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
+        total = sum(p.numel() for p in self.parameters())
+        lora = f", LoRA r={self.config.lora_rank}" if self._peft else ""
+        return (f"policy: PI0Policy ({self.source} π0 from {self.model_dir}), {total / 1e6:.3f}M parameters: VLM "
+                f"{split['vlm'] / 1e6:.3f}M, action expert {split['dit'] / 1e6:.3f}M (of which "
+                f"{split['dit_unused_embed'] / 1e6:.3f}M unused embed_tokens, frozen), projections "
+                f"{split['projections'] / 1e6:.3f}M; {trainable / 1e6:.3f}M trainable{lora}; chunk "
+                f"{self.chunk}/{self.chunk_size}, {self.steps} Euler steps, log-probs {self.logprob.name}; "
+                f"statistics from {self.stats_source}")
+
+    # -- the policy interface ----------------------------------------------------------------
+
+    @torch.no_grad()
+    def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
+        inputs = self.forward_inputs(obs)
+        prefix = self._prefix(inputs)
+        noise = torch.randn(prefix.mask.shape[0], self.chunk_size, self.max_action_dim, device=self.device_)
+        chain = sample_chain(self._velocity(prefix), noise, self.steps, self.logprob, deterministic, self.scored)
+        inputs |= {k: v.detach().cpu() for k, v in chain.record.items()}
+        return PolicyOutput(actions=self.env_actions(chain.actions).cpu(),
+                            logprobs=chain.logprobs[:, :self.chunk].float().cpu(),
+                            values=self._value(prefix).cpu(), forward_inputs=inputs)
+
+    def evaluate(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor):
+        prefix = self._prefix(forward_inputs)
+        values = self._value(prefix)
+        replay = {k: v.to(self.device_) for k, v in forward_inputs.items() if k in (CHAIN, STEP)}
+        logp, entropy = score_chain(self._velocity(prefix), replay, self.steps, self.logprob, self.scored)
+        return logp[:, :self.chunk], entropy[:, :self.chunk], values
+
+    @torch.no_grad()
+    def value(self, obs: Obs) -> torch.Tensor:
+        return self._value(self._prefix(self.forward_inputs(obs))).cpu()
+
+    def supervised_loss(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor,
+                        executed: torch.Tensor) -> torch.Tensor:
+        """π0's flow-matching objective (``forward(actions=...)``, its time sampling and velocity) on
+        demonstrated chunks, averaged over the executed chunk positions and the env's action dimensions
+        (the padded ones and the positions past ``action_chunk`` are masked out)."""
+        dev = self.device_
+        target = self.model_actions(actions.to(dev))
+        noise = torch.randn_like(target)
+        out = self.model(state=self._state(forward_inputs), noise=noise.to(self.dtype_),
+                         actions=target.to(self.dtype_), **self._prompt_inputs(forward_inputs))
+        error = (out.logits.float() - (noise - target)).pow(2)  # [B, chunk_size, max_action_dim]
+        weight = torch.zeros_like(error)
+        weight[:, :self.chunk, :self.action_dim] = executed.to(dev).float()[..., None]
+        return (error * weight).sum() / weight.sum().clamp_min(1.0)
+
+    def fit_statistics(self, batches: Any) -> None:
+        """Demonstrations' state and action mean/std, when the model came without statistics (its
+        env-bounds stand-ins are replaced); a checkpoint's own statistics are kept."""
+        if self.stats_source != "env bounds":
+            return
+        states, actions = [], []
+        for forward_inputs, chunk, executed in batches:
+            if self.state_dim:
+                states.append(torch.as_tensor(forward_inputs[STATES]).float())
+            actions.append(torch.as_tensor(chunk).float()[torch.as_tensor(executed).bool()])
+        self.set_stats(fitted_stats(torch.cat(states) if states else None, torch.cat(actions), self.state_dim))
+
+    # -- inputs and outputs ------------------------------------------------------------------
+
+    def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
+        """What ``evaluate`` replays: prompt ids, uint8 images and the raw state (CPU)."""
+        descriptions = obs.get(TASK_DESCRIPTIONS)
+        if descriptions is None or len(descriptions) == 0 or any(not d for d in descriptions):
+            raise ValueError("policy.type=pi0 reads an instruction per env from obs['task_descriptions'], and the "
+                             "env gave none (or an empty one): give the env a task_description")
+        prompt = self.inputs.prompts(list(descriptions))
+        inputs = {"input_ids": prompt.input_ids, "attention_mask": prompt.attention_mask,
+                  MAIN_IMAGES: _uint8(obs[MAIN_IMAGES])}
+        if self.use_wrist:
+            inputs[WRIST_IMAGES] = _uint8(obs[WRIST_IMAGES])
+        if self.state_dim:
+            inputs[STATES] = torch.as_tensor(np.asarray(obs[STATES]), dtype=torch.float32)
+        return inputs
+
+    def _prompt_inputs(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``input_ids``, ``attention_mask``, ``pixel_values``, ``pixel_attention_mask`` on the device."""
+        images = [inputs[MAIN_IMAGES]] + ([inputs[WRIST_IMAGES]] if self.use_wrist else [])
+        return {"input_ids": inputs["input_ids"].to(self.device_),
+                "attention_mask": inputs["attention_mask"].to(self.device_),
+                **self.inputs.pixels(images, self.device_, self.dtype_)}
+
+    def _state(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The normalized state, zero-padded to ``max_state_dim`` [B, S_max] (zeros without states)."""
+        batch = inputs["input_ids"].shape[0]
+        padded = torch.zeros(batch, self.max_state_dim, device=self.device_)
+        if self.state_dim:
+            s = inputs[STATES].to(self.device_).float()
+            padded[:, :self.state_dim] = (s - self.state_mean) / (self.state_std + STD_EPS)
+        return padded.to(self.dtype_)
+
+    def model_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """Env actions [B, C, A] -> normalized, zero-padded to the model's chunk [B, chunk_size, max_action_dim]."""
+        out = torch.zeros(actions.shape[0], self.chunk_size, self.max_action_dim, device=actions.device)
+        out[:, :actions.shape[1], :self.action_dim] = (actions.float() - self.action_mean) / (self.action_std + STD_EPS)
+        return out
+
+    def env_actions(self, x: torch.Tensor) -> torch.Tensor:
+        """The model's chunk [B, chunk_size, max_action_dim] -> the executed env actions [B, C, A]."""
+        x = x[:, :self.chunk, :self.action_dim].float()
+        return x * (self.action_std + STD_EPS) + self.action_mean
+
+    def _prefix(self, inputs: dict[str, torch.Tensor]) -> Prefix:
+        """The VLM over images and prompt, with its cache (as ``sample_actions`` builds it)."""
+        p = self._prompt_inputs(inputs)
+        inner = self.model.model
+        embeds = inner.embed_prefix(p["input_ids"], p["pixel_values"], p["pixel_attention_mask"])
+        mask = p["attention_mask"]
+        out = inner.vlm(inputs_embeds=embeds, attention_mask=mask, position_ids=mask.cumsum(-1) - 1,
+                        token_type_ids=torch.zeros_like(embeds)[:, :, 0], use_cache=True)
+        return Prefix(out.cache, out.last_hidden_state, mask, self._state(inputs), out.cache.get_seq_length())
+
+    def _velocity(self, prefix: Prefix) -> Velocity:
+        """The action expert over the prefix cache, as ``flow_logprob`` calls it."""
+        def velocity(x: torch.Tensor, t: torch.Tensor, repeats: int) -> tuple[torch.Tensor, torch.Tensor]:
+            mask, state = prefix.mask, prefix.state
+            if repeats > 1:  # one batched replay: the cache is used once more, so it may grow in place
+                prefix.cache.batch_repeat_interleave(repeats)
+                mask, state = mask.repeat_interleave(repeats, 0), state.repeat_interleave(repeats, 0)
+            embeds = self.model.embed_action_time(state, x.to(self.dtype_), t.float())
+            out = self.model.model(action_embeds=embeds, attention_mask=mask, cache=prefix.cache)
+            prefix.cache.crop(prefix.length - prefix.cache.get_seq_length())  # back to the prefix alone
+            features = out.last_hidden_state[:, -self.chunk_size:]
+            return self.model.action_out_proj(features).float(), features
+        return velocity
+
+    def _value(self, prefix: Prefix) -> torch.Tensor:
+        mask = prefix.mask.float()[..., None]
+        pooled = (prefix.hidden.float() * mask).sum(1) / mask.sum(1).clamp_min(1.0)
+        return self.value_head(torch.cat([pooled, prefix.state.float()], -1)).squeeze(-1)
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """A folder ``PI0ForConditionalGeneration.from_pretrained`` opens alone (the whole model and its
+        tokenizer), or under LoRA ``adapter/`` (peft's: ``PeftModel.from_pretrained(PI0ForConditionalGeneration
+        .from_pretrained(base), adapter)``, the projections included); beside it ``norm_stats.json``,
+        ``heads.pt`` (value head, Flow-Noise's std head) and ``embodied_policy.json``."""
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        if self._peft:
+            self._peft[0].save_pretrained(out / "adapter")
+        else:
+            self.model.save_pretrained(out)
+            self.tokenizer.save_pretrained(out)
+        torch.save({name: m.state_dict() for name, m in self._heads().items()}, out / HEADS_FILE)
+        self.stats().save(out)
+        meta = {"config": asdict(self.config), "base_model": str(self.model_dir), "source": self.source,
+                "steps": self.steps, "chunk_size": self.chunk_size}
+        (out / POLICY_FILE).write_text(json.dumps(meta, indent=2))
+
+    def load_pretrained(self, directory: str | Path) -> None:
+        """Load what ``save_pretrained`` wrote into this policy (built from the same config)."""
+        src = Path(directory)
+        if (src / "adapter").is_dir():
+            if not self._peft:
+                raise ValueError(f"checkpoint {src} holds a LoRA adapter but policy.lora_rank is 0")
+            from peft.utils import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            set_peft_model_state_dict(self._peft[0], load_file(str(src / "adapter" / "adapter_model.safetensors"),
+                                                               device=str(self.device_)))
+        elif (src / "config.json").is_file():
+            if self._peft:
+                raise FileNotFoundError(f"checkpoint {src} has no LoRA adapter/ (a fully trained π0) but "
+                                        f"policy.lora_rank is {self.config.lora_rank}")
+            from transformers import PI0ForConditionalGeneration
+
+            trained = PI0ForConditionalGeneration.from_pretrained(src, dtype=self.dtype_)
+            self.model.load_state_dict(trained.state_dict())
+        else:
+            raise FileNotFoundError(f"checkpoint {src} holds no π0 (neither config.json nor adapter/)")
+        heads = torch.load(src / HEADS_FILE, map_location=self.device_, weights_only=True)
+        for name, module in self._heads().items():
+            if name in heads:  # sde -> noise: Flow-Noise's std head starts fresh
+                module.load_state_dict(heads[name])
+        stats = folder_stats(src)
+        if stats is not None:
+            stats.check(self.state_dim, self.action_dim, f"checkpoint {src}")
+            self.set_stats(stats)
+
+    def _heads(self) -> dict[str, nn.Module]:
+        heads: dict[str, nn.Module] = {"value_head": self.value_head}
+        if hasattr(self, "noise_std"):
+            heads["noise_std"] = self.noise_std
+        return heads
+
+
+def _uint8(images: Any) -> torch.Tensor:
+    x = torch.as_tensor(np.asarray(images))
+    if x.dtype != torch.uint8:
+        raise ValueError(f"policy.type=pi0 expects uint8 images [B, H, W, 3], got {x.dtype}")
+    return x

@@ -1,0 +1,158 @@
+"""Where a π0 comes from: a transformers folder, a LeRobot folder, or a tiny one built offline.
+
+    from embodied.policies.pi0.pretrained import build_tiny_pi0, load_pi0
+    build_tiny_pi0("runs/pi0-tiny")                     # tokenizer + random weights, save_pretrained
+    model, tokenizer, source = load_pi0(Path("runs/pi0-tiny"), torch.float32, tokenizer_path=None)
+
+A **LeRobot** π0 folder (``lerobot/pi0_base``, ``lerobot/pi0_libero``) holds ``model.safetensors``
+in LeRobot's key layout and LeRobot's own ``config.json`` (``"type": "pi0"``, ``paligemma_variant``,
+``action_expert_variant``, ``chunk_size`` ...). Its config is translated into a ``PI0Config``
+(:func:`lerobot_pi0_config`) and its weights load through ``from_pretrained``, whose conversion
+mapping for ``pi0`` renames ``paligemma_with_expert.*`` to ``model.vlm`` / ``model.dit`` and the
+projections to ``embed_action_time.*``. LeRobot ships no tokenizer (it loads PaliGemma's from the
+hub): give ``policy.tokenizer_path``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from embodied.atomic import atomic_dir
+from embodied.policies.pi0.configuration import TINY_NAMES, TINY_PREFIX, read_config_json
+
+# LeRobot's Gemma variants (openpi's get_config): the VLM's language model and the action expert.
+VARIANTS: dict[str, dict[str, int]] = {
+    "gemma_300m": dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=18, num_attention_heads=8,
+                       num_key_value_heads=1, head_dim=256),
+    "gemma_2b": dict(hidden_size=2048, intermediate_size=16384, num_hidden_layers=18, num_attention_heads=8,
+                     num_key_value_heads=1, head_dim=256),
+}
+# LeRobot's fields that are PI0Config's under the same name (num_steps is the older name of num_inference_steps).
+SAME_FIELDS = ("chunk_size", "max_state_dim", "max_action_dim", "num_inference_steps", "time_sampling_beta_alpha",
+               "time_sampling_beta_beta", "time_sampling_scale", "time_sampling_offset", "min_period", "max_period")
+
+
+def lerobot_pi0_config(lerobot: dict[str, Any]) -> Any:
+    """A transformers ``PI0Config`` from a LeRobot π0 ``config.json`` (its variants, chunk and dimensions)."""
+    from transformers import PI0Config
+
+    defaults = PI0Config()
+    vlm = defaults.vlm_config.to_dict()
+    variant = lerobot.get("paligemma_variant", "gemma_2b")
+    expert = lerobot.get("action_expert_variant", "gemma_300m")
+    for name, value in (("paligemma_variant", variant), ("action_expert_variant", expert)):
+        if value not in VARIANTS:
+            raise ValueError(f"policy.model_path: LeRobot config {name}={value!r} is unknown; known: "
+                             f"{', '.join(VARIANTS)}")
+    vlm["text_config"].update(VARIANTS[variant])
+    resolution = lerobot.get("image_resolution") or [vlm["vision_config"]["image_size"]] * 2
+    if resolution[0] != resolution[1]:
+        raise ValueError(f"policy.model_path: LeRobot config image_resolution={resolution} is not square")
+    vlm["vision_config"]["image_size"] = int(resolution[0])
+    fields = {k: lerobot[k] for k in SAME_FIELDS if k in lerobot}
+    if "num_inference_steps" not in fields and "num_steps" in lerobot:
+        fields["num_inference_steps"] = lerobot["num_steps"]
+    dit = defaults.dit_config.to_dict() | VARIANTS[expert]
+    return PI0Config(vlm_config=vlm, dit_config=dit, **fields)
+
+
+def is_lerobot_folder(path: Path) -> bool:
+    config = read_config_json(path) or {}
+    return config.get("type") == "pi0" and "model_type" not in config
+
+
+def load_pi0(path: Path, dtype: torch.dtype, tokenizer_path: str | None) -> tuple[Any, Any, str]:
+    """(PI0ForConditionalGeneration, tokenizer, "transformers" or "LeRobot") from a model folder."""
+    from transformers import AutoTokenizer, PI0ForConditionalGeneration
+
+    lerobot = is_lerobot_folder(path)
+    config = lerobot_pi0_config(read_config_json(path) or {}) if lerobot else None
+    try:
+        model = PI0ForConditionalGeneration.from_pretrained(path, config=config, dtype=dtype) if lerobot else \
+            PI0ForConditionalGeneration.from_pretrained(path, dtype=dtype)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ValueError(f"policy.model_path: {str(path)!r} does not load as a π0: {exc}") from None
+    tokenizer_dir = Path(tokenizer_path).expanduser() if tokenizer_path else path
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    except (OSError, ValueError) as exc:
+        where = "policy.tokenizer_path" if tokenizer_path else "policy.model_path"
+        hint = "" if tokenizer_path else " (a LeRobot folder has none: set policy.tokenizer_path to PaliGemma's)"
+        raise ValueError(f"{where}: no tokenizer in {str(tokenizer_dir)!r}{hint}: {exc}") from None
+    return model, tokenizer, "LeRobot" if lerobot else "transformers"
+
+
+# -- tiny, offline ----------------------------------------------------------------------------
+
+
+def tiny_pi0_config(tokenizer: Any, chunk_size: int = 4) -> Any:
+    """A few-million-parameter π0 whose VLM has ``paligemma-tiny``'s shapes (so a tokens-head PaliGemma
+    SFT can seed it) and whose action expert matches its layers, heads and head size (shared attention)."""
+    from transformers import PI0Config
+
+    vocab = len(tokenizer)
+    image_token = tokenizer.convert_tokens_to_ids("<image>")
+    shared = dict(num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=1, head_dim=48)
+    return PI0Config(
+        vlm_config=dict(model_type="paligemma", image_token_id=image_token, projection_dim=192,
+                        vision_config=dict(model_type="siglip_vision_model", hidden_size=96, intermediate_size=192,
+                                           num_hidden_layers=2, num_attention_heads=2, image_size=64, patch_size=16,
+                                           vision_use_head=False),
+                        text_config=dict(model_type="gemma", vocab_size=vocab, hidden_size=192,
+                                         intermediate_size=512, max_position_embeddings=1024, **shared)),
+        dit_config=dict(model_type="gemma", hidden_size=96, intermediate_size=256, **shared),
+        chunk_size=chunk_size, max_state_dim=32, max_action_dim=32, num_inference_steps=4,
+    )
+
+
+def build_tiny_pi0(out_dir: str | Path, seed: int = 0) -> Path:
+    """Tokenizer trained on the task texts + random-weight tiny π0, written atomically with save_pretrained."""
+    from transformers import PI0ForConditionalGeneration
+
+    from embodied.policies.vla.tiny import quiet_transformers, train_tokenizer
+
+    quiet_transformers()
+    tokenizer = train_tokenizer("paligemma")
+    tokenizer.bos_token = "<bos>"
+    torch.manual_seed(seed)
+    model = PI0ForConditionalGeneration(tiny_pi0_config(tokenizer))
+    out = Path(out_dir)
+    with atomic_dir(out) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return out
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("EMBODIED_CACHE") or Path.home() / ".cache" / "embodied"
+    return Path(root) / "tiny-pi0"
+
+
+def resolve_model_path(model_path: str) -> Path:
+    """A local folder for ``policy.model_path``; ``tiny:pi0-tiny`` is built into the cache once."""
+    if not model_path.startswith(TINY_PREFIX):
+        return Path(model_path).expanduser()
+    name = model_path[len(TINY_PREFIX):]
+    if name not in TINY_NAMES:
+        raise ValueError(f"policy.model_path: unknown tiny π0 {name!r}; known: {', '.join(TINY_NAMES)}")
+    path = cache_dir() / name
+    if not (path / "config.json").is_file():
+        if path.exists():
+            shutil.rmtree(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        build_tiny_pi0(path)
+    return path
+
+
+def parameter_split(model: Any) -> dict[str, int]:
+    """Parameters of the VLM (vision tower, projector, language model), the action expert and the projections."""
+    inner = model.model
+    dit = sum(p.numel() for p in inner.dit.parameters())
+    unused = inner.dit.embed_tokens.weight.numel() if getattr(inner.dit, "embed_tokens", None) is not None else 0
+    return {"vlm": sum(p.numel() for p in inner.vlm.parameters()), "dit": dit, "dit_unused_embed": unused,
+            "projections": sum(p.numel() for n, p in model.named_parameters() if not n.startswith("model."))}
