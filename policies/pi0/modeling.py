@@ -243,13 +243,17 @@ class PI0Policy(Policy):
         demonstrated chunks, averaged over the executed chunk positions and the env's action dimensions
         (the padded ones and the positions past ``action_chunk`` are masked out)."""
         dev = self.device_
-        target = self.model_actions(actions.to(dev))
+        executed = executed.to(dev)
+        # Past an episode's end the demonstration has no action: zeros (normalized), not whatever the dataset holds,
+        # since the expert's action tokens attend to each other.
+        target = self.model_actions(actions.to(dev) * executed[..., None]) * \
+            torch.nn.functional.pad(executed, (0, self.chunk_size - executed.shape[1]))[..., None]
         noise = torch.randn_like(target)
         out = self.model(state=self._state(forward_inputs), noise=noise.to(self.dtype_),
                          actions=target.to(self.dtype_), **self._prompt_inputs(forward_inputs))
         error = (out.logits.float() - (noise - target)).pow(2)  # [B, chunk_size, max_action_dim]
         weight = torch.zeros_like(error)
-        weight[:, :self.chunk, :self.action_dim] = executed.to(dev).float()[..., None]
+        weight[:, :executed.shape[1], :self.action_dim] = executed.float()[..., None]
         return (error * weight).sum() / weight.sum().clamp_min(1.0)
 
     def fit_statistics(self, batches: Any) -> None:

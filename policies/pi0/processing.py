@@ -160,12 +160,11 @@ class PI0Inputs:
 
     def pixels(self, images: list[torch.Tensor], device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
         """``pixel_values`` [B, cameras, 3, S, S] in [-1, 1] and ``pixel_attention_mask`` [B, cameras]."""
-        x = torch.stack(images, 1).to(device)  # [B, I, H, W, 3] uint8
-        b, cams = x.shape[:2]
-        x = x.reshape(b * cams, *x.shape[2:]).permute(0, 3, 1, 2).float().div_(255.0)
-        x = resize_with_pad(x, self.image_size) * 2.0 - 1.0
-        return {"pixel_values": x.view(b, cams, 3, self.image_size, self.image_size).to(dtype),
-                "pixel_attention_mask": torch.ones(b, cams, dtype=torch.bool, device=device)}
+        cameras = [resize_with_pad(im.to(device).permute(0, 3, 1, 2).float().div_(255.0), self.image_size)
+                   for im in images]  # each [B, 3, S, S]: cameras may differ in size
+        x = torch.stack(cameras, 1) * 2.0 - 1.0
+        return {"pixel_values": x.to(dtype),
+                "pixel_attention_mask": torch.ones(x.shape[0], len(images), dtype=torch.bool, device=device)}
 
 
 def resize_with_pad(x: torch.Tensor, side: int) -> torch.Tensor:

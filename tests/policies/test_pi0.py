@@ -1,0 +1,365 @@
+"""π0 as a policy (policy.type: pi0) on the tiny config: acting and exact replay, log-probs through the shared
+Flow-SDE / Flow-Noise strategies with padding left out, π0's SFT loss, LoRA, checkpoints that transformers opens
+alone, LeRobot folders, normalization statistics and the bad input named before anything trains."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from embodied.config import ConfigError, load_config
+from embodied.policies.flow_logprob import CHAIN, step_distribution
+from embodied.policies.pi0.configuration import PI0PolicyConfig
+from embodied.policies.pi0.modeling import PI0Policy
+from embodied.policies.pi0.pretrained import VARIANTS, lerobot_pi0_config, resolve_model_path
+from embodied.policy import PolicySpec
+
+SPEC = PolicySpec(state_dim=7, image_shape=(64, 64, 3), action_dim=4, action_low=(-1.0,) * 4, action_high=(1.0,) * 4,
+                  wrist_image_shape=(48, 64, 3))
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def make(spec: PolicySpec = SPEC, **fields) -> PI0Policy:
+    torch.manual_seed(0)
+    with pytest.warns(UserWarning, match="no normalization statistics") if "norm_stats" not in fields else _nothing():
+        return PI0Policy(PI0PolicyConfig(**({"action_chunk": 3} | fields)), spec)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def observations(batch: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    colours = ["red", "green", "blue", "yellow"]
+    return {"main_images": rng.integers(0, 255, (batch, 64, 64, 3), dtype=np.uint8),
+            "wrist_images": rng.integers(0, 255, (batch, 48, 64, 3), dtype=np.uint8),
+            "states": rng.standard_normal((batch, 7)).astype(np.float32),
+            "task_descriptions": [f"pick up the {colours[i % 4]} cube" for i in range(batch)]}
+
+
+@pytest.fixture(scope="module")
+def noise_policy() -> PI0Policy:
+    return make(flow_logprob="noise")
+
+
+def test_greedy_loop_equals_transformers_sample_actions(noise_policy):
+    policy = noise_policy
+    torch.manual_seed(3)
+    out = policy.act(observations(4), deterministic=True)
+    chain = out.forward_inputs[CHAIN]
+    reference = policy.model.sample_actions(state=policy._state(out.forward_inputs), noise=chain[:, 0],
+                                            num_steps=policy.steps, **policy._prompt_inputs(out.forward_inputs))
+    assert (reference - chain[:, -1]).abs().max() <= 1e-5
+    assert torch.allclose(out.actions, policy.env_actions(reference), atol=1e-5)
+    assert out.actions.shape == (4, 3, 4) and out.logprobs.shape == (4, 3) and out.values.shape == (4,)
+
+
+@pytest.mark.parametrize("mode", ["sde", "noise"])
+def test_evaluate_replays_act_in_one_pass_so_the_first_ppo_ratio_is_one(mode):
+    policy = make(flow_logprob=mode)
+    torch.manual_seed(1)
+    out = policy.act(observations(6))
+    logprobs, entropy, values = policy.evaluate(out.forward_inputs, out.actions)
+    assert (logprobs - out.logprobs).abs().max() <= 1e-5  # exp(new - old) = 1 within 1e-5
+    assert torch.allclose(values, out.values, atol=1e-6)
+    assert logprobs.shape == entropy.shape == (6, 3)
+
+
+def test_only_executed_positions_and_env_dimensions_are_stochastic_and_scored(noise_policy):
+    policy = noise_policy
+    torch.manual_seed(2)
+    out = policy.act(observations(3))
+    chain = out.forward_inputs[CHAIN]
+    prefix = policy._prefix(out.forward_inputs)
+    velocity = policy._velocity(prefix)
+    times = torch.linspace(1, 0, policy.steps + 1)
+    for k in range(policy.steps):
+        x, t = chain[:, k], times[k].expand(3)
+        v, features = velocity(x, t, 1)
+        ode, _ = step_distribution(policy.logprob, x, v, features, t, 1 / policy.steps, None, None)
+        moved = (chain[:, k + 1] - ode).abs() > 1e-5
+        assert moved[:, :3, :4].any()  # the executed entries draw noise
+        assert not moved[:, :, 4:].any() and not moved[:, 3:, :].any()  # padded dims and the 4th position: the ODE
+    # Changing a padded dimension of the recorded action changes nothing scored.
+    changed = dict(out.forward_inputs)
+    changed[CHAIN] = chain.clone()
+    changed[CHAIN][:, -1, :, 10] += 5.0
+    assert torch.allclose(policy.evaluate(changed, out.actions)[0], out.logprobs, atol=1e-5)
+
+
+def test_gradients_reach_vision_tower_projector_vlm_and_expert_through_the_cache(noise_policy):
+    policy = noise_policy
+    out = policy.act(observations(2))
+    policy.zero_grad()
+    logprobs, _, values = policy.evaluate(out.forward_inputs, out.actions)
+    (logprobs.sum() + values.sum()).backward()
+    reached = {n.split(".")[2] if n.startswith("model.model.") else n.split(".")[0]
+               for n, p in policy.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert {"vlm", "dit", "value_head", "noise_std"} <= reached
+    vlm = policy.model.model.vlm
+    for part in ("vision_tower.", "multi_modal_projector.", "language_model.layers.0."):
+        grads = [p.grad for n, p in vlm.named_parameters() if n.startswith(part)]
+        assert grads and all(g is not None and g.abs().sum() > 0 for g in grads), part
+    assert not policy.model.model.dit.embed_tokens.weight.requires_grad  # π0 never reads it
+    policy.zero_grad()
+
+
+def test_sft_is_pi0s_flow_matching_loss_masked_past_the_episode_and_the_env_dimensions(noise_policy):
+    policy = noise_policy
+    out = policy.act(observations(4))
+    executed = torch.tensor([[True, True, True], [True, True, False], [True, False, False], [True, True, True]])
+    other = out.actions.clone()
+    other[1, 2] += 3.0  # not executed
+    other[2, 1:] -= 2.0
+    losses = []
+    for actions in (out.actions, other):
+        torch.manual_seed(5)
+        losses.append(policy.supervised_loss(out.forward_inputs, actions, executed))
+    assert torch.allclose(losses[0], losses[1])
+    # The same loss the model computes itself with noise and time fixed, restricted to the scored entries.
+    torch.manual_seed(6)
+    noise = torch.randn(4, policy.chunk_size, policy.max_action_dim)
+    target = policy.model_actions(out.actions)
+    t = torch.full((4,), 0.3)
+    full = policy.model(state=policy._state(out.forward_inputs), noise=noise, timestep=t, actions=target,
+                        **policy._prompt_inputs(out.forward_inputs))
+    assert torch.allclose(full.loss, ((full.logits - (noise - target)) ** 2).mean())
+    optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=1e-3)
+    before = float(losses[0])
+    for _ in range(30):
+        torch.manual_seed(5)
+        loss = policy.supervised_loss(out.forward_inputs, out.actions, executed)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert float(loss) < before
+
+
+def test_statistics_come_from_the_folder_else_the_env_bounds_and_sft_fits_them(tmp_path):
+    policy = make()
+    assert policy.stats_source == "env bounds"
+    assert torch.allclose(policy.env_actions(torch.ones(1, 4, 32)), torch.ones(1, 3, 4))  # +1 normalized = high
+    states = torch.randn(20, 7) * 3 + 1
+    actions = torch.randn(5, 3, 4) * 0.2 + 0.5
+    executed = torch.ones(5, 3, dtype=torch.bool)
+    policy.fit_statistics([({"states": states}, actions, executed)])
+    assert policy.stats_source == "demonstrations"
+    assert torch.allclose(policy.state_mean, states.mean(0), atol=1e-5)
+    assert torch.allclose(policy.action_std, actions.reshape(-1, 4).std(0, correction=0), atol=1e-5)
+    # Statistics saved with a checkpoint come back, and a folder's are kept through SFT.
+    policy.save_pretrained(tmp_path / "policy")
+    again = make(norm_stats=str(tmp_path / "policy" / "norm_stats.json"))
+    assert torch.equal(again.action_mean, policy.action_mean)
+    again.fit_statistics([({"states": states * 0}, actions * 0, executed)])
+    assert torch.equal(again.action_mean, policy.action_mean)
+
+
+def test_statistics_of_other_dimensions_than_the_env_are_refused_naming_both(tmp_path):
+    stats = {"state_mean": [0.0] * 7, "state_std": [1.0] * 7, "actions_mean": [0.0] * 6, "actions_std": [1.0] * 6}
+    (tmp_path / "processor_config.json").write_text(json.dumps(stats))  # PI0Processor's format
+    with pytest.raises(ValueError, match="6 action dimensions, the env's action space has 4"):
+        make(norm_stats=str(tmp_path / "processor_config.json"))
+
+
+def test_lerobot_normalizer_statistics_are_read(tmp_path):
+    from safetensors.torch import save_file
+
+    from embodied.policies.pi0.processing import folder_stats
+
+    save_file({"observation.state.mean": torch.zeros(7), "observation.state.std": torch.ones(7) * 2,
+               "action.mean": torch.ones(4), "action.std": torch.ones(4) * 3},
+              str(tmp_path / "policy_preprocessor_step_3_normalizer_processor.safetensors"))
+    stats = folder_stats(tmp_path)
+    assert stats.state_std == [2.0] * 7 and stats.action_mean == [1.0] * 4 and "LeRobot" in stats.source
+
+
+def test_a_checkpoint_opens_with_transformers_alone_and_reloads_to_the_same_chunks(tmp_path, noise_policy):
+    from transformers import PI0ForConditionalGeneration
+
+    policy = noise_policy
+    with torch.no_grad():
+        policy.value_head[0].bias.add_(0.5)
+    policy.save_pretrained(tmp_path / "policy")
+    alone = PI0ForConditionalGeneration.from_pretrained(tmp_path / "policy")
+    for (name, a), b in zip(policy.model.state_dict().items(), alone.state_dict().values()):
+        assert torch.equal(a, b), name
+    fresh = make(flow_logprob="noise")
+    fresh.load_pretrained(tmp_path / "policy")
+    obs = observations(3)
+    chunks = []
+    for p in (policy, fresh):
+        torch.manual_seed(9)
+        out = p.act(obs, deterministic=True)
+        chunks.append((out.actions, out.values))
+    assert torch.equal(chunks[0][0], chunks[1][0]) and torch.equal(chunks[0][1], chunks[1][1])
+
+
+def test_lora_trains_adapters_and_projections_and_saves_a_peft_adapter(tmp_path):
+    from peft import PeftModel
+    from transformers import PI0ForConditionalGeneration
+
+    policy = make(lora_rank=4, flow_logprob="sde")
+    trainable = [n for n, p in policy.named_parameters() if p.requires_grad]
+    assert any("lora_A" in n and ".vlm.language_model." in n for n in trainable)
+    assert any("lora_A" in n and ".dit." in n for n in trainable)
+    assert not any("vision_tower" in n for n in trainable)  # SigLIP has q_proj too; the targets leave it
+    assert any("action_out_proj" in n for n in trainable) and "value_head.0.weight" in trainable
+    assert set(policy.trainable_state()) >= {n for n in trainable}
+    assert not any("lora" not in n and ".layers." in n for n in policy.trainable_state())
+    out = policy.act(observations(2))
+    logprobs, _, values = policy.evaluate(out.forward_inputs, out.actions)
+    (logprobs.sum() + values.sum()).backward()
+    assert all(p.grad is not None for n, p in policy.named_parameters() if p.requires_grad and "lora_B" in n)
+    with torch.no_grad():
+        for n, p in policy.named_parameters():
+            if "lora_B" in n or "action_out_proj" in n:
+                p.add_(0.01)
+    policy.save_pretrained(tmp_path / "policy")
+    assert (tmp_path / "policy" / "adapter" / "adapter_config.json").is_file()
+    base = PI0ForConditionalGeneration.from_pretrained(resolve_model_path("tiny:pi0-tiny"))
+    alone = PeftModel.from_pretrained(base, tmp_path / "policy" / "adapter").merge_and_unload()
+    torch.manual_seed(4)
+    greedy = policy.act(observations(2), deterministic=True)
+    chain = greedy.forward_inputs[CHAIN]
+    reference = alone.sample_actions(state=policy._state(greedy.forward_inputs), noise=chain[:, 0],
+                                     num_steps=policy.steps, **policy._prompt_inputs(greedy.forward_inputs))
+    assert (reference - chain[:, -1]).abs().max() <= 1e-5
+    fresh = make(lora_rank=4, flow_logprob="sde")
+    fresh.load_pretrained(tmp_path / "policy")
+    torch.manual_seed(4)
+    assert torch.equal(fresh.act(observations(2), deterministic=True).actions, greedy.actions)
+
+
+def test_vision_tower_checkpointing_gives_the_same_gradients():
+    grads = []
+    for flag in (False, True):
+        policy = make(gradient_checkpointing=flag)
+        policy.train()
+        torch.manual_seed(0)
+        out = policy.act(observations(2))
+        logprobs, _, values = policy.evaluate(out.forward_inputs, out.actions)
+        (logprobs.sum() + values.sum()).backward()
+        grads.append({n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None})
+        if flag:
+            assert policy._checkpointed and all(layer.training for layer in policy._checkpointed)
+            assert not any(m.gradient_checkpointing for m in policy.model.model.dit.modules()
+                           if hasattr(m, "gradient_checkpointing") and m not in policy._checkpointed)
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        assert torch.allclose(grads[0][name], grads[1][name], atol=1e-6, rtol=1e-4), name
+
+
+def test_a_lerobot_pi0_folder_loads_through_the_conversion_mapping(tmp_path, monkeypatch):
+    """A tiny π0 rewritten into LeRobot's key layout and config: the same weights come back."""
+    from safetensors.torch import load_file, save_file
+
+    tiny = resolve_model_path("tiny:pi0-tiny")
+    weights = load_file(str(tiny / "model.safetensors"))
+    renamed = {}
+    for key, value in weights.items():
+        key = key.replace("model.vlm.", "paligemma_with_expert.paligemma.model.")
+        key = key.replace("model.dit.", "paligemma_with_expert.gemma_expert.model.")
+        key = key.replace("embed_action_time.", "")
+        renamed["model." + key] = value
+    folder = tmp_path / "lerobot_pi0"
+    folder.mkdir()
+    save_file(renamed, str(folder / "model.safetensors"))
+    tiny_config = json.loads((tiny / "config.json").read_text())
+    monkeypatch.setitem(VARIANTS, "tiny_vlm", {k: tiny_config["vlm_config"]["text_config"][k] for k in
+                                               ("hidden_size", "intermediate_size", "num_hidden_layers",
+                                                "num_attention_heads", "num_key_value_heads", "head_dim")})
+    monkeypatch.setitem(VARIANTS, "tiny_dit", {k: tiny_config["dit_config"][k] for k in VARIANTS["tiny_vlm"]})
+    lerobot = {"type": "pi0", "paligemma_variant": "tiny_vlm", "action_expert_variant": "tiny_dit", "chunk_size": 4,
+               "n_action_steps": 4, "max_state_dim": 32, "max_action_dim": 32, "num_inference_steps": 4,
+               "image_resolution": [64, 64]}
+    (folder / "config.json").write_text(json.dumps(lerobot))
+    import embodied.policies.pi0.pretrained as pretrained
+
+    real = pretrained.lerobot_pi0_config
+
+    from transformers import PI0Config
+
+    tiny_pc = PI0Config.from_pretrained(tiny)
+
+    def with_tiny_vision(config):  # LeRobot's π0 has SigLIP-So400m and Gemma's vocabulary; the tiny one is smaller
+        pc = real(config)
+        pc.vlm_config.vision_config = tiny_pc.vlm_config.vision_config
+        pc.vlm_config.text_config.vocab_size = pc.dit_config.vocab_size = tiny_pc.vlm_config.text_config.vocab_size
+        pc.vlm_config.projection_dim = tiny_pc.vlm_config.projection_dim
+        pc.vlm_config.image_token_id = tiny_pc.vlm_config.image_token_id
+        return pc
+
+    monkeypatch.setattr(pretrained, "lerobot_pi0_config", with_tiny_vision)
+    policy = make(model_path=str(folder), tokenizer_path=str(tiny))
+    assert policy.source == "LeRobot"
+    reference = make()
+    for (name, a), b in zip(reference.model.state_dict().items(), policy.model.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_lerobot_configs_translate_into_pi0config_shapes():
+    from transformers import PI0Config
+
+    pc = lerobot_pi0_config({"type": "pi0", "paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m",
+                             "chunk_size": 50, "n_action_steps": 10, "max_state_dim": 32, "max_action_dim": 32,
+                             "num_steps": 10})
+    default = PI0Config()
+    assert pc.dit_config.hidden_size == default.dit_config.hidden_size == 1024
+    assert pc.vlm_config.text_config.hidden_size == 2048 and pc.num_inference_steps == 10
+    with pytest.raises(ValueError, match="paligemma_variant='gemma_7b' is unknown"):
+        lerobot_pi0_config({"type": "pi0", "paligemma_variant": "gemma_7b"})
+
+
+def test_describe_prints_the_vlm_expert_and_trainable_split(noise_policy):
+    line = noise_policy.describe()
+    assert "VLM" in line and "action expert" in line and "trainable" in line and "unused embed_tokens" in line
+
+
+# -- bad input -------------------------------------------------------------------------------------
+
+
+def pick_color(*overrides: str, tmp_path: Path):
+    return load_config(CONFIGS / "pick_color_pi0tiny_ppo.yaml", [*overrides, f"experiment.output_dir={tmp_path}"])
+
+
+@pytest.mark.parametrize("override,message", [
+    ("policy.flow_steps=0", "policy.flow_steps: must be >= 1"),
+    ("policy.flow_logprob=ode", "policy.flow_logprob"),
+    ("policy.model_path=tiny:pi0-huge", "unknown tiny π0 'pi0-huge'"),
+    ("policy.max_cameras=0", "policy.max_cameras: must be >= 1"),
+])
+def test_bad_settings_are_named_before_any_worker(override, message, tmp_path):
+    with pytest.raises(ConfigError, match=message):
+        pick_color(override, tmp_path=tmp_path)
+
+
+def test_a_model_path_that_is_not_a_pi0_is_refused(tmp_path):
+    folder = tmp_path / "paligemma"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "paligemma"}))
+    with pytest.raises(ConfigError, match="is not a π0: its config.json says model_type='paligemma'"):
+        pick_color(f"policy.model_path={folder}", tmp_path=tmp_path)
+    (folder / "config.json").write_text(json.dumps({"model_type": "pi0", "chunk_size": 4}))
+    with pytest.raises(ConfigError, match="policy.action_chunk: 8 executed actions, but the checkpoint predicts "
+                                          "chunks of 4"):
+        pick_color(f"policy.model_path={folder}", "policy.action_chunk=8", tmp_path=tmp_path)
+
+
+@pytest.mark.parametrize("spec,fields,message", [
+    (PolicySpec(7, (64, 64, 3), 40, (-1.0,) * 40, (1.0,) * 40), {}, "env action dimension 40 exceeds"),
+    (PolicySpec(33, (64, 64, 3), 4, (-1.0,) * 4, (1.0,) * 4), {}, "env state dimension 33 exceeds"),
+    (SPEC, {"action_chunk": 5}, "policy.action_chunk: 5 executed actions, but"),
+    (SPEC, {"max_cameras": 1}, "policy.max_cameras: the env gives 2 cameras"),
+])
+def test_sizes_beyond_the_checkpoint_are_refused_naming_the_field(spec, fields, message):
+    with pytest.raises(ValueError, match=message):
+        PI0Policy(PI0PolicyConfig(**({"action_chunk": 3} | fields)), spec)
