@@ -26,6 +26,7 @@ class PI0PolicyConfig(PolicyConfig):
     type: str = "pi0"  # registered policy name
     model_path: str = "tiny:pi0-tiny"  # transformers PI0 folder, LeRobot π0 folder, or tiny:pi0-tiny (built offline)
     tokenizer_path: str | None = None  # folder with PaliGemma's tokenizer, for a model folder without one (LeRobot's)
+    init_vlm_from: str | None = None  # PaliGemma folder (a tokens-head SFT run's policy/backbone) whose weights start the VLM
     norm_stats: str | None = None  # JSON of state/action mean and std; null: the model folder's, else the env's bounds
     flow_steps: int | None = None  # Euler denoising steps per chunk (null: the checkpoint's num_inference_steps)
     flow_logprob: Literal["sde", "noise"] = "noise"  # RL log-probs: Flow-SDE (one noisy step) or Flow-Noise (every step)
@@ -68,6 +69,11 @@ class PI0PolicyConfig(PolicyConfig):
                      f"of {chunk_size} (its chunk_size)")
         if self.tokenizer_path is not None and not Path(self.tokenizer_path).expanduser().is_dir():
             p.append(f"policy.tokenizer_path: {self.tokenizer_path!r} is not a folder")
+        if self.init_vlm_from is not None:
+            config = read_config_json(Path(self.init_vlm_from).expanduser())
+            if config is None or config.get("model_type") != "paligemma":
+                p.append(f"policy.init_vlm_from: {self.init_vlm_from!r} is not a PaliGemma save_pretrained folder (a "
+                         "tokens-head SFT run on tiny:paligemma-tiny has one at checkpoints/iter_N/policy/backbone)")
         if self.norm_stats is not None and not Path(self.norm_stats).expanduser().is_file():
             p.append(f"policy.norm_stats: {self.norm_stats!r} is not a file")
         if self.flow_steps is not None and self.flow_steps < 1:

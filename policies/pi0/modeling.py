@@ -42,7 +42,7 @@ from torch import nn
 from embodied.policies.flow_logprob import (CHAIN, STEP, Velocity, make_flow_logprob, sample_chain,
                                             score_chain)
 from embodied.policies.pi0.configuration import PI0PolicyConfig
-from embodied.policies.pi0.pretrained import load_pi0, parameter_split, resolve_model_path
+from embodied.policies.pi0.pretrained import load_pi0, parameter_split, resolve_model_path, seed_vlm
 from embodied.policies.pi0.processing import STD_EPS, NormStats, PI0Inputs, fitted_stats, folder_stats, load_stats
 from embodied.policy import Policy, PolicySpec
 from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, Obs, PolicyOutput
@@ -89,6 +89,9 @@ class PI0Policy(Policy):
         self.dtype_ = {"float32": torch.float32, "bfloat16": torch.bfloat16}[config.dtype]
         self.model_dir = resolve_model_path(config.model_path)
         model, self.tokenizer, self.source = load_pi0(self.model_dir, self.dtype_, config.tokenizer_path)
+        if config.init_vlm_from:
+            with torch.no_grad():
+                seed_vlm(model, Path(config.init_vlm_from).expanduser())
         pc = model.config
         self.chunk_size, self.max_action_dim, self.max_state_dim = pc.chunk_size, pc.max_action_dim, pc.max_state_dim
         self.chunk, self.action_dim = config.action_chunk, spec.action_dim

@@ -87,6 +87,29 @@ def load_pi0(path: Path, dtype: torch.dtype, tokenizer_path: str | None) -> tupl
     return model, tokenizer, "LeRobot" if lerobot else "transformers"
 
 
+def seed_vlm(model: Any, folder: Path) -> int:
+    """Copy a PaliGemma folder's weights (vision tower, projector, language model) into π0's VLM; the
+    vocabulary's shared rows only, where a tokens head added action bins after them. Returns the tensors copied."""
+    from transformers import PaliGemmaForConditionalGeneration
+
+    source = PaliGemmaForConditionalGeneration.from_pretrained(folder, dtype=next(model.parameters()).dtype)
+    theirs = source.model.state_dict()
+    mine = model.model.vlm.state_dict()
+    for key, value in mine.items():
+        if key not in theirs:
+            raise ValueError(f"policy.init_vlm_from: {folder} has no {key} (another PaliGemma shape?)")
+        other = theirs[key]
+        if other.shape == value.shape:
+            value.copy_(other)
+        elif key.endswith("embed_tokens.weight") and other.shape[1:] == value.shape[1:]:
+            rows = min(len(value), len(other))
+            value[:rows].copy_(other[:rows])
+        else:
+            raise ValueError(f"policy.init_vlm_from: {key} is {tuple(other.shape)} in {folder}, "
+                             f"{tuple(value.shape)} in π0's VLM")
+    return len(mine)
+
+
 # -- tiny, offline ----------------------------------------------------------------------------
 
 
@@ -156,3 +179,17 @@ def parameter_split(model: Any) -> dict[str, int]:
     unused = inner.dit.embed_tokens.weight.numel() if getattr(inner.dit, "embed_tokens", None) is not None else 0
     return {"vlm": sum(p.numel() for p in inner.vlm.parameters()), "dit": dit, "dit_unused_embed": unused,
             "projections": sum(p.numel() for n, p in model.named_parameters() if not n.startswith("model."))}
+
+
+def describe_pi0(path: Path) -> str:
+    """A few lines on a saved π0: its parameter split and how to load it."""
+    from transformers import PI0Config, PI0ForConditionalGeneration
+
+    config = PI0Config.from_pretrained(path)
+    with torch.device("meta"):
+        split = parameter_split(PI0ForConditionalGeneration(config))
+    return (f"wrote {path}: PI0ForConditionalGeneration, VLM {split['vlm'] / 1e6:.2f}M, action expert "
+            f"{split['dit'] / 1e6:.2f}M, projections {split['projections'] / 1e6:.3f}M; chunk {config.chunk_size}, "
+            f"max action/state dims {config.max_action_dim}/{config.max_state_dim}\n"
+            f"load it with transformers.PI0ForConditionalGeneration.from_pretrained({str(path)!r}), "
+            f"or set policy.type: pi0 and policy.model_path: {path}")

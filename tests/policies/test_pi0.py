@@ -319,6 +319,22 @@ def test_lerobot_configs_translate_into_pi0config_shapes():
         lerobot_pi0_config({"type": "pi0", "paligemma_variant": "gemma_7b"})
 
 
+def test_a_paligemma_folder_seeds_the_vlm_and_a_wrong_one_is_named(tmp_path):
+    from embodied.policies.vla.tiny import resolve_model_path as vla_path
+
+    paligemma = vla_path("tiny:paligemma-tiny")  # the tokens head's backbone: the same tokenizer, 256 bins more
+    policy = make(init_vlm_from=str(paligemma))
+    from transformers import PaliGemmaForConditionalGeneration
+
+    source = PaliGemmaForConditionalGeneration.from_pretrained(paligemma).model.state_dict()
+    for key, value in policy.model.model.vlm.state_dict().items():
+        rows = min(len(value), len(source[key])) if value.dim() else None
+        assert torch.equal(value[:rows], source[key][:rows]), key
+    assert len(source["language_model.embed_tokens.weight"]) > len(policy.model.model.vlm.get_input_embeddings().weight)
+    with pytest.raises(ConfigError, match="policy.init_vlm_from: .* is not a PaliGemma save_pretrained folder"):
+        pick_color(f"policy.init_vlm_from={resolve_model_path('tiny:pi0-tiny')}", tmp_path=tmp_path)
+
+
 def test_describe_prints_the_vlm_expert_and_trainable_split(noise_policy):
     line = noise_policy.describe()
     assert "VLM" in line and "action expert" in line and "trainable" in line and "unused embed_tokens" in line
