@@ -40,6 +40,7 @@ class PI0PolicyConfig(PolicyConfig):
     value_hidden: int = 256  # width of the value head's hidden layer
     lora_rank: int = 0  # LoRA rank through peft on the VLM's language model and the action expert; 0 trains all
     lora_alpha: float = 16.0  # LoRA scaling numerator (scale = alpha / rank)
+    freeze_vlm: bool = False  # train the action expert, projections and heads only (RLinf's train_expert_only)
     freeze_vision: bool = False  # keep the SigLIP tower and projector fixed (LeRobot's freeze_vision_encoder)
     device: Literal["cpu", "cuda", "auto"] = "cpu"  # where the rollout and actor copies run (auto: cuda when present)
     dtype: Literal["float32", "bfloat16"] = "float32"  # weights and activations (heads and log-probs stay float32)

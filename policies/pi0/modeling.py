@@ -117,6 +117,8 @@ class PI0Policy(Policy):
         self.model = model
         if getattr(model.model.dit, "embed_tokens", None) is not None:
             model.model.dit.embed_tokens.requires_grad_(False)  # π0 never reads it: nothing to train or sync
+        if config.freeze_vlm:  # the value head then reads a fixed prefix (RLinf's detach_critic_input)
+            model.model.vlm.requires_grad_(False)
         if config.freeze_vision:
             model.model.vlm.vision_tower.requires_grad_(False)
             model.model.vlm.multi_modal_projector.requires_grad_(False)

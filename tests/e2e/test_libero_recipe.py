@@ -10,7 +10,7 @@ import pytest
 
 from embodied.check_env import check_env
 from embodied.cli import main
-from embodied.config import EnvConfig, config_from_dict, load_config, to_dict
+from embodied.config import ConfigError, EnvConfig, config_from_dict, load_config, to_dict
 from embodied.env_factory import check_env_config
 from embodied.runner import train
 
@@ -69,3 +69,43 @@ def test_check_env_fast_rows_pass_on_one_libero_task():
                     kwargs={"task_ids": [0], "image_size": 64})
     results = check_env(cfg, fast=True, render="check")
     assert results and all(r.passed for r in results), [(r.name, r.detail) for r in results if not r.passed]
+
+
+PI0_SFT = CONFIGS / "libero_object_pi0tiny_sft.yaml"
+PI0_GPU = CONFIGS / "libero_pi0_ppo_gpu.yaml"
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:policy.type=pi0.*no normalization statistics")
+def test_pi0_sft_recipe_trains_an_epoch_and_evaluates_two_tasks_times_two_init_states(tmp_path):
+    from embodied.collect import collect
+    from embodied.sft import sft
+
+    short = [*SHORT, "env.max_episode_steps=8", "sft.epochs=1", "sft.batch_size=4", "sft.val_fraction=0",
+             f"experiment.output_dir={tmp_path}"]
+    cfg = load_config(PI0_SFT, short)
+    collect(cfg, episodes=2, out=tmp_path / "demos", keep_failed=True)  # 8 steps: too short to succeed
+    result = sft(load_config(PI0_SFT, [*short, f"sft.dataset={tmp_path / 'demos'}"]))
+    assert result.final_eval["eval/episodes"] == 2
+    stats = json.loads((result.checkpoint / "policy" / "norm_stats.json").read_text())
+    assert (len(stats["state_mean"]), len(stats["action_mean"]), stats["source"]) == (8, 7, "demonstrations")
+    out = tmp_path / "eval"
+    assert main(["eval", str(PI0_SFT), *short[1:], "--checkpoint", str(result.checkpoint), "--episodes", "4",
+                 "--out", str(out)]) == 0
+    report = json.loads((out / "eval.json").read_text())
+    assert [(e["task_id"], e["init_state"]) for e in report["episodes"]] == [(0, 0), (0, 25), (1, 0), (1, 25)]
+
+
+def test_pi0_gpu_recipe_loads_and_validates_with_a_pi0_folder(tmp_path):
+    from embodied.policies.pi0.pretrained import build_tiny_pi0
+
+    folder = build_tiny_pi0(tmp_path / "pi0")
+    cfg = load_config(PI0_GPU, [f"policy.model_path={folder}", "policy.device=auto", "policy.action_chunk=4"])
+    assert (cfg.env.id, cfg.policy.type, cfg.policy.flow_logprob, cfg.policy.flow_steps) == (
+        "LIBERO-Spatial-v0", "pi0", "noise", 4)
+    assert cfg.rollout.chunk_steps * 5 >= cfg.env.max_episode_steps  # whole episodes with RLinf's 5-action chunks
+    check_env_config(cfg.env)
+    assert config_from_dict(to_dict(cfg)) == cfg
+    with pytest.raises(ConfigError, match="policy.action_chunk: 5 executed actions, but the checkpoint predicts "
+                                          "chunks of 4"):
+        load_config(PI0_GPU, [f"policy.model_path={folder}", "policy.device=auto"])
