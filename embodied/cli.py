@@ -140,6 +140,7 @@ def _train(path: str, overrides: list[str]) -> int:
     from embodied.atomic import DiskFullError
     from embodied.checkpoint import CheckpointError
     from embodied.placement import ActorLostError, ClusterLostError
+    from embodied.workers.restarts import FaultStop
 
     try:
         result = train(cfg)
@@ -148,7 +149,7 @@ def _train(path: str, overrides: list[str]) -> int:
     except (DiskFullError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except (ClusterLostError, ActorLostError) as exc:  # the runner named the last checkpoint; here, the command
+    except (ClusterLostError, ActorLostError, FaultStop) as exc:  # the runner named the checkpoint; here, the command
         resume = shlex.join(["embodied", "train", path, *[o for o in overrides if not o.startswith("runner.resume_from=")],
                              f"runner.resume_from={getattr(exc, 'run_dir', 'RUN_DIR')}"])
         print(f"error: {exc}\nresume with: {resume}", file=sys.stderr)
