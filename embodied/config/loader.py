@@ -358,8 +358,8 @@ def _restart_problems(r: RunnerConfig) -> list[str]:
     elif not (math.isfinite(cap) and cap >= base):
         p.append(f"runner.restart_backoff_max_s: the backoff's cap must be >= its base "
                  f"runner.restart_backoff_s={base:g}, got {cap}")
-    if r.broken_env_iterations < 0:
-        p.append(f"runner.broken_env_iterations: must be >= 0, got {r.broken_env_iterations}")
+    if r.broken_env_iterations is not None and r.broken_env_iterations < 0:
+        p.append(f"runner.broken_env_iterations: must be >= 0 (or null: no diagnosis), got {r.broken_env_iterations}")
     return p
 
 

@@ -170,7 +170,7 @@ class RunnerConfig:
     restart_backoff_max_s: float = 300.0  # the backoff's cap (>= runner.restart_backoff_s)
     # A worker that fails the same way (the same env call) within this many iterations of a rebuild from fresh
     # seeds, and again after the next rebuild, fails from any state: the run stops with that diagnosis at once.
-    broken_env_iterations: int = 5
+    broken_env_iterations: int | None = 5  # null: never diagnosed (only the rate stops the run)
     # Resume a checkpoint's env snapshots (pickles) even when they do not carry a signature made with your own key
     # (embodied.trust): only for a run folder you trust, e.g. one you made on another machine.
     trust_checkpoint: bool = False

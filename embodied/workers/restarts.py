@@ -144,13 +144,14 @@ class BrokenEnvWatch:
     rebuild uses fresh seeds at once; a second strike in a row means the env fails from any state.
     """
 
-    within: int
+    within: int | None  # None: no diagnosis (every failure starts a streak)
     streaks: dict[str, Streak] = field(default_factory=dict)  # worker -> its streak
 
     def judge(self, worker: str, failure: WorkerFailure, iteration: int, explained: bool = False) -> Streak:
         """The streak ``failure`` extends or starts, with it counted (``record`` keeps it once rebuilt)."""
         prev = self.streaks.get(worker)
-        if prev is None or prev.call != failure.call or iteration - prev.iterations[-1] > self.within:
+        if (prev is None or self.within is None or prev.call != failure.call
+                or iteration - prev.iterations[-1] > self.within):
             return Streak(failure.call, failure.signature, [iteration])
         strike = not explained and (prev.fresh or failure.signature != prev.signature)
         return Streak(prev.call, failure.signature, [*prev.iterations, iteration], strikes=prev.strikes + strike)
@@ -184,7 +185,7 @@ class RestartBudget:
     inject a clock)."""
 
     def __init__(self, limit: int, window: int = 20, cap: int | None = None, backoff_s: float = 0.0,
-                 backoff_max_s: float = 0.0, broken_within: int = 5,
+                 backoff_max_s: float = 0.0, broken_within: int | None = 5,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.window = RestartWindow(limit, window, cap)
         self.backoff = Backoff(backoff_s, max(backoff_s, backoff_max_s), window)
@@ -297,13 +298,15 @@ class RestartBudget:
 
 
 def _lost(failure: WorkerFailure, dropped: int) -> str:
+    if dropped == 0:  # its envs already restarted from fresh seeds in this epoch or round
+        return "giving up its episodes from fresh seeds in progress (already left out)"
     if failure.section == "env":
         return f"dropping its {dropped} episode(s) in progress"
     return (f"leaving its {dropped} eval episode(s) of this round out of the eval (an episode from another seed is "
             "not the same eval)")
 
 
-def broken_diagnosis(failure: WorkerFailure, streak: Streak, within: int) -> str:
+def broken_diagnosis(failure: WorkerFailure, streak: Streak, within: int | None) -> str:
     """What ``BrokenEnvError`` says: the env, the call that failed, how many rebuilt processes failed alike, and
     how to reproduce it outside training."""
     rank = min(failure.ranks)
