@@ -126,10 +126,9 @@ class Streak:
     """One worker's failures of one kind in a row, each within the watch's horizon of the one before."""
 
     call: str  # how it failed (``WorkerFailure.call``): "raised in step()", "hung in reset()", "died"...
-    signature: tuple  # the last failure's ``WorkerFailure.signature``
     iterations: list[int]  # of each failure (each caused a rebuild)
     fresh: bool = False  # the last rebuild started the worker's envs from fresh seeds
-    strikes: int = 0  # failures of rebuilt processes that no single state explains
+    strikes: int = 0  # failures of processes rebuilt from fresh seeds: no single state explains them
 
 
 @dataclass
@@ -137,11 +136,12 @@ class BrokenEnvWatch:
     """Tells an env that fails from any state from one that failed in one state.
 
     A failure extends its worker's streak when it is the same kind (``WorkerFailure.call``) within ``within``
-    iterations of the failure before. It is a strike when no single state explains it: the process was rebuilt
-    from fresh seeds, or it replayed the failure before exactly and failed somewhere else. The exact replay that
-    fails where the original did is no strike (a state that always fails: its next rebuild uses fresh seeds), nor
-    is a fault known to replay (``explained``: an eval's fixed episode that always fails). A first strike's
-    rebuild uses fresh seeds at once; a second strike in a row means the env fails from any state.
+    iterations of the failure before. It is a strike when the process that failed was rebuilt from fresh seeds
+    (after a fault that replayed, or after a first strike): no single state explains it. Failures after an exact
+    rebuild are no strike (the same state again, or a transient fault: a burst of those is the rate's business),
+    nor is a fault known to replay from the fixed state it met again (``explained``: an eval episode that always
+    fails). A first strike's rebuild uses fresh seeds at once (an exact replay would prove nothing more); a
+    second strike in a row means the env fails from any state.
     """
 
     within: int | None  # None: no diagnosis (every failure starts a streak)
@@ -152,9 +152,9 @@ class BrokenEnvWatch:
         prev = self.streaks.get(worker)
         if (prev is None or self.within is None or prev.call != failure.call
                 or iteration - prev.iterations[-1] > self.within):
-            return Streak(failure.call, failure.signature, [iteration])
-        strike = not explained and (prev.fresh or failure.signature != prev.signature)
-        return Streak(prev.call, failure.signature, [*prev.iterations, iteration], strikes=prev.strikes + strike)
+            return Streak(failure.call, [iteration])
+        strike = prev.fresh and not explained
+        return Streak(prev.call, [*prev.iterations, iteration], strikes=prev.strikes + strike)
 
     def record(self, worker: str, streak: Streak, fresh: bool) -> None:
         streak.fresh = fresh
@@ -284,8 +284,7 @@ class RestartBudget:
         return {"total": self.window.total, "recent": list(self.window.recent),
                 "episodes_dropped": self.episodes_dropped,
                 "backoff": {k: list(v) for k, v in self.backoff.last.items()}, "waited_s": self.backoff.waited_s,
-                "streaks": {k: [s.call, list(s.signature), list(s.iterations), s.fresh, s.strikes]
-                            for k, s in self.watch.streaks.items()}}
+                "streaks": {k: [s.call, list(s.iterations), s.fresh, s.strikes] for k, s in self.watch.streaks.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.window.total, self.window.recent = int(state.get("total", 0)), [int(i) for i in state.get("recent", [])]
@@ -293,8 +292,8 @@ class RestartBudget:
         self.backoff.last = {k: [int(i) for i in v] for k, v in (state.get("backoff") or {}).items()}
         self.backoff.waited_s = float(state.get("waited_s", 0.0))
         streaks = (state.get("streaks") or {}).items()
-        self.watch.streaks = {k: Streak(call, tuple(signature), list(iterations), bool(fresh), int(strikes))
-                              for k, (call, signature, iterations, fresh, strikes) in streaks}
+        self.watch.streaks = {k: Streak(call, [int(i) for i in iterations], bool(fresh), int(strikes))
+                              for k, (call, iterations, fresh, strikes) in streaks}
 
 
 def _lost(failure: WorkerFailure, dropped: int) -> str:
