@@ -2,7 +2,7 @@
 
 ``runner.resume_from`` (a checkpoint, a run dir: its newest valid checkpoint, or ``auto``: the newest run of
 the experiment) continues that run in its run dir: the actor (policy, optimizer, weight version), iteration,
-env-step count, restart budget and wandb run go on, and the envs mid-episode when their snapshots verify with
+env-step count, restart state (window, backoff, broken-env streaks) and wandb run go on, and the envs mid-episode when their snapshots verify with
 this user's key (``embodied.trust``; else they restart from their seeds) together with every RNG stream, so
 the resumed run goes on as if it had never stopped.
 

@@ -1,4 +1,4 @@
-"""Env worker failures: restarts that redo the rollout epoch exactly, step timeouts, the restart budget.
+"""Env worker failures: restarts that redo the rollout epoch exactly, step timeouts, running out of restarts.
 
 The fault-injection runs train on ``FaultyEnv``, which fails once (raises, hangs, or kills its own
 process) mid-epoch; the same run with the fault already spent is the reference. A restarted run must
