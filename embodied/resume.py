@@ -2,9 +2,9 @@
 
 ``runner.resume_from`` (a checkpoint, a run dir: its newest valid checkpoint, or ``auto``: the newest run of
 the experiment) continues that run in its run dir: the actor (policy, optimizer, weight version), iteration,
-env-step count, restart state (window, backoff, broken-env streaks) and wandb run go on, and the envs mid-episode when their snapshots verify with
-this user's key (``embodied.trust``; else they restart from their seeds) together with every RNG stream, so
-the resumed run goes on as if it had never stopped.
+env-step count, restart state (window, backoff, broken-env streaks) and wandb run go on, and the envs
+mid-episode when their snapshots verify with this user's key (``embodied.trust``; else they restart from their
+seeds) together with every RNG stream, so the resumed run goes on as if it had never stopped.
 
 Why a module of its own, beside ``embodied.checkpoint`` rather than in it: ``checkpoint`` is the on-disk
 format (write, verify, find, read a folder) and sits below the workers; resuming needs the workers (their
