@@ -221,7 +221,7 @@ class RestartBudget:
             raise BrokenEnvError(broken_diagnosis(failure, streak, self.watch.within), str(failure.cause))
         refused = self.window.refusal(iteration)
         if refused is not None:
-            raise RestartRateError(f"{failure.describe()} at iteration {iteration}; not restarted: {refused}",
+            raise RestartRateError(f"iteration {iteration}: {failure.describe()}; not restarted: {refused}",
                                    str(failure.cause))
         self.window.add(iteration)
         fresh = replayed or streak.strikes > 0

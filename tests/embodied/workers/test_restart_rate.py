@@ -99,7 +99,7 @@ def check_burst(tmp_path: Path, capfd, *overrides: str, resume: bool = True) -> 
     run_dir = info.value.run_dir
     checkpoint = run_dir / "checkpoints" / "iter_000007"
     message = str(info.value)
-    assert "env worker 0 (tests.toy_envs:SporadicFaultEnv, envs 0-1) raised" in message and "at iteration 8" in message
+    assert "iteration 8: env worker 0 (tests.toy_envs:SporadicFaultEnv, envs 0-1) raised" in message
     assert ("not restarted: faults came faster than runner.max_worker_restarts=3 within runner.restart_window=20 "
             "iterations (restarts at iterations 2, 4, 6; 3 in the run)") in message
     assert f"the run stopped: its last checkpoint is {checkpoint}. Resume it with runner.resume_from={run_dir}" in message
