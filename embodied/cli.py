@@ -113,9 +113,14 @@ def _error(message: object) -> int:
 
 
 def _env_error(exc: Exception) -> int:
-    """Exit 1 with the env's own traceback if an env raised; any other exception goes on up."""
+    """Exit 1 with the env's own traceback if an env raised (after the diagnosis, when env faults ran out of
+    restarts: ``embodied eval``); any other exception goes on up."""
     from embodied.types import find_env_error
+    from embodied.workers.restarts import FaultStop
 
+    if isinstance(exc, FaultStop):  # its message ends with the env's own error
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     env_error = find_env_error(exc)
     if env_error is None:
         raise exc
