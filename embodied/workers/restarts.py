@@ -188,6 +188,7 @@ class RestartBudget:
                  backoff_max_s: float = 0.0, broken_within: int | None = 5,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.window = RestartWindow(limit, window, cap)
+        # max: code that gives only a base gets a constant wait (a config's cap below its base is refused)
         self.backoff = Backoff(backoff_s, max(backoff_s, backoff_max_s), window)
         self.watch = BrokenEnvWatch(broken_within)
         self.sleep = sleep
