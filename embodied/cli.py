@@ -113,9 +113,14 @@ def _error(message: object) -> int:
 
 
 def _env_error(exc: Exception) -> int:
-    """Exit 1 with the env's own traceback if an env raised; any other exception goes on up."""
+    """Exit 1 with the env's own traceback if an env raised (after the diagnosis, when env faults ran out of
+    restarts: ``embodied eval``); any other exception goes on up."""
     from embodied.types import find_env_error
+    from embodied.workers.restarts import FaultStop
 
+    if isinstance(exc, FaultStop):  # its message ends with the env's own error
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     env_error = find_env_error(exc)
     if env_error is None:
         raise exc
@@ -140,6 +145,7 @@ def _train(path: str, overrides: list[str]) -> int:
     from embodied.atomic import DiskFullError
     from embodied.checkpoint import CheckpointError
     from embodied.placement import ActorLostError, ClusterLostError
+    from embodied.workers.restarts import FaultStop
 
     try:
         result = train(cfg)
@@ -148,7 +154,7 @@ def _train(path: str, overrides: list[str]) -> int:
     except (DiskFullError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except (ClusterLostError, ActorLostError) as exc:  # the runner named the last checkpoint; here, the command
+    except (ClusterLostError, ActorLostError, FaultStop) as exc:  # the runner named the checkpoint; here, the command
         resume = shlex.join(["embodied", "train", path, *[o for o in overrides if not o.startswith("runner.resume_from=")],
                              f"runner.resume_from={getattr(exc, 'run_dir', 'RUN_DIR')}"])
         print(f"error: {exc}\nresume with: {resume}", file=sys.stderr)

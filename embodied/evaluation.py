@@ -110,10 +110,11 @@ def slug(text: str) -> str:
 class PeriodicEval:
     """Eval during training that never stops training.
 
-    An eval env worker that fails is replaced and its round redone while ``runner.max_worker_restarts``
-    allows (see ``Evaluator``); an eval that still raises is reported and periodic eval is switched
-    off (a hung eval env is left behind, never waited on); video problems are reported and the run
-    goes on without them.
+    An eval env worker that fails is replaced and its round redone within the run's restart rate, which
+    training shares (``runner.max_worker_restarts`` within ``runner.restart_window``; see ``Evaluator``);
+    an eval that still raises (the rate spent, an env broken in every process) is reported, its episodes
+    counted as dropped, and periodic eval is switched off, but training goes on (a hung eval env is left
+    behind, never waited on); video problems are reported and the run goes on without them.
     """
 
     def __init__(self, workers: Workers, cfg: Config, run_dir: Path) -> None:
@@ -138,10 +139,11 @@ class PeriodicEval:
                 wait(actor.call("use_average", False))  # the next iteration publishes the live weights again
         except ClusterLostError:
             raise  # the run stops (embodied.runner says where it can go on from)
-        except Exception as exc:  # noqa: BLE001 - training goes on without eval
-            warnings.warn(f"eval at iteration {iteration} failed, periodic eval switched off: {exc!r}", stacklevel=2)
+        except Exception as exc:  # noqa: BLE001 - training goes on without eval (also when the restart rate is spent)
+            warnings.warn(f"eval at iteration {iteration} failed, periodic eval switched off: {type(exc).__name__}: "
+                          f"{exc}", stacklevel=2)
             self.failed = True
-            return {"eval/failed": 1.0}
+            return {"eval/failed": 1.0, "eval/episodes_dropped": float(n)}  # none of its episodes has a result
         dropped = len(self.workers.evaluator.dropped)  # left out: their env's fault replayed (Evaluator.run)
         return eval_metrics(episodes) | {"eval/episodes_dropped": float(dropped), "time/eval": time.perf_counter() - t0}
 

@@ -2,9 +2,9 @@
 
 ``runner.resume_from`` (a checkpoint, a run dir: its newest valid checkpoint, or ``auto``: the newest run of
 the experiment) continues that run in its run dir: the actor (policy, optimizer, weight version), iteration,
-env-step count, restart budget and wandb run go on, and the envs mid-episode when their snapshots verify with
-this user's key (``embodied.trust``; else they restart from their seeds) together with every RNG stream, so
-the resumed run goes on as if it had never stopped.
+env-step count, restart state (window, backoff, broken-env streaks) and wandb run go on, and the envs
+mid-episode when their snapshots verify with this user's key (``embodied.trust``; else they restart from their
+seeds) together with every RNG stream, so the resumed run goes on as if it had never stopped.
 
 Why a module of its own, beside ``embodied.checkpoint`` rather than in it: ``checkpoint`` is the on-disk
 format (write, verify, find, read a folder) and sits below the workers; resuming needs the workers (their
@@ -29,6 +29,7 @@ from embodied.logger import read_wandb_id
 from embodied.placement import ActorLostError, ClusterLostError
 from embodied.trust import sign, signing_key, snapshot_blobs, trusted
 from embodied.workers.group import Workers
+from embodied.workers.restarts import FaultStop
 
 
 def restore_run(workers: Workers, resume: ResumePoint, cfg: Config) -> None:
@@ -36,29 +37,37 @@ def restore_run(workers: Workers, resume: ResumePoint, cfg: Config) -> None:
     check_env_fits(resume.state, cfg.env.id, workers.spec, "runner.resume_from")
     workers.load_actor_state(resume.actor)
     restore_exact(workers, resume.state, cfg.runner.trust_checkpoint, resume.checkpoint)
-    workers.restarts.used = int(resume.state.get("worker_restarts", 0))  # the budget is per run
-    workers.restarts.episodes_dropped = int(resume.state.get("episodes_dropped", 0))
+    workers.restarts.load_state_dict(resume.state.get("restart_state") or {  # the restart window goes on
+        "total": resume.state.get("worker_restarts", 0), "episodes_dropped": resume.state.get("episodes_dropped", 0)})
     if resume.state.get("async_in_flight"):
         print(f"runner.resume_from: {resume.state['async_in_flight']} rollout(s) were in flight (async) when "
               f"{resume.checkpoint} was saved; they are not trained on", file=sys.stderr)
 
 
-def with_resume_command(exc: ClusterLostError | ActorLostError, checkpoint: Path | None, run_dir: Path) -> RuntimeError:
+def with_resume_command(exc: ClusterLostError | ActorLostError | FaultStop, checkpoint: Path | None,
+                        run_dir: Path) -> RuntimeError:
     """``exc`` with what the run can go on from: its last checkpoint (the workers, and the state they held
-    since, are gone with the cluster or the actor rank); ``run_dir`` is kept on it for the resume command."""
+    since, are gone with the cluster or the actor rank; a ``FaultStop`` checkpointed the last completed
+    iteration first); ``run_dir`` is kept on it for the resume command."""
     saved = (f"its last checkpoint is {checkpoint}" if checkpoint is not None else
              "it saved no checkpoint yet (runner.checkpoint_every)")
     when = "Once the cluster is back, resume" if isinstance(exc, ClusterLostError) else "Resume"
-    lost = type(exc)(f"{exc}; the run stopped: {saved}. {when} it with runner.resume_from={run_dir}")
+    # args[0] is the message (a FaultStop keeps the last failure's error in args[1], printed after it)
+    lost = type(exc)(f"{exc.args[0]}; the run stopped: {saved}. {when} it with runner.resume_from={run_dir}",
+                     *exc.args[1:])
     lost.run_dir = run_dir  # type: ignore[attr-defined]
     return lost
 
 
 
 def resume_state(workers: Workers, warned: set[str]) -> dict:
-    """``workers.resume_state()``, its env snapshots signed with this user's key (``embodied.trust``); says
-    once if the envs cannot be saved (resume then reseeds them)."""
-    state = workers.resume_state()
+    """``workers.resume_state()``, signed (``signed``)."""
+    return signed(workers.resume_state(), warned)
+
+
+def signed(state: dict, warned: set[str]) -> dict:
+    """``state`` (``Workers.resume_state()``'s format) with its env snapshots signed with this user's key
+    (``embodied.trust``); says once if the envs cannot be saved (resume then reseeds them)."""
     state["envs_signature"] = sign(snapshot_blobs(state["envs"]), signing_key())
     reasons = [s for rank in state["envs"] for s in rank if isinstance(s, str)]
     if reasons and not warned:

@@ -37,11 +37,12 @@ from embodied.logger import MetricLogger
 from embodied.placement import ActorLostError, ClusterLostError, make_backend
 from embodied.plot import plot_run
 from embodied.preflight import preflight_run
-from embodied.resume import (process_rng_state, restore_run, resume_point, resume_state, wandb_id_of,
+from embodied.resume import (process_rng_state, restore_run, resume_point, resume_state, signed, wandb_id_of,
                              with_resume_command)
 from embodied.stop import StopRequest
 from embodied.trust import signing_key
 from embodied.workers.group import Workers
+from embodied.workers.restarts import FaultStop
 
 
 HISTORY_KEPT = 5_000  # iterations of metrics a run keeps in memory for TrainResult.history
@@ -143,15 +144,21 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
         iterations = make_iterations(workers, cfg)
         try:
             for it in range(start + 1, last + 1):
-                env_steps, checkpoint = iteration(it, iterations, workers, cfg, logger, evaluate, stop, warned,
-                                                  run_dir, env_steps, checkpoint, history)
+                rng = process_rng_state()  # the driver's RNG as iteration it - 1 left it
+                try:
+                    env_steps, checkpoint = iteration(it, iterations, workers, cfg, logger, evaluate, stop, warned,
+                                                      run_dir, env_steps, checkpoint, history)
+                except FaultStop as exc:  # nothing lost: the last completed iteration is checkpointed first
+                    checkpoint = checkpoint_before(exc, it - 1, workers, cfg, logger, run_dir, env_steps, rng,
+                                                   warned) or checkpoint
+                    raise
                 if stop.signal:
                     break
         finally:
             discarded = iterations.close()
         logger.log_videos(evaluate.videos(wait=True), step=max(last, start))  # the last eval's, once encoded
         workers.close()
-    except (ClusterLostError, ActorLostError) as exc:
+    except (ClusterLostError, ActorLostError, FaultStop) as exc:
         raise with_resume_command(exc, checkpoint, run_dir) from None
     finally:
         stop.__exit__()
@@ -185,7 +192,7 @@ def iteration(it: int, iterations: Iterations, workers: Workers, cfg: Config, lo
     metrics, steps = iterations(it)
     env_steps += steps
     metrics["env_steps"] = env_steps
-    metrics["workers/restarts"] = float(workers.restarts.used)
+    metrics |= workers.restarts.metrics(it)  # workers/restarts (in the run), workers/restarts_in_window, backoff
     metrics["env/episodes_dropped"] = float(workers.restarts.episodes_dropped)  # by faults that replayed, in the run
     metrics |= workers.rss_metrics()
     if due(it, cfg.runner.eval_every, last):
@@ -196,17 +203,36 @@ def iteration(it: int, iterations: Iterations, workers: Workers, cfg: Config, lo
         del history[:-HISTORY_KEPT]  # (metrics.jsonl keeps every row); in blocks, so trimming costs O(1) a row
     if due(it, cfg.runner.checkpoint_every, last) or stop.signal or logger.disk_full:
         in_flight = iterations.pause()  # async: producers at rest, so the envs saved match the counters
-        checkpoint = workers.save_checkpoint(run_dir / "checkpoints" / f"iter_{it:06d}", {
-            "iteration": it, "env_steps": env_steps, "config": to_dict(cfg), "wandb_id": logger.wandb_id,
-            "rng": process_rng_state(), "workers": resume_state(workers, warned),
-            "worker_restarts": workers.restarts.used, "episodes_dropped": workers.restarts.episodes_dropped,
-            **in_flight,
-        })
+        checkpoint = save_checkpoint(it, workers, cfg, logger, run_dir, env_steps, process_rng_state(),
+                                     resume_state(workers, warned), in_flight)
         iterations.resume()
-        prune_checkpoints(run_dir, cfg.runner.keep_checkpoints)
     if logger.disk_full:  # the checkpoint above got through: stop while the run can still resume
         raise DiskFullError(f"{logger.disk_full}; stopped after saving checkpoint {checkpoint}")
     return env_steps, checkpoint
+
+
+def save_checkpoint(it: int, workers: Workers, cfg: Config, logger: MetricLogger, run_dir: Path, env_steps: int,
+                    rng: dict[str, Any], workers_state: dict[str, Any], in_flight: dict[str, Any]) -> Path:
+    """Checkpoint iteration ``it``: the actor's state, plus the driver's ``rng``, the envs and rollout RNGs
+    (``workers_state``, signed), the restart state and, async, the rollouts ``in_flight``."""
+    checkpoint = workers.save_checkpoint(run_dir / "checkpoints" / f"iter_{it:06d}", {
+        "iteration": it, "env_steps": env_steps, "config": to_dict(cfg), "wandb_id": logger.wandb_id,
+        "rng": rng, "workers": workers_state, "worker_restarts": workers.restarts.used,
+        "episodes_dropped": workers.restarts.episodes_dropped, "restart_state": workers.restarts.state_dict(),
+        **in_flight,
+    })
+    prune_checkpoints(run_dir, cfg.runner.keep_checkpoints)
+    return checkpoint
+
+
+def checkpoint_before(stop: FaultStop, it: int, workers: Workers, cfg: Config, logger: MetricLogger, run_dir: Path,
+                      env_steps: int, rng: dict[str, Any], warned: set[str]) -> Path | None:
+    """Checkpoint iteration ``it``, the last completed one, before ``stop`` ends the run: the envs and rollout RNGs
+    from the snapshot the failed epoch started from (it was never applied, so they match the actor and the
+    counters), the driver's ``rng`` from before it; None if ``stop`` carries no snapshot."""
+    if stop.state is None:
+        return None
+    return save_checkpoint(it, workers, cfg, logger, run_dir, env_steps, rng, signed(stop.state, warned), {})
 
 
 def train_iteration(workers: Workers, cfg: Config, it: int) -> tuple[dict[str, float], int]:

@@ -159,17 +159,55 @@ class FaultyEnv(CountingEnv):
 
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    def _claim(self) -> bool:
+    def _claim(self, marker: str | None = None) -> bool:
         import os
 
         try:
-            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            os.close(os.open(marker or self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             return False
         return True
 
     def _broken_physics(self):
         return 1 / 0
+
+
+class SporadicFaultEnv(FaultyEnv):
+    """A FaultyEnv that raises once at each multiple of ``every`` calls of ``step`` since construction (a restored env
+    counts on from its snapshot), each fault claimed by one env of the run through a marker file of its own
+    (``<marker>.<calls>``): transient faults, one every ``every`` steps of the run, each passing on the exact replay."""
+
+    def __init__(self, every: int = 60, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.every = every
+
+    def _maybe_fail(self, call: str) -> None:
+        if call != self.fault_in:
+            return
+        self.calls += 1
+        if self.marker and self.calls % self.every == 0 and self._claim(f"{self.marker}.{self.calls}"):
+            self._broken_physics()
+
+
+class WearingOutEnv(CountingEnv):
+    """A CountingEnv whose env ``fail_env`` (by first reset seed, as in ``FailingEnv``) raises in every step from its
+    ``fault_from``-th since it was built, whatever its state: a simulator that gives out after a while in every process
+    (a GL context, a license). The count is the env's own, so an exact replay from a snapshot fails where the original
+    did, and envs rebuilt from fresh seeds run ``fault_from - 1`` steps before they fail too."""
+
+    def __init__(self, fault_from: int = 3, fail_env: int = 1, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.fault_from, self.fail_env = fault_from, fail_env
+        self.lifetime = 0  # steps since built
+
+    def step(self, action):
+        self.lifetime += 1
+        if self.lifetime >= self.fault_from and self.first_seed % 1000 == self.fail_env:
+            return self._broken_physics()
+        return super().step(action)
+
+    def _broken_physics(self):
+        return 1 / 0  # the GL context is gone
 
 
 class ReplayFaultEnv(CountingEnv):

@@ -20,7 +20,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from embodied.config.schema import Config
+from embodied.config.schema import Config, RunnerConfig
 from embodied.policy_config import PolicyConfig, policy_config_class
 from embodied.registry import ALGORITHMS, ENVS, UnknownNameError
 
@@ -341,6 +341,28 @@ def _non_finite(cfg: Any, path: str = "") -> list[str]:
     return problems
 
 
+def _restart_problems(r: RunnerConfig) -> list[str]:
+    """The restart rate, its lifetime cap, the backoff and the broken-env horizon (``embodied.workers.restarts``)."""
+    p = []
+    if r.max_worker_restarts < 0:
+        p.append(f"runner.max_worker_restarts: must be >= 0 (0: no restarts), got {r.max_worker_restarts}")
+    if r.restart_window < 1:
+        p.append(f"runner.restart_window: must be >= 1 (iterations over which runner.max_worker_restarts counts), "
+                 f"got {r.restart_window}")
+    if r.max_total_restarts is not None and r.max_total_restarts < 0:
+        p.append(f"runner.max_total_restarts: a lifetime cap must be >= 0 (or null: no cap), got "
+                 f"{r.max_total_restarts}")
+    base, cap = r.restart_backoff_s, r.restart_backoff_max_s
+    if not (math.isfinite(base) and base >= 0):
+        p.append(f"runner.restart_backoff_s: must be a number of seconds >= 0 (0: no wait), got {base}")
+    elif not (math.isfinite(cap) and cap >= base):
+        p.append(f"runner.restart_backoff_max_s: the backoff's cap must be >= its base "
+                 f"runner.restart_backoff_s={base:g}, got {cap}")
+    if r.broken_env_iterations is not None and r.broken_env_iterations < 0:
+        p.append(f"runner.broken_env_iterations: must be >= 0 (or null: no diagnosis), got {r.broken_env_iterations}")
+    return p
+
+
 def validate(cfg: Config) -> list[str]:
     """Problems that types alone cannot catch, each prefixed by its field path."""
     p: list[str] = []
@@ -425,8 +447,7 @@ def validate(cfg: Config) -> list[str]:
     need(r.eval_episodes >= 1, f"runner.eval_episodes: must be >= 1, got {r.eval_episodes}")
     need(r.checkpoint_every >= 0, f"runner.checkpoint_every: must be >= 0, got {r.checkpoint_every}")
     need(r.keep_checkpoints >= 0, f"runner.keep_checkpoints: must be >= 0 (0 keeps all), got {r.keep_checkpoints}")
-    need(r.max_worker_restarts >= 0, f"runner.max_worker_restarts: must be >= 0 (0: no restarts), got "
-         f"{r.max_worker_restarts}")
+    p += _restart_problems(r)
     t = cfg.sft
     need(t.epochs >= 1, f"sft.epochs: must be >= 1, got {t.epochs}")
     need(t.batch_size >= 1, f"sft.batch_size: must be >= 1, got {t.batch_size}")

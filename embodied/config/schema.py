@@ -157,9 +157,20 @@ class RunnerConfig:
     # "auto": the newest run of experiment.name under experiment.output_dir that has one (else start afresh).
     resume_from: str | None = None
     keep_checkpoints: int = 0  # the newest checkpoints kept on disk (0: all)
-    # Env workers that fail (an env raises, hangs past env.step_timeout_s, or its process dies) are restarted
-    # and the rollout epoch redone from its start, this many times per run (0: the first failure stops the run).
+    # Env workers that fail (an env raises, hangs past env.step_timeout_s, or its process dies) are restarted and the
+    # rollout epoch (or eval round) redone from its start. A rate, not a lifetime count: at most this many restarts
+    # within any runner.restart_window iterations, training and eval env workers together; one more stops the run
+    # after checkpointing the last completed iteration (0: the first failure stops it).
     max_worker_restarts: int = 3
+    restart_window: int = 20  # iterations over which runner.max_worker_restarts counts (3 in 20: hours of LIBERO)
+    max_total_restarts: int | None = None  # an optional lifetime cap on the run's env worker restarts (null: none)
+    # A worker rebuilt again within runner.restart_window iterations of its last rebuild first waits this long,
+    # doubled for each further such rebuild, so a flapping simulator (GL context, license server, disk) can recover.
+    restart_backoff_s: float = 5.0  # 0: no wait
+    restart_backoff_max_s: float = 300.0  # the backoff's cap (>= runner.restart_backoff_s)
+    # A worker that fails the same way (the same env call) within this many iterations of a rebuild from fresh
+    # seeds, and again after the next rebuild, fails from any state: the run stops with that diagnosis at once.
+    broken_env_iterations: int | None = 5  # null: never diagnosed (only the rate stops the run)
     # Resume a checkpoint's env snapshots (pickles) even when they do not carry a signature made with your own key
     # (embodied.trust): only for a run folder you trust, e.g. one you made on another machine.
     trust_checkpoint: bool = False

@@ -10,9 +10,10 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from embodied.config import EnvConfig
 from embodied.placement import Backend, ClusterLostError, WorkerGroup
 from embodied.types import PeerFailure, PeerFailureError
-from embodied.workers.faults import WorkerFailure, is_hang
+from embodied.workers.faults import WorkerFailure, check_env_command, is_hang
 from embodied.workers.link import Link
 
 
@@ -48,7 +49,8 @@ def exchange(backend: Backend, handles: list[Any], envs: EnvGroup, env_handles: 
                     envs.tell_rollout(f"{envs.section} worker {rank} failed: {exc!r}")
                 others = [h for h in pending.values() if env_rank.get(id(h)) not in hung]
                 failed = {rank} | {env_rank[id(h)] for h in _settle(backend, others) if id(h) in env_rank}
-                raise WorkerFailure(envs.section, envs.env_id, failed, exc, hung, envs.env_ranges()) from exc
+                raise WorkerFailure(envs.section, envs.env_id, failed, exc, hung, envs.env_ranges(),
+                                    check_env_command(envs.env_cfg)) from exc
     return backend.wait(handles)
 
 
@@ -81,6 +83,11 @@ class EnvGroup:
     env_args: list[tuple]  # each rank's constructor arguments (a restart builds its replacement from them)
     rollout_links: list[Link]  # one per rollout rank
     abandoned: set[int] = dataclasses.field(default_factory=set)  # hung ranks left running (never waited on)
+
+    @property
+    def env_cfg(self) -> EnvConfig:
+        """The env config every rank builds its envs from."""
+        return self.env_args[0][1]
 
     def tell_rollout(self, message: str) -> None:
         """Send every rollout rank a ``PeerFailure`` on each of its keys (for an env worker that died)."""

@@ -1,4 +1,4 @@
-"""Env worker failures: a watchdog for hung env steps, what counts as restartable, the restart budget.
+"""Env worker failures: a watchdog for hung env steps, what a failure is, what counts as restartable.
 
 An env worker fails in three ways, each seen within seconds:
 
@@ -8,7 +8,8 @@ An env worker fails in three ways, each seen within seconds:
   ``EnvStepTimeoutError`` (with the stack the env is stuck in) to the rollout workers, which raise it.
 
 ``Workers`` then replaces the failed worker and redoes the rollout epoch from the state every
-worker had at its start (``RestartBudget`` counts the restarts; see ``embodied.workers.group``).
+worker had at its start (``embodied.workers.restarts`` says how often, how soon, and when an env is broken for
+good; see ``embodied.workers.group``).
 
 A fault that comes back on that exact replay (``same_fault``: the same worker, env, place in the
 epoch and exception: ``WorkerFailure.signature``) is a deterministic bug of the env from that state;
@@ -19,7 +20,9 @@ seed is not the same eval) and reported as ``episodes_dropped``; the other worke
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 import sys
 import threading
 import time
@@ -29,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from embodied.config import EnvConfig
 from embodied.numerics import NonFiniteError
 from embodied.types import EnvStepTimeoutError, find_env_error
 
@@ -105,6 +109,7 @@ class WorkerFailure(Exception):
     cause: BaseException
     hung: set[int] = field(default_factory=set)
     envs: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> its global env index range [a, b)
+    reproduce: str = ""  # the `embodied check-env` command that runs this env outside training
 
     def __str__(self) -> str:
         return self.describe()
@@ -130,6 +135,17 @@ class WorkerFailure(Exception):
         last = "hang" if isinstance(env_error, EnvStepTimeoutError) or not lines else lines[-1].strip()
         return (self.section, rank, env_error.index, env_error.during, env_error.context,
                 re.sub(r"0x[0-9a-fA-F]+", "0x?", last))
+
+    @property
+    def call(self) -> str:
+        """How the worker failed, wherever it was: the env call that raised or hung ("raised in step()",
+        "hung in reset()"), or "died" (its process); two failures of a worker that fails from any state share it."""
+        env_error = find_env_error(self.cause)
+        if env_error is None:
+            return "died" if died(self.cause) else f"raised {type(self.cause).__name__}"
+        during = env_error.during  # "step() at sub-step 2 of the chunk", "reset(seed=3)", "construction"
+        name = f"{during.split('(')[0].split()[-1]}()" if "(" in during else during
+        return f"{'hung' if isinstance(env_error, EnvStepTimeoutError) else 'raised'} in {name}"
 
     @property
     def restartable(self) -> bool:
@@ -165,55 +181,12 @@ def is_hang(exc: BaseException) -> EnvStepTimeoutError | None:
     return found if isinstance(found, EnvStepTimeoutError) else None
 
 
-@dataclass
-class RestartBudget:
-    """``runner.max_worker_restarts`` for a whole run, shared by training and eval env workers;
-    ``episodes_dropped`` counts the episodes given up on faults that replayed (``env/episodes_dropped``)."""
 
-    limit: int
-    used: int = 0
-    episodes_dropped: int = 0
-    explained: bool = False  # why a replayed fault drops episodes was printed (once a run)
 
-    def __post_init__(self) -> None:
-        if self.limit < 0:
-            raise ValueError(f"runner.max_worker_restarts: must be >= 0 (0: no restarts), got {self.limit}")
-
-    def spend(self, failure: WorkerFailure, where: str, fresh_seed: int | None = None, dropped: int = 0) -> None:
-        """Account one restart for ``failure`` (at ``where``: "iteration 7") and report it on the console;
-        raises the failure's cause instead when it is not restartable or the budget is spent.
-
-        ``fresh_seed``: the fault replayed, so the failed worker's envs restart from that seed and their
-        ``dropped`` episodes in progress are given up (the first time, the console says why).
-        """
-        failure.cause.__suppress_context__ = True  # raised as it is: the WorkerFailure wrapper is noise
-        if not failure.restartable:
-            raise failure.cause
-        if self.used >= self.limit:
-            failure.cause.add_note(f"{where}: {failure.describe()}; not restarted: the run already used "
-                                   f"{self.used} of runner.max_worker_restarts={self.limit}")
-            raise failure.cause
-        self.used += 1
-        who = "it" if len(failure.ranks) == 1 else f"ranks {sorted(failure.ranks)}"
-        redo = f"the start of the {'rollout epoch' if failure.section == 'env' else 'eval round'}"
-        if fresh_seed is None:
-            print(f"[restart {self.used}/{self.limit}] {where}: {failure.describe()}; replacing {who} and redoing "
-                  f"from {redo}", file=sys.stderr, flush=True)
-            return
-        training = failure.section == "env"
-        if training:  # eval counts its own (``Evaluator.dropped``): they are eval episodes, not transitions
-            self.episodes_dropped += dropped
-        why = "" if self.explained else (
-            " (the same fault on the exact replay is a deterministic bug of the env from that state, "
-            "e.g. a configuration that explodes or an object that falls through the table: replaying it again "
-            "would only repeat it; " + ("the other workers still redo the epoch exactly, and env/episodes_dropped "
-                                        "counts what is given up)" if training else
-                                        "the other workers still play their fixed eval episodes, and the eval "
-                                        "reports the ones left out as episodes_dropped)"))
-        self.explained = True
-        lost = (f"dropping its {dropped} episode(s) in progress" if training else
-                f"leaving its {dropped} eval episode(s) of this round out of the eval (an episode from another "
-                "seed is not the same eval)")
-        print(f"[restart {self.used}/{self.limit}] {where}: {failure.describe()}, again on the exact replay; "
-              f"replacing {who} with envs reset from fresh seeds (base {fresh_seed}) and {lost}{why}",
-              file=sys.stderr, flush=True)
+def check_env_command(env: EnvConfig, steps: int = 1000) -> str:
+    """The ``embodied check-env`` command line that builds and steps ``env``'s env as the env workers do."""
+    parts = ["embodied", "check-env", env.id, "--obs-mode", env.obs_mode, "--max-episode-steps",
+             str(env.max_episode_steps), "--steps", str(steps)]
+    if env.kwargs:
+        parts += ["--kwargs", json.dumps(env.kwargs)]
+    return shlex.join(parts)

@@ -32,9 +32,10 @@ from embodied.video import VideoReport
 from embodied.workers.actor_worker import ActorWorker
 from embodied.workers.env_group import EnvGroup, exchange
 from embodied.workers.env_worker import EnvWorker
-from embodied.workers.faults import RestartBudget, WorkerFailure
+from embodied.workers.faults import WorkerFailure
 from embodied.workers.link import Link
 from embodied.workers.resources import check_resources
+from embodied.workers.restarts import FaultStop, Restart, RestartBudget
 from embodied.workers.rollout_worker import MultiStepRolloutWorker
 
 EVAL_SEED_OFFSET = 1_000_000  # eval initial states never coincide with training ones
@@ -45,6 +46,25 @@ def fresh_seed(seed: int, restart: int) -> int:
     """The reset seed (of global env 0) of envs rebuilt after a replayed fault at the ``restart``-th restart of a
     run of ``experiment.seed`` ``seed``: apart from the training and eval seeds, the same in every run of the seed."""
     return seed + FRESH_SEED_OFFSET + 1_000_000 * restart
+
+
+def restart_or_raise(restarts: RestartBudget, envs: EnvGroup, failure: WorkerFailure, iteration: int,
+                     replayed: bool, explained: bool = False) -> Restart:
+    """``restarts.restart(...)``; when it raises instead, the failure's hung ranks are left to themselves."""
+    try:
+        return restarts.restart(failure, iteration, replayed, explained)
+    except BaseException:
+        envs.abandoned |= failure.hung
+        raise
+
+
+def dropped_envs(envs: EnvGroup, failure: WorkerFailure, fresh: dict[int, int], restart: Restart) -> int:
+    """The envs whose episodes in progress ``restart`` gives up: the failed ranks' (not already from fresh seeds in
+    this epoch or round), when they restart from fresh seeds."""
+    if not restart.fresh:
+        return 0
+    ranges = envs.env_ranges()
+    return sum(ranges[r][1] - ranges[r][0] for r in failure.ranks - fresh.keys())
 
 
 def start_env_group(cfg: Config, backend: Backend, env_cfg: EnvConfig, section: str, seed: int,
@@ -130,7 +150,7 @@ class Evaluator:
         envs = start_eval_envs(cfg, backend, video)
         spec = backend.wait(envs.group.call("spec"))[0]
         return cls(cfg, backend, envs, start_rollout_group(cfg, backend, spec, None, envs, None),
-                   RestartBudget(cfg.runner.max_worker_restarts))
+                   RestartBudget.of(cfg.runner))
 
     def load_checkpoint(self, actor_state: dict[str, Any], version: int = 0) -> None:
         """Load a checkpoint's policy (``load_checkpoint(...)["actor"]``) into every rollout worker."""
@@ -183,10 +203,11 @@ class Evaluator:
         """One eval round: each rollout rank's episodes, and the env ranks whose episodes are not the eval's.
 
         A failed eval env worker is replaced and the round redone (every round resets its envs, so there
-        is nothing else to put back). A fault that comes back the same way on the redo
-        (``WorkerFailure.signature``) would come back on every redo: the failed worker's envs then play
-        from fresh seeds (without the fixed set's options or videos) so that the others' episodes, still
-        the eval's fixed ones, can finish; the caller leaves the fresh ones out.
+        is nothing else to put back), within the run's restart rate (``embodied.workers.restarts``). A fault
+        that comes back the same way on the redo (``WorkerFailure.signature``) would come back on every redo:
+        the failed worker's envs then play from fresh seeds (without the fixed set's options or videos) so
+        that the others' episodes, still the eval's fixed ones, can finish; the caller leaves the fresh ones
+        out. So does a worker whose rebuilt process failed alike again (a first sign of a broken env).
         """
         fresh: dict[int, int] = {}  # env rank -> the seed its envs restart from (a fault replayed)
         last = None  # the signature of this round's last failure
@@ -202,18 +223,16 @@ class Evaluator:
                 without_frames(failure)  # its finished frames held this round's futures and workers in a cycle
                 self.backend.check_connected()  # a worker lost with its cluster is not restarted
                 where = f"eval episodes from {min(episode_ids)}" + (f" at iteration {self.iteration}" if self.iteration else "")
-                replayed = failure.signature == last or failure.signature in self.replayed
-                last = failure.signature
+                # A fault known to replay, met again on the fixed episodes, is that state's (not a sign of a
+                # broken env); met again on fresh seeds, it is not.
+                known = failure.signature in self.replayed and not failure.ranks & fresh.keys()
+                replayed, last = failure.signature == last or known, failure.signature
                 if replayed:
                     self.replayed.add(failure.signature)
-                new_seed = fresh_seed(self.cfg.experiment.seed, self.restarts.used + 1) if replayed else None
-                ranges = self.envs.env_ranges()
-                dropped = sum(ranges[r][1] - ranges[r][0] for r in failure.ranks - fresh.keys()) if replayed else 0
-                try:
-                    self.restarts.spend(failure, where, new_seed, dropped)
-                except BaseException:
-                    self.envs.abandoned |= failure.hung
-                    raise
+                restart = restart_or_raise(self.restarts, self.envs, failure, self.iteration or 0, replayed, known)
+                new_seed = fresh_seed(self.cfg.experiment.seed, restart.number) if restart.fresh else None
+                dropped = dropped_envs(self.envs, failure, fresh, restart)
+                self.restarts.announce(failure, where, restart, new_seed, dropped)
                 if new_seed is not None:
                     fresh |= dict.fromkeys(failure.ranks, new_seed)
                 self.envs.replace(self.backend, self.rollout_group, failure, None, seed)
@@ -254,7 +273,7 @@ class Workers:
     colocated: bool  # rollout workers act with the actor's own module
     algorithm: Algorithm  # the driver's copy: asked only how envs reset before a rollout
     train_envs: EnvGroup  # env_group with the rollout ranks' side of its exchange
-    restarts: RestartBudget  # runner.max_worker_restarts, shared with the evaluator
+    restarts: RestartBudget  # the run's restart rate (runner.max_worker_restarts...), shared with the evaluator
     weights_inbox: Channel | None = None  # async runs: new weights reach rollout workers mid-epoch (key rollout<r>)
     # Rollout rank r's trajectories to actor rank r mod N (key actor<rank>), straight from worker to worker.
     trajectories: Channel | None = None
@@ -277,7 +296,7 @@ class Workers:
         shared = actor.workers[0].policy if colocated else None
         inbox = backend.channel("weights") if cfg.runner.mode == "async" else None
         rollout = start_rollout_group(cfg, backend, spec, train, evaluation, shared, inbox)
-        restarts = RestartBudget(cfg.runner.max_worker_restarts)
+        restarts = RestartBudget.of(cfg.runner)
         return cls(cfg, backend, train.group, rollout, actor, Evaluator(cfg, backend, evaluation, rollout, restarts),
                    spec, colocated, ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm), train, restarts, inbox,
                    backend.channel("trajectories"))
@@ -293,10 +312,12 @@ class Workers:
 
         ``reset`` (the algorithm's ``rollout_reset``) resets every env first, in seed groups.
 
-        An env worker that fails (raises, hangs past ``env.step_timeout_s``, dies) is replaced within
-        ``runner.max_worker_restarts`` and the epoch redone from the start: every env worker's envs
-        and every rollout worker's RNG go back to the snapshot taken before it, so the redone epoch
-        is the one a run without the failure would have had, and nothing it did is counted twice.
+        An env worker that fails (raises, hangs past ``env.step_timeout_s``, dies) is replaced within the
+        run's restart rate (``embodied.workers.restarts``) and the epoch redone from the start: every env
+        worker's envs and every rollout worker's RNG go back to the snapshot taken before it, so the redone
+        epoch is the one a run without the failure would have had, and nothing it did is counted twice.
+        When the rate has no restart left, or the env fails from any state, ``FaultStop`` is raised with
+        that snapshot (``FaultStop.state``).
 
         A fault that comes back the same way on that replay (``WorkerFailure.signature``) would only
         come back again: the failed worker's envs restart from ``fresh_seed`` instead (for the rest of
@@ -305,9 +326,9 @@ class Workers:
         """
         seed, group = (reset.seed, reset.group_size) if reset is not None else (None, 1)
         epoch, self.epochs = self.epochs, self.epochs + 1
-        snapshot = None
-        if self.restarts.used < self.restarts.limit:  # handles: Ray keeps the values, owned by this process
-            snapshot = self.env_group.call("get_state"), self.rollout_group.call("rng_state")
+        # Handles (Ray keeps the values, owned by this process): a restart redoes the epoch from them, and a fault
+        # that stops the run leaves them to the runner's checkpoint of the last completed iteration.
+        snapshot = self.env_group.call("get_state"), self.rollout_group.call("rng_state")
         fresh: dict[int, int] = {}  # env ranks whose envs restart from fresh seeds (a fault replayed) -> the seed
         last = None  # the signature of this epoch's last failure
         while True:
@@ -321,21 +342,26 @@ class Workers:
                 without_frames(failure)  # its finished frames held this round's futures and workers in a cycle
                 self.backend.check_connected()  # a worker lost with its cluster is not restarted
                 replayed, last = failure.signature == last, failure.signature
-                new_seed = self.fresh_seed(self.restarts.used + 1) if replayed else None
-                ranges = self.train_envs.env_ranges()
-                dropped = sum(ranges[r][1] - ranges[r][0] for r in failure.ranks - fresh.keys()) if replayed else 0
-                try:
-                    self.restarts.spend(failure, f"iteration {iteration}", new_seed, dropped)
-                except BaseException:
-                    self.train_envs.abandoned |= failure.hung
-                    raise
+                restart = self._restart(failure, iteration, replayed, snapshot)
+                new_seed = self.fresh_seed(restart.number) if restart.fresh else None
+                self.restarts.announce(failure, f"iteration {iteration}", restart, new_seed,
+                                       dropped_envs(self.train_envs, failure, fresh, restart))
                 if new_seed is not None:
                     fresh |= dict.fromkeys(failure.ranks, new_seed)
-                assert snapshot is not None  # a restart left in the budget means one was taken
                 states, rngs = snapshot
                 self.train_envs.replace(self.backend, self.rollout_group, failure, states,
                                         self.cfg.experiment.seed + 1_000_003 * self.restarts.used, fresh)
                 self.backend.wait(self.rollout_group.call_each("set_rng_state", [(r,) for r in rngs]))
+
+    def _restart(self, failure: WorkerFailure, iteration: int, replayed: bool, snapshot: tuple[Any, Any]) -> Restart:
+        """The restart ``failure`` gets (``restart_or_raise``); a ``FaultStop`` leaves with the epoch's ``snapshot``
+        (the state the failed epoch started from: the runner checkpoints it as the last completed iteration)."""
+        try:
+            return restart_or_raise(self.restarts, self.train_envs, failure, iteration, replayed)
+        except FaultStop as stop:
+            states, rngs = snapshot
+            stop.state = {"envs": self.backend.wait(states), "rollout_rng": self.backend.wait(rngs)}
+            raise
 
     def fresh_seed(self, restart: int) -> int:
         """The reset seed (of global env 0) of envs rebuilt after a replayed fault at the run's ``restart``-th

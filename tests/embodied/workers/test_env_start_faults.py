@@ -69,7 +69,7 @@ def test_a_reset_that_raises_goes_through_the_restart_path_and_the_epoch_is_redo
     assert marker.exists()
     clean = runner.train(fault_config(tmp_path / "clean", marker, kwargs))
     err = capfd.readouterr().err
-    assert "[restart 1/3] iteration 2: env worker" in err and "raised during reset(seed=None)" in err
+    assert "[restart 1; 1/3 within 20 iterations] iteration 2: env worker" in err and "raised during reset(seed=None)" in err
     assert [m["workers/restarts"] for m in faulted.history] == [0.0, 1.0]
     for mf, mc in zip(faulted.history, clean.history, strict=True):
         for key in ("env_steps", "env/episodes", "env/return", "train/loss"):
@@ -85,7 +85,7 @@ def test_a_render_that_hangs_is_caught_by_the_step_watchdog_and_the_eval_round_r
     result = runner.train(cfg)
     assert marker.exists()
     err = capfd.readouterr().err
-    assert "[restart 1/3] eval episodes from 0 at iteration 1: eval_env worker 0" in err
+    assert "[restart 1; 1/3 within 20 iterations] eval episodes from 0 at iteration 1: eval_env worker 0" in err
     assert "hung in render() at sub-step" in err
     assert result.history[-1]["eval/episodes"] == 2 and np.isfinite(result.history[-1]["eval/return"])
     assert list(result.run_dir.rglob("episode_000.mp4"))  # the redone round recorded its video

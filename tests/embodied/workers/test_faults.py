@@ -1,4 +1,4 @@
-"""Env worker failures: restarts that redo the rollout epoch exactly, step timeouts, the restart budget.
+"""Env worker failures: restarts that redo the rollout epoch exactly, step timeouts, running out of restarts.
 
 The fault-injection runs train on ``FaultyEnv``, which fails once (raises, hangs, or kills its own
 process) mid-epoch; the same run with the fault already spent is the reference. A restarted run must
@@ -21,8 +21,9 @@ from embodied.checkpoint import load_checkpoint
 from embodied.config import ConfigError, load_config
 from embodied.numerics import NonFiniteError
 from embodied.placement import LocalGroup
-from embodied.types import EnvError, EnvStepTimeoutError
-from embodied.workers.faults import RestartBudget, StepWatch, WorkerFailure
+from embodied.types import EnvError, EnvStepTimeoutError, find_env_error
+from embodied.workers.faults import StepWatch, WorkerFailure
+from embodied.workers.restarts import RestartBudget, RestartRateError
 
 FAULTY = "tests.toy_envs:FaultyEnv"
 
@@ -37,7 +38,8 @@ def faulty_config(tmp_path: Path, fault: str, marker: Path, *overrides: str):
         "policy.type=mlp", "policy.hidden_sizes=[8]", "policy.action_chunk=2", "rollout.chunk_steps=4",
         "algorithm.num_minibatches=2", "algorithm.update_epochs=2", "runner.iterations=3", "runner.eval_every=0",
         "runner.eval_episodes=2", "runner.checkpoint_every=0", "logger.backends=[console]",
-        "logger.progress_bar=false", "runner.plot=false", f"experiment.output_dir={tmp_path}", *overrides,
+        "logger.progress_bar=false", "runner.plot=false", "runner.restart_backoff_s=0",
+        f"experiment.output_dir={tmp_path}", *overrides,
     ])
 
 
@@ -69,7 +71,7 @@ def test_a_failed_env_worker_is_restarted_and_the_epoch_redone_exactly_local(tmp
     assert [m["workers/restarts"] for m in faulted.history] == [0.0, 1.0, 1.0]
     assert [m["workers/restarts"] for m in clean.history] == [0.0, 0.0, 0.0]
     err = capfd.readouterr().err
-    assert "[restart 1/3] iteration 2: env worker" in err
+    assert "[restart 1; 1/3 within 20 iterations] iteration 2: env worker" in err
     assert ("hung in step() at sub-step" in err) if fault == "hang" else ("ZeroDivisionError" in err)
 
 
@@ -80,7 +82,7 @@ def test_a_failed_env_worker_is_restarted_and_the_epoch_redone_exactly_ray(tmp_p
     assert_same_run(faulted, clean)
     assert faulted.history[-1]["workers/restarts"] == 1.0
     err = capfd.readouterr().err
-    assert "[restart 1/3] iteration 2: env worker" in err
+    assert "[restart 1; 1/3 within 20 iterations] iteration 2: env worker" in err
     if fault == "kill":
         assert "died" in err
 
@@ -88,34 +90,37 @@ def test_a_failed_env_worker_is_restarted_and_the_epoch_redone_exactly_ray(tmp_p
 def test_the_restart_count_is_kept_in_checkpoints(tmp_path):
     marker = tmp_path / "fault.marker"
     result = runner.train(faulty_config(tmp_path, "raise", marker))
-    assert load_checkpoint(result.checkpoint)["worker_restarts"] == 1
+    state = load_checkpoint(result.checkpoint)
+    assert state["worker_restarts"] == 1 and state["restart_state"]["recent"] == [2]  # the window goes on after resume
 
 
-def test_when_the_budget_is_spent_the_env_error_names_env_worker_env_index_iteration_and_sub_step(tmp_path, capfd):
+def test_when_the_rate_is_spent_the_error_names_env_worker_env_index_iteration_and_sub_step(tmp_path, capfd):
     cfg = load_config(None, [
         "env.id=tests.toy_envs:FailingEnv", "env.kwargs={fail_at: 3, fail_env: 1}", "env.num_envs=4",
         "cluster.num_env_workers=2", "env.preflight=false", "eval_env.num_envs=2", "policy.type=mlp",
         "policy.hidden_sizes=[8]", "policy.action_chunk=2", "rollout.chunk_steps=4", "algorithm.num_minibatches=1",
         "runner.iterations=2", "runner.eval_every=0", "runner.max_worker_restarts=2", "logger.backends=[console]",
-        "logger.progress_bar=false", "runner.plot=false", f"experiment.output_dir={tmp_path}",
+        "logger.progress_bar=false", "runner.plot=false", "runner.restart_backoff_s=0",
+        f"experiment.output_dir={tmp_path}",
     ])
-    with pytest.raises(EnvError) as info:
+    with pytest.raises(RestartRateError) as info:
         runner.train(cfg)
     message = str(info.value)
     assert "env index 1" in message and "env worker 0" in message and "iteration 1" in message
     assert "sub-step 0 of the chunk" in message and "chunk step 1" in message and "ZeroDivisionError" in message
-    note = "\n".join(info.value.__notes__)
-    assert "iteration 1: env worker 0 (tests.toy_envs:FailingEnv, envs 0-1) raised" in note
-    assert "used 2 of runner.max_worker_restarts=2" in note
+    assert "env worker 0 (tests.toy_envs:FailingEnv, envs 0-1) raised" in message
+    assert "faults came faster than runner.max_worker_restarts=2 within runner.restart_window=20 iterations" in message
+    assert find_env_error(info.value) is not None  # the env's own error stays behind it (the CLI prints it)
     err = capfd.readouterr().err
-    assert "[restart 1/2]" in err and "[restart 2/2]" in err and "[restart 3/" not in err
+    assert "[restart 1; 1/2 within" in err and "[restart 2; 2/2 within" in err and "[restart 3;" not in err
 
 
 def test_with_no_restarts_a_hung_env_stops_the_run_within_the_timeout_and_names_where_it_hangs(tmp_path):
     cfg = faulty_config(tmp_path, "hang", tmp_path / "marker", "runner.max_worker_restarts=0")
     t0 = time.monotonic()
-    with pytest.raises(EnvStepTimeoutError) as info:
+    with pytest.raises(RestartRateError, match="runner.max_worker_restarts=0 allows no restart") as info:
         runner.train(cfg)
+    assert isinstance(find_env_error(info.value), EnvStepTimeoutError)
     assert time.monotonic() - t0 < 30  # not the 600 s channel timeout
     message = str(info.value)
     assert "did not return from step() at sub-step" in message and "env.step_timeout_s=1 s" in message
@@ -147,7 +152,8 @@ def test_a_hung_eval_env_is_restarted_and_its_round_redone(tmp_path, capfd):
     assert marker.exists()
     clean = runner.train(faulty_config(tmp_path / "clean", "raise", tmp_path / "unused", *overrides,
                                        "env.kwargs={}"))
-    assert "[restart 1/1] eval episodes from 0 at iteration 1: eval_env worker" in capfd.readouterr().err
+    assert "[restart 1; 1/1 within 20 iterations] eval episodes from 0 at iteration 1: eval_env worker" in \
+        capfd.readouterr().err
     for mf, mc in zip(faulted.history, clean.history, strict=True):
         assert mf["eval/return"] == mc["eval/return"] and mf["eval/episodes"] == mc["eval/episodes"] == 2
 
@@ -208,17 +214,18 @@ def test_step_watch_lets_steps_within_the_limit_pass():
     assert hangs == []
 
 
-def test_restart_budget_raises_the_cause_when_spent_or_not_restartable():
+def test_restart_budget_stops_when_the_window_is_spent_and_raises_what_is_not_restartable():
     budget = RestartBudget(1)
     env_error = EnvError("Toy-v0", 2, "step()", "Traceback ...\nValueError: boom\n", "env worker 0, iteration 3")
     failure = WorkerFailure("env", "Toy-v0", {0}, env_error, envs={0: (0, 4)})
-    budget.spend(failure, "iteration 3")
+    budget.restart(failure, 3, replayed=False)
     assert budget.used == 1
-    with pytest.raises(EnvError) as info:
-        budget.spend(failure, "iteration 4")
-    assert "runner.max_worker_restarts=1" in info.value.__notes__[0]
+    with pytest.raises(RestartRateError) as info:
+        budget.restart(failure, 4, replayed=False)
+    assert "runner.max_worker_restarts=1 within runner.restart_window=20" in str(info.value)
+    assert str(info.value).endswith("ValueError: boom")  # the last failure's own error, after the message
     with pytest.raises(ValueError, match="a bug"):
-        RestartBudget(3).spend(WorkerFailure("env", "Toy-v0", {0}, ValueError("a bug")), "iteration 1")
+        RestartBudget(3).restart(WorkerFailure("env", "Toy-v0", {0}, ValueError("a bug")), 1, replayed=False)
 
 
 class _Worker:

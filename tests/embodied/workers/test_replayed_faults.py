@@ -18,8 +18,9 @@ from embodied.checkpoint import load_checkpoint
 from embodied.config import ConfigError, load_config
 from embodied.placement import LocalBackend
 from embodied.types import EnvError
-from embodied.workers.faults import RestartBudget, WorkerFailure
+from embodied.workers.faults import WorkerFailure
 from embodied.workers.group import FRESH_SEED_OFFSET, Workers
+from embodied.workers.restarts import RestartBudget, RestartRateError
 
 REPLAY = "tests.toy_envs:ReplayFaultEnv"
 
@@ -33,7 +34,8 @@ def replay_config(out: Path, *overrides: str):
         "cluster.num_env_workers=2", "policy.type=mlp", "policy.hidden_sizes=[8]", "policy.action_chunk=2",
         "rollout.chunk_steps=4", "algorithm.num_minibatches=2", "algorithm.update_epochs=2", "runner.iterations=3",
         "runner.eval_every=0", "runner.eval_episodes=2", "runner.checkpoint_every=0", "logger.backends=[console]",
-        "logger.progress_bar=false", "runner.plot=false", f"experiment.output_dir={out}", *overrides,
+        "logger.progress_bar=false", "runner.plot=false", "runner.restart_backoff_s=0", f"experiment.output_dir={out}",
+        *overrides,
     ])
 
 
@@ -51,8 +53,9 @@ def check_replayed_run(tmp_path: Path, capfd, *overrides: str) -> list[dict[str,
     assert [m["workers/restarts"] for m in first.history] == [0.0, 2.0, 2.0][:n]  # the replay, then fresh envs
     assert [m["env/episodes_dropped"] for m in first.history] == [0.0, 2.0, 2.0][:n]  # worker 0's two envs
     assert [m["env_steps"] for m in first.history] == [32.0, 64.0, 96.0][:n]  # every kept epoch whole
-    assert "[restart 1/3] iteration 2: env worker 0" in err and "ZeroDivisionError" in err
-    assert "[restart 2/3] iteration 2: env worker 0" in err and "again on the exact replay" in err
+    assert "[restart 1; 1/3 within 20 iterations] iteration 2: env worker 0" in err and "ZeroDivisionError" in err
+    assert "[restart 2; 2/3 within 20 iterations] iteration 2: env worker 0" in err
+    assert "again on the exact replay" in err
     assert err.count("deterministic bug of the env") == 1  # the reason, once
     assert load_checkpoint(first.checkpoint)["episodes_dropped"] == 2
     assert_same_params(first, second)  # same seed, same run
@@ -88,11 +91,12 @@ def test_under_grpo_the_failed_workers_groups_are_reset_from_the_fresh_seed(tmp_
     assert "again on the exact replay" in capfd.readouterr().err
 
 
-def test_the_restart_budget_still_bounds_a_fault_that_replays(tmp_path, capfd):
-    with pytest.raises(EnvError) as info:
+def test_the_restart_rate_still_bounds_a_fault_that_replays(tmp_path, capfd):
+    with pytest.raises(RestartRateError) as info:
         runner.train(replay_config(tmp_path, "runner.max_worker_restarts=1"))
-    assert "used 1 of runner.max_worker_restarts=1" in "\n".join(info.value.__notes__)
-    assert "[restart 2/" not in capfd.readouterr().err
+    assert "runner.max_worker_restarts=1 within runner.restart_window=20 iterations (restarts at iterations 2" in \
+        str(info.value)
+    assert "[restart 2;" not in capfd.readouterr().err
 
 
 def test_a_negative_restart_budget_is_refused_naming_the_field():
@@ -152,7 +156,7 @@ def start_evaluator(backend: LocalBackend, fail_seed: int):
     cfg = load_config(None, [f"env.id={REPLAY}", "env.num_envs=4", "eval_env.num_envs=4", "env.max_episode_steps=5",
                              f"eval_env.kwargs={{fail_seed: {fail_seed}, fail_at: 3}}", "env.preflight=false",
                              "cluster.num_env_workers=2", "policy.type=echo", "policy.action_chunk=2",
-                             "experiment.seed=7"])
+                             "experiment.seed=7", "runner.restart_backoff_s=0"])
     evaluator = Evaluator.start(cfg, backend)
     evaluator.load_checkpoint({"policy": evaluator.rollout_group.workers[0].policy.state_dict()})
     return evaluator
@@ -174,7 +178,8 @@ def test_an_eval_fault_that_replays_leaves_those_episodes_out_and_keeps_the_fixe
         assert episodes == clean[2:]  # the fixed seeds' episodes, whole
         assert evaluator.restarts.used == 2 and evaluator.restarts.episodes_dropped == 0  # not training's count
         err = capfd.readouterr().err
-        assert "[restart 2/3] eval episodes from 0: eval_env worker 0" in err and "again on the exact replay" in err
+        assert "[restart 2; 2/3 within 20 iterations] eval episodes from 0: eval_env worker 0" in err
+        assert "again on the exact replay" in err
         assert "leaving its 2 eval episode(s) of this round out of the eval" in err
         again = evaluator.run(episodes=6)  # every run: the same episodes kept, the same left out
         assert evaluator.dropped == [0, 1] and again == episodes
@@ -201,8 +206,9 @@ def check_periodic_eval_fault(tmp_path: Path, capfd, *overrides: str) -> None:
     assert "eval/failed" not in result.history[-1]
     err = capfd.readouterr().err
     assert err.count("leaving its 2 eval episode(s) of this round out") == 2
-    assert "[restart 2/3] eval episodes from 0 at iteration 1" in err  # the exact redo, then fresh seeds
-    assert "[restart 3/3] eval episodes from 0 at iteration 2" in err and "[restart 4" not in err  # fresh at once
+    assert "[restart 2; 2/3 within 20 iterations] eval episodes from 0 at iteration 1" in err  # exact, then fresh
+    assert "[restart 3; 3/3 within 20 iterations] eval episodes from 0 at iteration 2" in err  # fresh at once
+    assert "[restart 4" not in err
 
 
 def test_periodic_eval_reports_the_episodes_a_replayed_fault_left_out_and_training_goes_on_local(tmp_path, capfd):
