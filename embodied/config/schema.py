@@ -14,7 +14,7 @@ from embodied.policy_config import PolicyConfig
 
 @dataclass
 class ExperimentConfig:
-    name: str = "experiment"  # run name; the run directory is <output_dir>/<name>
+    name: str = "experiment"  # run name; each run makes <output_dir>/<name>-<YYYYmmdd-HHMMSS> (-2, -3... if taken)
     seed: int = 0  # seeds torch, numpy and the envs (eval envs use a disjoint range)
     output_dir: str = "runs"  # parent folder of run directories (checkpoints, logs, plots)
 
