@@ -14,6 +14,7 @@ import math
 import threading
 import warnings
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +147,8 @@ class Evaluator:
         """The fixed eval set the eval env's class publishes (``eval_episodes``), or None: seeded episodes."""
         return env_eval_episodes(self.cfg.resolved_eval_env())
 
-    def run(self, episodes: int, video_dir: str | None = None, sample: bool = False) -> list[EpisodeStats]:
+    def run(self, episodes: int, video_dir: str | None = None, sample: bool = False,
+            progress: Callable[[list[EpisodeStats]], None] | None = None) -> list[EpisodeStats]:
         """Every episode of ``plan(episodes)``'s rounds, ordered by eval episode index.
 
         An episode's ``env_index`` is its eval episode index ``k`` (seed ``eval_seed(k)``, or the
@@ -157,7 +159,8 @@ class Evaluator:
         well) instead of acting greedily.
 
         A fault that replays (see ``_round``) leaves the failed worker's episodes of that round out; their
-        eval episode indices are in ``dropped`` afterwards.
+        eval episode indices are in ``dropped`` afterwards. ``progress`` is called with each round's episodes
+        (of the ``episodes`` asked for) as the round ends.
         """
         eval_cfg = self.cfg.resolved_eval_env()
         plan = self.plan(episodes)
@@ -174,7 +177,9 @@ class Evaluator:
             self.dropped += sorted(k for k in left_out if k < plan.episodes)
             found = [dataclasses.replace(e, env_index=ids[start + e.env_index])
                      for part, start in zip(parts, starts) for e in part if ids[start + e.env_index] not in left_out]
-            stats += [e for e in found if e.env_index < plan.episodes]  # fillers of the last rounds dropped
+            stats += (counted := [e for e in found if e.env_index < plan.episodes])  # fillers of the last rounds dropped
+            if progress is not None:
+                progress(counted)
         return sorted(stats, key=lambda e: e.env_index)
 
     def _round(self, chunk_steps: int, seed: int, episode_ids: list[int], options: list[dict] | None,
@@ -396,9 +401,10 @@ class Workers:
         workers (for tools and tests; training never does this)."""
         return self.backend.wait(self.rollout_group.call("take_trajectory", rollout[0].epoch))
 
-    def evaluate(self, episodes: int, video_dir: str | None = None) -> list[EpisodeStats]:
+    def evaluate(self, episodes: int, video_dir: str | None = None,
+                 progress: Callable[[list[EpisodeStats]], None] | None = None) -> list[EpisodeStats]:
         """Greedy episodes from the fixed eval seeds (see ``Evaluator.run``)."""
-        return self.evaluator.run(episodes, video_dir)
+        return self.evaluator.run(episodes, video_dir, progress=progress)
 
     def actor_state(self) -> dict[str, Any]:
         return self.backend.wait(self.actor_group.call("state"))[0]
