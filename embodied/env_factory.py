@@ -116,13 +116,19 @@ def build_with_retries(build: Callable[[], Any], cfg: EnvConfig, section: str, w
 def control_frequency(cfg: EnvConfig) -> float | None:
     """How many actions a second of simulated time the env of ``cfg`` applies, or None if it does not say.
 
-    Gymnasium has no field for it but ``metadata["render_fps"]``, which gymnasium's MuJoCo envs and
-    embodied's built-in tasks set to 1 / (timestep x frame_skip), and adapters copy from the env
-    they wrap (LIBERO: 20). It can depend on ``env.kwargs`` (``frame_skip``), so one env is built
-    (and closed) to read it.
+    A class that declares it, as a classmethod ``control_frequency(**env.kwargs)`` (the built-in tasks: from
+    their model's timestep and ``frame_skip``; LIBERO: 20), is asked, and nothing is built: a LIBERO env takes
+    seconds and a GB to build. Otherwise the rate is the env's ``metadata["render_fps"]``, which gymnasium's
+    MuJoCo envs set to 1 / (timestep x frame_skip) and adapters copy from the env they wrap; it can depend on
+    ``env.kwargs``, so one env is built (and closed) to read it.
     """
     import dataclasses
 
+    target = ENVS.resolve(cfg.id)
+    declared = getattr(target, "control_frequency", None) if isinstance(target, type) else None
+    if callable(declared):
+        rate = declared(**cfg.kwargs)
+        return float(rate) if rate else None
     venv = make_vector_env(dataclasses.replace(cfg, num_envs=1), 1)
     try:
         envs = getattr(venv, "envs", None)

@@ -64,6 +64,7 @@ class TableTopEnv(gym.Env):
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 20}
+    FRAME_SKIP: ClassVar[int] = 5  # physics steps per control step (``frame_skip``'s default)
 
     XML_FILE: ClassVar[str] = ""  # relative to assets_dir()
     # The fixed camera of ``main_images`` and videos: robot.xml's ``main`` unless a task frames its own.
@@ -88,6 +89,12 @@ class TableTopEnv(gym.Env):
         return None if twin is None or "rgb" in obs_mode else twin
 
     @classmethod
+    def control_frequency(cls, **kwargs: Any) -> int:
+        """``metadata["render_fps"]`` of this task built with ``kwargs`` (``env.kwargs``), from its model's timestep
+        and ``frame_skip`` alone, so the env factory knows the rate without building an env (no data, no GL)."""
+        return control_rate(load_model(cls.XML_FILE), kwargs.get("frame_skip", cls.FRAME_SKIP))
+
+    @classmethod
     def physics_limit(cls, num_envs: int, chunk: int, steps: int) -> tuple[int, float]:
         """Env steps and seconds of this task's physics alone, natively on every core (``embodied bench``)."""
         from embodied.envs.mujoco_rollout import physics_limit
@@ -103,7 +110,7 @@ class TableTopEnv(gym.Env):
         render_size: int = 128,
         reward_type: str = "dense",
         terminate_on_success: bool = True,
-        frame_skip: int = 5,
+        frame_skip: int = FRAME_SKIP,
         max_step: float = 0.05,
     ) -> None:
         _check_choice("obs_mode", obs_mode, OBS_MODES)
@@ -130,7 +137,7 @@ class TableTopEnv(gym.Env):
         self._bind_robot()
         self._renderer: OffscreenRenderer | None = None  # created on the first frame
         self._elapsed: int | None = None  # None until the first reset
-        self.metadata = {**self.metadata, "render_fps": round(1.0 / (self.model.opt.timestep * self.frame_skip))}
+        self.metadata = {**self.metadata, "render_fps": control_rate(self.model, self.frame_skip)}
 
         self.action_space = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
         obs_spaces: dict[str, spaces.Space] = {}
@@ -362,6 +369,11 @@ class TableTopEnv(gym.Env):
             # Also freed when the env is garbage-collected without close().
             self._renderer_finalizer = weakref.finalize(self, self._renderer.close)
         return self._renderer.render_cameras(self.data, camera_ids, size, cheap)
+
+
+def control_rate(model: mujoco.MjModel, frame_skip: int) -> int:
+    """Control steps per second of simulated time: 1 / (timestep x frame_skip)."""
+    return round(1.0 / (model.opt.timestep * frame_skip))
 
 
 def _check_choice(name: str, value: object, allowed: tuple[object, ...]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -13,7 +14,7 @@ from embodied.config import ConfigError, EnvConfig, load_config
 from embodied.env_factory import check_env_config, make_vector_env, policy_spec
 from embodied.placement import LocalBackend
 from embodied.policy import PolicySpec, build_policy
-from embodied.registry import PluginError
+from embodied.registry import ENVS, PluginError
 from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS
 from embodied.workers.group import Workers
 from embodied.envs.batched import BatchedEnv, is_batched
@@ -377,6 +378,31 @@ def test_control_frequency_is_the_envs_render_fps_or_none():
     assert control_frequency(EnvConfig(id="Reach-v0")) == 20.0  # 1 / (timestep x frame_skip)
     assert control_frequency(EnvConfig(id="tests.plain_envs:PointReach")) == 10.0  # through the adapter
     assert control_frequency(EnvConfig(id="tests.toy_envs:CountingEnv")) is None  # declares none
+
+
+def test_control_frequency_builds_no_env_where_the_class_declares_it(monkeypatch):
+    """collect and sft read the rate; built for it, a LIBERO env cost the driver seconds and about a GB."""
+    from embodied.config import EnvConfig
+    from embodied.env_factory import control_frequency
+    from embodied.envs.adapters.libero.env import LiberoEnv
+    from embodied.envs.mujoco_base import TableTopEnv
+
+    for env_id in ("Reach-v0", "Push-v0", "PickPlace-v0", "Stack-v0", "PickColor-v0"):  # the class says what its envs do
+        env = ENVS.resolve(env_id)()
+        assert ENVS.resolve(env_id).control_frequency() == env.metadata["render_fps"] == 20, env_id
+        env.close()
+
+    def refusing(init):
+        @functools.wraps(init)  # the same signature: the registry still takes the class as it is
+        def refuse(self, *args, **kwargs):
+            raise AssertionError(f"{type(self).__name__} was built to read its control frequency")
+        return refuse
+
+    monkeypatch.setattr(TableTopEnv, "__init__", refusing(TableTopEnv.__init__))
+    monkeypatch.setattr(LiberoEnv, "__init__", refusing(LiberoEnv.__init__))
+    assert control_frequency(EnvConfig(id="Reach-v0")) == 20.0
+    assert control_frequency(EnvConfig(id="LIBERO-Object-v0", obs_mode="state+rgb",
+                                       kwargs={"task_ids": [0], "image_size": 128})) == 20.0
 
 
 def test_eval_envs_step_per_env_by_default_and_training_envs_natively():

@@ -91,6 +91,12 @@ class LiberoEnv(gym.Env):
     # Every suite acts the same way (read by `embodied list envs` without building a scene).
     action_space = gym.spaces.Box(-1.0, 1.0, (7,), np.float32)
 
+    @classmethod
+    def control_frequency(cls, **kwargs: Any) -> int:
+        """Actions a second (LIBERO's controller runs at 20 Hz whatever ``env.kwargs``), known without building
+        an env: one takes seconds and about a GB to build."""
+        return int(cls.metadata["render_fps"])
+
     def __init__(
         self,
         obs_mode: Literal["state", "rgb", "state+rgb"] = "state+rgb",
