@@ -285,9 +285,10 @@ class RayChannel:
         self._local()
 
     @classmethod
-    def create(cls, name: str) -> RayChannel:
-        """Start the directory actor (needs an initialized Ray) and return a handle to it."""
-        return cls(name, _directory_class().remote())
+    def create(cls, name: str, **options: Any) -> RayChannel:
+        """Start the directory actor (needs an initialized Ray; ``options``: its Ray actor options, such as the
+        run's ``runtime_env``) and return a handle to it."""
+        return cls(name, _directory_class().options(**options).remote())
 
     def __repr__(self) -> str:
         return f"RayChannel({self.name!r})"

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
+from embodied import CODE_ENV_VAR
 from embodied.channels import Channel
 from embodied.channels.ray_channel import NODE_METHOD, RSS_METHOD
 from embodied.config import ClusterConfig, ConfigError
 from embodied.config.schema import Resources
 from embodied.placement.base import ClusterLostError
+from embodied.placement.snapshot import snapshot_package
 from embodied.process_memory import memory_available_mib
 
 
@@ -59,6 +62,9 @@ def _in_bundle(remote: Any, placement: Any, index: int) -> Any:
 class RayBackend:
     """Each worker a Ray actor; starts a local Ray for the run unless one is running or an address is given.
 
+    Every actor runs the code of ``embodied`` as it was when the backend started (``snapshot.py``): an edit
+    of the source tree during the run never reaches a worker started or replaced later.
+
     Waits are sliced (``POLL_S``): while nothing is done, the cluster's GCS port is checked between slices,
     so a cluster that goes away is noticed within seconds (``ClusterLostError``) instead of when Ray's
     own reconnection gives up and ends the process.
@@ -91,6 +97,8 @@ class RayBackend:
         self._actors: list[Any] = []
         self._channels: list[Any] = []
         self._placement_groups: list[Any] = []
+        self.code = snapshot_package()  # the package every actor of the run imports
+        self.runtime_env = {**uploaded_py_modules(self.code.package), "env_vars": {CODE_ENV_VAR: self.code.digest}}
 
     def create(self, cls: type, args_per_rank: list[tuple], resources: Resources | None = None) -> RayGroup:
         from embodied.channels.ray_channel import mailbox_actor
@@ -98,7 +106,8 @@ class RayBackend:
         # Default num_cpus=0: the workers of one run share the machine; reserving a CPU each would
         # leave the actors of a small machine unscheduled. A mailbox: channels deliver into the worker.
         res = resources or Resources()
-        remote = mailbox_actor(cls, num_cpus=res.num_cpus, num_gpus=res.num_gpus, resources=dict(res.resources))
+        remote = mailbox_actor(cls, num_cpus=res.num_cpus, num_gpus=res.num_gpus, resources=dict(res.resources),
+                               runtime_env=self.runtime_env)
         placement = self._placement_group(cls, res, len(args_per_rank))
         actors = [_in_bundle(remote, placement, rank).remote(*args) for rank, args in enumerate(args_per_rank)]
         self._actors += actors
@@ -136,7 +145,7 @@ class RayBackend:
     def channel(self, name: str) -> Channel:
         from embodied.channels.ray_channel import RayChannel
 
-        ch = RayChannel.create(name)
+        ch = RayChannel.create(name, runtime_env=self.runtime_env)
         self._channels.append(ch)
         return ch
 
@@ -196,6 +205,18 @@ class RayBackend:
                 self.ray.util.remove_placement_group(group)
         if self._started or self.lost is not None:
             self.ray.shutdown()
+
+
+def uploaded_py_modules(package: Path) -> dict[str, list[str]]:
+    """A ``runtime_env`` whose ``py_modules`` is ``package``, uploaded to the cluster now (its ``gcs://`` URI).
+
+    Ray takes a local folder in ``py_modules`` only at ``ray.init``, and then hashes and uploads it again for
+    every actor: an edit in between would reach the later ones. Uploaded once, the URI names this content
+    for the rest of the run, also when Ray was started by someone else (a test session, the user)."""
+    from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
+
+    return upload_py_modules_if_needed({"py_modules": [str(package)]}, include_gitignore=False,
+                                       scratch_dir=str(package.parent))
 
 
 def check_reachable(address: str, timeout_s: float) -> None:
