@@ -266,12 +266,20 @@ def _algorithm_problems(cfg: Config) -> list[str]:
                         f"group_size={a.group_size}")
     if cfg.env.auto_reset:
         problems.append("env.auto_reset: GRPO runs one episode per env per iteration; set env.auto_reset=false")
-    covered = cfg.rollout.chunk_steps * cfg.policy.action_chunk
-    if covered < cfg.env.max_episode_steps:
-        problems.append(f"rollout.chunk_steps: GRPO needs whole episodes, but {cfg.rollout.chunk_steps} chunk steps x "
-                        f"policy.action_chunk={cfg.policy.action_chunk} = {covered} sub-steps < "
-                        f"env.max_episode_steps={cfg.env.max_episode_steps}")
+    if cfg.env.max_episode_steps is not None:  # else against the env's own cap, before any worker starts (runner)
+        problems += whole_episode_problems(cfg, cfg.env.max_episode_steps)
     return problems
+
+
+def whole_episode_problems(cfg: Config, episode_steps: int) -> list[str]:
+    """GRPO runs whole episodes: a rollout's chunk steps must cover ``episode_steps`` sub-steps (the env's cap)."""
+    covered = cfg.rollout.chunk_steps * cfg.policy.action_chunk
+    if cfg.algorithm.name != "grpo" or covered >= episode_steps:
+        return []
+    return [f"rollout.chunk_steps: GRPO needs whole episodes, but {cfg.rollout.chunk_steps} chunk steps x "
+            f"policy.action_chunk={cfg.policy.action_chunk} = {covered} sub-steps < env.max_episode_steps="
+            f"{episode_steps}" + (" (the env's own cap: env.max_episode_steps is not set)"
+                                  if cfg.env.max_episode_steps is None else "")]
 
 
 SFT_FEATURE_KEYS = ("states", "main_images", "wrist_images", "actions")

@@ -23,6 +23,7 @@ from embodied.channels import Channel, route, shards_for_rollout_rank
 from embodied.checkpoint import PACKAGES, package_version
 from embodied.config import Config, EnvConfig
 from embodied.config.schema import VideoConfig
+from embodied.env_factory import episode_steps
 from embodied.eval_plan import EvalPlan, env_eval_episodes
 from embodied.placement import (ActorLostError, Backend, ClusterLostError, LocalBackend, WorkerGroup, process_rss_mib,
                                 without_frames)
@@ -165,7 +166,7 @@ class Evaluator:
         eval_cfg = self.cfg.resolved_eval_env()
         plan = self.plan(episodes)
         self.dropped = []
-        chunk_steps = math.ceil(eval_cfg.max_episode_steps / self.cfg.policy.action_chunk)
+        chunk_steps = math.ceil(episode_steps(eval_cfg) / self.cfg.policy.action_chunk)
         record = plan.recorded(self.cfg.logger.video.max_videos) if video_dir is not None else []
         starts = [link.start for link in self.envs.rollout_links]  # rollout rank -> its first env
         stats: list[EpisodeStats] = []

@@ -92,6 +92,12 @@ class LiberoEnv(gym.Env):
     action_space = gym.spaces.Box(-1.0, 1.0, (7,), np.float32)
 
     @classmethod
+    def default_max_episode_steps(cls) -> int:
+        """The suite's published episode cap (``suites.SUITES``), which an env built without
+        ``max_episode_steps`` uses: the env factory reads it here, so the engine runs the same cap."""
+        return suite_for(cls.suite_id).max_steps
+
+    @classmethod
     def control_frequency(cls, **kwargs: Any) -> int:
         """Actions a second (LIBERO's controller runs at 20 Hz whatever ``env.kwargs``), known without building
         an env: one takes seconds and about a GB to build."""
