@@ -165,7 +165,8 @@ class PeriodicEval:
             try:
                 self.workers.sync_weights()
                 with self.progress_bar(iteration, n) as progress:
-                    episodes = [e for e in self.workers.evaluate(n, video_dir, progress) if e.env_index < n]
+                    episodes = [e for e in self.workers.evaluator.run(n, video_dir, progress=progress)
+                                if e.env_index < n]
             finally:
                 wait(actor.call("use_average", False))  # the next iteration publishes the live weights again
         except ClusterLostError:

@@ -31,7 +31,7 @@ import yaml
 from embodied.atomic import DiskFullError
 from embodied.checkpoint import check_init_from, prune_checkpoints, remove_partial
 from embodied.config import Config, ConfigError, to_dict
-from embodied.config.loader import whole_episode_problems
+from embodied.config.validate import whole_episode_problems
 from embodied.env_factory import check_env_config, episode_steps
 from embodied.evaluation import PeriodicEval, episode_metrics
 from embodied.logger import MetricLogger

@@ -13,8 +13,8 @@ import functools
 import math
 import threading
 import warnings
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -402,10 +402,9 @@ class Workers:
         workers (for tools and tests; training never does this)."""
         return self.backend.wait(self.rollout_group.call("take_trajectory", rollout[0].epoch))
 
-    def evaluate(self, episodes: int, video_dir: str | None = None,
-                 progress: Callable[[list[EpisodeStats]], None] | None = None) -> list[EpisodeStats]:
+    def evaluate(self, episodes: int, video_dir: str | None = None) -> list[EpisodeStats]:
         """Greedy episodes from the fixed eval seeds (see ``Evaluator.run``)."""
-        return self.evaluator.run(episodes, video_dir, progress=progress)
+        return self.evaluator.run(episodes, video_dir)
 
     def actor_state(self) -> dict[str, Any]:
         return self.backend.wait(self.actor_group.call("state"))[0]
