@@ -1,6 +1,7 @@
 # Two commands on a fresh machine:
 #   make train   set up .venv and train the default recipe (configs/reach_mlp_ppo.yaml)
 #   make test    set up .venv and run the whole test suite (what CI runs)
+#   make test-fast  the edit loop: everything but the slow end-to-end runs, the Ray and the LIBERO tests
 # Extra arguments: make train ARGS="runner.iterations=20 cluster.backend=ray"; make test PYTEST_ARGS="-k chunk"
 
 PYTHON ?= python3
@@ -11,7 +12,7 @@ RECIPE ?= configs/reach_mlp_ppo.yaml
 EXTRAS ?= test,robotics,metaworld,libero
 export MUJOCO_GL ?= egl
 
-.PHONY: setup train test bench clean
+.PHONY: setup train test test-fast bench clean
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	bash .ci/system-deps.sh
@@ -30,6 +31,9 @@ train: setup
 
 test: setup
 	WANDB_MODE=disabled $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+test-fast: setup
+	WANDB_MODE=disabled $(VENV)/bin/pytest -m "not slow and not ray and not libero" $(PYTEST_ARGS)
 
 # make bench: `embodied bench` (ARGS go to it, e.g. --quick), then VLA act()/raw/PPO-step throughput
 # (VLA_ARGS go to it), e.g. make bench VLA_ARGS="--scale medium --device cuda --dtype bfloat16"

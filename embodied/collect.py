@@ -203,8 +203,12 @@ def lerobot_fps(env_cfg: EnvConfig) -> int:
 
 def collection_env(cfg: Config, episodes: int) -> EnvConfig:
     """``cfg.env`` with auto-reset off and no more envs than episodes asked (but one per worker rank), per env:
-    the scripted experts act on each env's own simulator (``expert_chunk_step``)."""
+    the scripted experts act on each env's own simulator (``expert_chunk_step``); its episode cap resolved (the
+    env's own when the config sets none), since chunks and the dataset's metadata follow it."""
+    from embodied.env_factory import episode_steps
+
     c = cfg.cluster
     num_envs = max(min(cfg.env.num_envs, episodes), c.num_env_workers, c.num_rollout_workers)
-    return dataclasses.replace(cfg.env, auto_reset=False, num_envs=num_envs, vectorization="per_env")
+    return dataclasses.replace(cfg.env, auto_reset=False, num_envs=num_envs, vectorization="per_env",
+                               max_episode_steps=episode_steps(cfg.env))
 

@@ -34,6 +34,7 @@ from embodied.envs.batched import BatchedEnv, is_batched
 from embodied.envs.chunked import ChunkedVectorEnv
 
 KNOWN_KEYS: tuple[str, ...] = (STATES, MAIN_IMAGES, WRIST_IMAGES)
+DEFAULT_EPISODE_STEPS = 50  # the episode cap of an env that declares none, when the config sets none either
 MAX_BACKOFF_S = 30.0  # the longest wait between two tries of an env constructor
 
 
@@ -58,7 +59,7 @@ own refusals: raised as they are, not as a crash inside the env).
     backoff (``build_with_retries``: ``env.build_retries``, ``env.build_backoff_s``).
     """
     target = ENVS.resolve(cfg.id)
-    kwargs = _call_kwargs(cfg, render_mode)
+    kwargs = _call_kwargs(cfg, render_mode, target)
     twin = batched_twin(target, cfg)
     if twin is not None:
         _check_twin_signature(target, twin, kwargs, cfg, section)
@@ -116,13 +117,19 @@ def build_with_retries(build: Callable[[], Any], cfg: EnvConfig, section: str, w
 def control_frequency(cfg: EnvConfig) -> float | None:
     """How many actions a second of simulated time the env of ``cfg`` applies, or None if it does not say.
 
-    Gymnasium has no field for it but ``metadata["render_fps"]``, which gymnasium's MuJoCo envs and
-    embodied's built-in tasks set to 1 / (timestep x frame_skip), and adapters copy from the env
-    they wrap (LIBERO: 20). It can depend on ``env.kwargs`` (``frame_skip``), so one env is built
-    (and closed) to read it.
+    A class that declares it, as a classmethod ``control_frequency(**env.kwargs)`` (the built-in tasks: from
+    their model's timestep and ``frame_skip``; LIBERO: 20), is asked, and nothing is built: a LIBERO env takes
+    seconds and a GB to build. Otherwise the rate is the env's ``metadata["render_fps"]``, which gymnasium's
+    MuJoCo envs set to 1 / (timestep x frame_skip) and adapters copy from the env they wrap; it can depend on
+    ``env.kwargs``, so one env is built (and closed) to read it.
     """
     import dataclasses
 
+    target = ENVS.resolve(cfg.id)
+    declared = getattr(target, "control_frequency", None) if isinstance(target, type) else None
+    if callable(declared):
+        rate = declared(**cfg.kwargs)
+        return float(rate) if rate else None
     venv = make_vector_env(dataclasses.replace(cfg, num_envs=1), 1)
     try:
         envs = getattr(venv, "envs", None)
@@ -144,7 +151,7 @@ def check_env_config(cfg: EnvConfig, section: str = "env", render_mode: str | No
         target = ENVS.resolve(cfg.id)
     except (ImportError, PluginError) as exc:
         raise ConfigError(f"{section}.id: {exc}") from None
-    kwargs = _call_kwargs(cfg, render_mode)
+    kwargs = _call_kwargs(cfg, render_mode, target)
     twin = batched_twin(target, cfg)
     if twin is not None:
         _check_twin_signature(target, twin, kwargs, cfg, section)
@@ -186,11 +193,40 @@ def takes_env_index(target: Any) -> bool:
         return False
 
 
-def _call_kwargs(cfg: EnvConfig, render_mode: str | None) -> dict[str, Any]:
+def episode_steps(cfg: EnvConfig, target: Any = None) -> int:
+    """The episode cap the envs of ``cfg`` run with, in env steps: ``max_episode_steps`` when the config sets it,
+    else the env's own (``declared_episode_steps`` of ``target``, ``cfg.id``'s entry point by default), else
+    ``DEFAULT_EPISODE_STEPS``. Every env of ``cfg`` is built with this value, and whatever sizes chunks to
+    whole episodes (eval rounds, collect, GRPO's check) reads it."""
+    if cfg.max_episode_steps is not None:
+        return cfg.max_episode_steps
+    return declared_episode_steps(ENVS.resolve(cfg.id) if target is None else target) or DEFAULT_EPISODE_STEPS
+
+
+def declared_episode_steps(target: Any) -> int | None:
+    """The cap an env declares, or None: its class's ``default_max_episode_steps()`` (LIBERO: the suite's
+    published cap), else its constructor's ``max_episode_steps`` default when a positive int (the built-in
+    tasks, an adapter such as Fetch's), else a gymnasium id's registered ``max_episode_steps``."""
+    declared = getattr(target, "default_max_episode_steps", None) if isinstance(target, type) else None
+    if callable(declared):
+        return int(declared())
+    wrapped = adapted_target(target)
+    if isinstance(wrapped, str):
+        try:
+            return gym.spec(wrapped).max_episode_steps
+        except gym.error.Error:
+            return None  # an id gymnasium does not know: gymnasium.make names it when the env is built
+    params = _parameters(target) or {}
+    default = getattr(params.get("max_episode_steps"), "default", None)
+    positive = isinstance(default, int) and not isinstance(default, bool) and default > 0
+    return default if positive else None
+
+
+def _call_kwargs(cfg: EnvConfig, render_mode: str | None, target: Any) -> dict[str, Any]:
     if "env_index" in cfg.kwargs:
         raise ConfigError("env.kwargs.env_index: set by the env factory (each env's index in the batch), not by the "
                           "config; remove it")
-    kwargs = dict(obs_mode=cfg.obs_mode, max_episode_steps=cfg.max_episode_steps, **cfg.kwargs)
+    kwargs = dict(obs_mode=cfg.obs_mode, max_episode_steps=episode_steps(cfg, target), **cfg.kwargs)
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     return kwargs

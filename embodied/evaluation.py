@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from embodied.atomic import atomic_path
 from embodied.checkpoint import check_env_fits, load_checkpoint
@@ -35,6 +37,7 @@ from embodied.types import EpisodeStats
 from embodied.workers.group import Evaluator, Workers
 
 Z_95 = 1.959964  # two-sided 95% normal quantile
+PERIODIC_BAR_DELAY_S = 5.0  # a periodic eval shows its bar only once it has run this long
 
 
 def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
@@ -107,6 +110,34 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_")[:60] or "task"
 
 
+class EvalProgress:
+    """A progress bar over an eval's episodes, as training has one over iterations: episodes done of the total,
+    success so far and tqdm's ETA. Called with each round's episodes (``Evaluator.run``'s ``progress``): a
+    round is ``eval_env.num_envs`` episodes played together, so the bar moves a round at a time.
+
+    ``delay_s``: nothing is shown before the eval has run that long (tqdm's ``delay``), so the evals of a second
+    that a training run makes every few iterations print nothing; ``leave``: the bar stays when done.
+    """
+
+    def __init__(self, total: int, desc: str, enabled: bool = True, delay_s: float = 0.0, leave: bool = True) -> None:
+        self.bar = tqdm(total=total, desc=desc, unit="episode", file=sys.stdout, disable=not enabled, delay=delay_s,
+                        leave=leave, dynamic_ncols=True)
+        self.successes = 0
+
+    def __call__(self, episodes: list[EpisodeStats]) -> None:
+        self.successes += sum(bool(e.success_once) for e in episodes)
+        done = self.bar.n + len(episodes)
+        if done:
+            self.bar.set_postfix(success=f"{self.successes / done:.3f}", refresh=False)
+        self.bar.update(len(episodes))
+
+    def __enter__(self) -> EvalProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()
+
+
 class PeriodicEval:
     """Eval during training that never stops training.
 
@@ -134,7 +165,9 @@ class PeriodicEval:
             wait(actor.call("use_average", True))  # actor.ema_decay: eval the average (else a no-op)
             try:
                 self.workers.sync_weights()
-                episodes = [e for e in self.workers.evaluate(n, video_dir) if e.env_index < n]
+                with self.progress_bar(iteration, n) as progress:
+                    episodes = [e for e in self.workers.evaluator.run(n, video_dir, progress=progress)
+                                if e.env_index < n]
             finally:
                 wait(actor.call("use_average", False))  # the next iteration publishes the live weights again
         except ClusterLostError:
@@ -146,6 +179,11 @@ class PeriodicEval:
             return {"eval/failed": 1.0, "eval/episodes_dropped": float(n)}  # none of its episodes has a result
         dropped = len(self.workers.evaluator.dropped)  # left out: their env's fault replayed (Evaluator.run)
         return eval_metrics(episodes) | {"eval/episodes_dropped": float(dropped), "time/eval": time.perf_counter() - t0}
+
+    def progress_bar(self, iteration: int, episodes: int) -> EvalProgress:
+        """The eval's bar under training's own (console logger with its bar on), shown once it takes seconds."""
+        shown = self.cfg.logger.progress_bar and "console" in self.cfg.logger.backends
+        return EvalProgress(episodes, f"eval @ it {iteration}", shown, PERIODIC_BAR_DELAY_S, leave=False)
 
     def records(self, iteration: int) -> bool:
         """Whether the eval at ``iteration`` records videos (``runner.eval_video``)."""
@@ -244,7 +282,8 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int | None, out
         except (RuntimeError, ValueError) as exc:
             raise ValueError(f"checkpoint {checkpoint} does not fit policy config {cfg.policy}: {exc}") from None
         plan = evaluator.plan(episodes)
-        found = evaluator.run(episodes, str(out_dir / "videos") if video else None, sample)
+        with EvalProgress(episodes, "eval", cfg.logger.progress_bar) as progress:
+            found = evaluator.run(episodes, str(out_dir / "videos") if video else None, sample, progress)
         provenance = evaluator.provenance()
         videos = evaluator.take_videos(wait=True)
         report_errors(videos.errors)

@@ -67,7 +67,9 @@ def _message(who: str, cfg: EnvConfig, failed: list[CheckResult]) -> str:
     lines += ["  " + line for r in failed for line in r.traceback.splitlines()]  # above the rows that refer to it
     for r in failed:
         lines += [f"  {r.name}: {r.detail}", f"    fix: {r.fix}"]
-    options = [f"--obs-mode {cfg.obs_mode}", f"--max-episode-steps {cfg.max_episode_steps}"]
+    options = [f"--obs-mode {cfg.obs_mode}"]
+    if cfg.max_episode_steps is not None:  # else check-env takes the env's own cap, as the run does
+        options.append(f"--max-episode-steps {cfg.max_episode_steps}")
     if cfg.kwargs:
         options.append(f"--kwargs '{json.dumps(cfg.kwargs, default=str)}'")
     lines.append(f"All checks: embodied check-env {cfg.id} {' '.join(options)}; to skip this preflight: "

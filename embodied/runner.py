@@ -31,7 +31,8 @@ import yaml
 from embodied.atomic import DiskFullError
 from embodied.checkpoint import check_init_from, prune_checkpoints, remove_partial
 from embodied.config import Config, ConfigError, to_dict
-from embodied.env_factory import check_env_config
+from embodied.config.validate import whole_episode_problems
+from embodied.env_factory import check_env_config, episode_steps
 from embodied.evaluation import PeriodicEval, episode_metrics
 from embodied.logger import MetricLogger
 from embodied.placement import ActorLostError, ClusterLostError, make_backend
@@ -171,10 +172,14 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
 
 
 def check_before_start(cfg: Config) -> None:
-    """What can fail before any worker starts or a run dir is made: the env configs, check-env's fast checks on
+    """What can fail before any worker starts or a run dir is made: the env configs, GRPO's whole episodes against the
+    cap the envs will run (the env's own when the config sets none), check-env's fast checks on
     one env (``env.preflight``), and the ``policy.init_from`` checkpoint against the policy config."""
     check_env_config(cfg.env, "env")
     check_env_config(cfg.resolved_eval_env(), "eval_env")
+    problems = whole_episode_problems(cfg, episode_steps(cfg.env))  # GRPO, against the cap the envs will run
+    if problems:
+        raise ConfigError("; ".join(problems))
     if cfg.env.preflight:
         preflight_run(cfg, video=cfg.runner.eval_video != "none")
     if cfg.policy.init_from:

@@ -394,7 +394,7 @@ def sim_unstable(env: gym.Env, info: dict) -> bool:
     data = getattr(env.unwrapped, "data", None)
     if type(data).__name__ != "MjData":
         return False
-    from embodied.envs.mujoco_base import mujoco_unstable
+    from embodied.envs.mujoco_state import mujoco_unstable
 
     return mujoco_unstable(data)
 

@@ -1,5 +1,6 @@
 """What the built-in MuJoCo table-top tasks share: model loading, delta end-effector control,
-observation assembly, offscreen rendering and episode bookkeeping.
+observation assembly and episode bookkeeping (rendering: ``mujoco_render``; the pickled state of
+their ``MjData`` and its stability check: ``mujoco_state``).
 
 A task subclasses :class:`TableTopEnv`, names its MJCF file and implements four hooks:
 ``_reset_task`` (randomise with ``self.np_random``), ``_task_state`` (the ``states`` vector),
@@ -9,7 +10,6 @@ Tasks with loose objects use the helpers for free bodies, grasp detection and pl
 
 from __future__ import annotations
 
-import atexit
 import os
 import weakref
 from pathlib import Path
@@ -21,6 +21,8 @@ import numpy as np
 from gymnasium import spaces
 
 from embodied.types import MAIN_IMAGES, OBS_MODES, STATES, WRIST_IMAGES, Obs
+from embodied.envs.mujoco_render import OffscreenRenderer
+from embodied.envs.mujoco_state import MjDataState, mujoco_unstable
 
 ASSETS_ENV_VAR = "EMBODIED_ASSETS"
 REWARD_TYPES: tuple[str, ...] = ("dense", "sparse")
@@ -50,125 +52,6 @@ def load_model(xml_file: str | Path) -> mujoco.MjModel:
         raise MJCFError(f"could not compile MJCF file {path}: {err}") from err
 
 
-class OffscreenRenderer:
-    """One GL context for all the cameras and image sizes an env needs.
-
-    ``mujoco.Renderer`` is tied to a single image size; an env needs two (training images and
-    video frames), and a second renderer would mean a second GL context per env. This renders
-    into a ``size x size`` corner of one offscreen buffer instead, which gives the same pixels,
-    and draws all the cameras of an observation side by side in one pass.
-    """
-
-    def __init__(self, model: mujoco.MjModel, max_size: int, max_width: int = 0) -> None:
-        # The offscreen buffer must hold the largest frame, and ``max_width`` for the frames of one
-        # pass side by side; the model's default is 640x480.
-        model.vis.global_.offwidth = max(model.vis.global_.offwidth, max_size, max_width)
-        model.vis.global_.offheight = max(model.vis.global_.offheight, max_size)
-        self._model = model
-        self._gl: Any = mujoco.GLContext(max_size, max_size)
-        # Registered after the eglTerminate that mujoco.egl registers with its first context, so
-        # (atexit being LIFO) it runs before it: freeing after terminate raises EGL errors.
-        atexit.register(self.close)
-        self._gl.make_current()
-        self._context: mujoco.MjrContext | None = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_100)
-        mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self._context)
-        self.scene = mujoco.MjvScene(model, maxgeom=max(100, 2 * model.ngeom))
-        self._option = mujoco.MjvOption()
-        self._camera = mujoco.MjvCamera()
-        self._camera.type = mujoco.mjtCamera.mjCAMERA_FIXED
-        self._release()
-
-    def _release(self) -> None:
-        """Leave the context current on no thread. An EGL context is current on one thread at a
-        time, and the thread that builds or resets an env need not be the one that steps it next
-        (Ray runs a worker's constructor and its methods on threads of its own)."""
-        if type(self._gl).__module__.startswith("mujoco.egl"):
-            from mujoco import egl
-
-            egl.EGL.eglMakeCurrent(egl.EGL_DISPLAY, egl.EGL.EGL_NO_SURFACE, egl.EGL.EGL_NO_SURFACE,
-                                   egl.EGL.EGL_NO_CONTEXT)
-
-    def render(self, data: mujoco.MjData, camera_id: int, size: int, cheap: bool) -> np.ndarray:
-        """uint8 [size, size, 3] from camera ``camera_id``; ``cheap`` turns shadows and reflections off."""
-        return self.render_cameras(data, (camera_id,), size, cheap)[0]
-
-    def render_cameras(self, data: mujoco.MjData, camera_ids: tuple[int, ...], size: int,
-                       cheap: bool) -> list[np.ndarray]:
-        """One uint8 [size, size, 3] frame per camera, in one pass: the scene is built once, each
-        camera draws into its own ``size``-wide strip of the buffer, and one read fetches them all
-        (a read waits for the GPU or llvmpipe to finish, so one per env step rather than one per
-        camera)."""
-        if self._context is None:
-            raise RuntimeError("render() called after close()")
-        if size * len(camera_ids) > self._context.offWidth or size > self._context.offHeight:
-            raise ValueError(f"{len(camera_ids)} frames of {size}x{size} do not fit the "
-                             f"{self._context.offWidth}x{self._context.offHeight} offscreen buffer")
-        self._gl.make_current()
-        try:
-            for i, camera_id in enumerate(camera_ids):
-                self._camera.fixedcamid = camera_id
-                if i == 0:
-                    mujoco.mjv_updateScene(self._model, data, self._option, None, self._camera,
-                                           mujoco.mjtCatBit.mjCAT_ALL, self.scene)
-                    # Set after every update: training cameras never pay for shadow or reflection passes.
-                    self.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = not cheap
-                    self.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = not cheap
-                else:  # the geoms do not depend on the camera: move it (and its headlight) only
-                    mujoco.mjv_updateCamera(self._model, data, self._camera, self.scene)
-                    mujoco.mjv_makeLights(self._model, data, self.scene)  # the headlight moves with it
-                mujoco.mjr_render(mujoco.MjrRect(i * size, 0, size, size), self.scene, self._context)
-            pixels = np.empty((size, size * len(camera_ids), 3), dtype=np.uint8)
-            mujoco.mjr_readPixels(pixels, None, mujoco.MjrRect(0, 0, size * len(camera_ids), size), self._context)
-        finally:
-            self._release()
-        pixels = pixels[::-1]  # OpenGL rows run bottom-up
-        return [np.ascontiguousarray(pixels[:, i * size:(i + 1) * size]) for i in range(len(camera_ids))]
-
-    def close(self) -> None:
-        """Free the GL resources now (safe to call twice)."""
-        atexit.unregister(self.close)
-        if self._context is not None:
-            self._gl.make_current()
-            self._context.free()
-            self._context = None
-        if self._gl is not None:
-            self._gl.free()
-            self._gl = None
-
-
-class MjDataState:
-    """An ``MjData`` as its integration state (``mjSTATE_INTEGRATION``: what makes the next ``mj_step``
-    exact) plus its warning counters, which ``mujoco_unstable`` reads.
-
-    Pickling the ``MjData`` itself is exact too, but MuJoCo 3.3's bindings leak every unpickled one
-    (about its size: 0.1 MiB for Reach-v0, a few MiB for a LIBERO scene), once per env at every
-    exact restart or resume. ``restore`` rebuilds it from the model and recomputes the positions
-    (bodies, sites, cameras) the env and its renderer read before the next step.
-    """
-
-    SPEC = mujoco.mjtState.mjSTATE_INTEGRATION
-
-    def __init__(self, values: np.ndarray, warnings: np.ndarray) -> None:
-        self.values, self.warnings = values, warnings  # float64 [mj_stateSize]; int64 [mjNWARNING, 2]
-
-    @classmethod
-    def of(cls, model: mujoco.MjModel, data: mujoco.MjData) -> MjDataState:
-        values = np.empty(mujoco.mj_stateSize(model, cls.SPEC))
-        mujoco.mj_getState(model, data, values, cls.SPEC)
-        warnings = np.array([(w.number, w.lastinfo) for w in data.warning], dtype=np.int64)
-        return cls(values, warnings)
-
-    def restore(self, model: mujoco.MjModel) -> mujoco.MjData:
-        data = mujoco.MjData(model)
-        mujoco.mj_setState(model, data, self.values, self.SPEC)
-        for warning, (number, lastinfo) in zip(data.warning, self.warnings):
-            warning.number, warning.lastinfo = int(number), int(lastinfo)
-        mujoco.mj_kinematics(model, data)  # positions only: the integration state stays as saved
-        mujoco.mj_comPos(model, data)
-        mujoco.mj_camlight(model, data)
-        return data
-
-
 class TableTopEnv(gym.Env):
     """Base of the table-top tasks: a mocap gripper above a table, driven by delta TCP actions.
 
@@ -181,6 +64,7 @@ class TableTopEnv(gym.Env):
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 20}
+    FRAME_SKIP: ClassVar[int] = 5  # physics steps per control step (``frame_skip``'s default)
 
     XML_FILE: ClassVar[str] = ""  # relative to assets_dir()
     # The fixed camera of ``main_images`` and videos: robot.xml's ``main`` unless a task frames its own.
@@ -205,6 +89,12 @@ class TableTopEnv(gym.Env):
         return None if twin is None or "rgb" in obs_mode else twin
 
     @classmethod
+    def control_frequency(cls, **kwargs: Any) -> int:
+        """``metadata["render_fps"]`` of this task built with ``kwargs`` (``env.kwargs``), from its model's timestep
+        and ``frame_skip`` alone, so the env factory knows the rate without building an env (no data, no GL)."""
+        return control_rate(load_model(cls.XML_FILE), kwargs.get("frame_skip", cls.FRAME_SKIP))
+
+    @classmethod
     def physics_limit(cls, num_envs: int, chunk: int, steps: int) -> tuple[int, float]:
         """Env steps and seconds of this task's physics alone, natively on every core (``embodied bench``)."""
         from embodied.envs.mujoco_rollout import physics_limit
@@ -220,7 +110,7 @@ class TableTopEnv(gym.Env):
         render_size: int = 128,
         reward_type: str = "dense",
         terminate_on_success: bool = True,
-        frame_skip: int = 5,
+        frame_skip: int = FRAME_SKIP,
         max_step: float = 0.05,
     ) -> None:
         _check_choice("obs_mode", obs_mode, OBS_MODES)
@@ -247,7 +137,7 @@ class TableTopEnv(gym.Env):
         self._bind_robot()
         self._renderer: OffscreenRenderer | None = None  # created on the first frame
         self._elapsed: int | None = None  # None until the first reset
-        self.metadata = {**self.metadata, "render_fps": round(1.0 / (self.model.opt.timestep * self.frame_skip))}
+        self.metadata = {**self.metadata, "render_fps": control_rate(self.model, self.frame_skip)}
 
         self.action_space = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
         obs_spaces: dict[str, spaces.Space] = {}
@@ -481,6 +371,11 @@ class TableTopEnv(gym.Env):
         return self._renderer.render_cameras(self.data, camera_ids, size, cheap)
 
 
+def control_rate(model: mujoco.MjModel, frame_skip: int) -> int:
+    """Control steps per second of simulated time: 1 / (timestep x frame_skip)."""
+    return round(1.0 / (model.opt.timestep * frame_skip))
+
+
 def _check_choice(name: str, value: object, allowed: tuple[object, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
@@ -502,19 +397,6 @@ def check_positive(name: str, value: float) -> None:
 def closeness(distance: float, scale: float) -> float:
     """Shaping term in (0, 1]: 1 at distance 0, about 0.24 at ``scale`` and near 0 beyond 2 ``scale``."""
     return 1.0 - float(np.tanh(distance / scale))
-
-
-UNSTABLE_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
-                     mujoco.mjtWarning.mjWARN_BADQVEL)
-
-
-def mujoco_unstable(data: mujoco.MjData) -> bool:
-    """Whether the simulation went unstable since the last ``mj_resetData``.
-
-    MuJoCo answers "Nan, Inf or huge value in QACC" by resetting the state and counting a warning
-    (``data.warning``), so the warning counters, not the state, are what tell.
-    """
-    return any(data.warning[w].number > 0 for w in UNSTABLE_WARNINGS) or not np.isfinite(data.qacc).all()
 
 
 def staged_reward(progress: float, success: bool) -> float:

@@ -115,6 +115,13 @@ def fake_wandb(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     return FakeWandb(root / "calls.jsonl", monkeypatch)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses the Ray session is a Ray test (``make test-fast`` leaves them out) without saying so."""
+    for item in items:
+        if "ray_session" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray)
+
+
 @pytest.fixture(scope="session")
 def ray_session() -> Iterator[None]:
     """Start Ray once per test session (init costs seconds); shut it down at the end.

@@ -140,7 +140,7 @@ def mailbox_actor(cls: type, **options: Any) -> Any:
 
         @ray.method(concurrency_group=MAILBOX_GROUP)
         def _embodied_rss_mib(self) -> float | None:
-            from embodied.placement import process_rss_mib
+            from embodied.process_memory import process_rss_mib
 
             return process_rss_mib()
 
@@ -285,9 +285,10 @@ class RayChannel:
         self._local()
 
     @classmethod
-    def create(cls, name: str) -> RayChannel:
-        """Start the directory actor (needs an initialized Ray) and return a handle to it."""
-        return cls(name, _directory_class().remote())
+    def create(cls, name: str, **options: Any) -> RayChannel:
+        """Start the directory actor (needs an initialized Ray; ``options``: its Ray actor options, such as the
+        run's ``runtime_env``) and return a handle to it."""
+        return cls(name, _directory_class().options(**options).remote())
 
     def __repr__(self) -> str:
         return f"RayChannel({self.name!r})"

@@ -23,6 +23,7 @@ the chunk-step rules through ``ChunkedVectorEnv``. A ``BatchedEnv`` gets the sam
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from contextlib import ExitStack
 from typing import Literal
@@ -34,7 +35,7 @@ from embodied.check_env.rows import (LOAD, CheckResult, RenderCheck, Rows, Sever
                                      print_table)
 from embodied.check_env.single import SingleChecks
 from embodied.config import EnvConfig
-from embodied.env_factory import batched_twin
+from embodied.env_factory import batched_twin, episode_steps
 from embodied.envs.batched import is_batched
 
 __all__ = ["LOAD", "CheckFailed", "CheckResult", "RenderCheck", "Severity", "build_parser", "check_env",
@@ -56,6 +57,7 @@ def check_env(cfg: EnvConfig, steps: int = 100, chunk: int = 4, seed: int = 0, f
         if rows.stopped:
             return rows.results
         rows.target = target
+        cfg = rows.cfg = dataclasses.replace(cfg, max_episode_steps=episode_steps(cfg, target))  # what workers use
         kind = BatchedChecks if is_batched(target) else SingleChecks
         twin = batched_twin(target, cfg)  # the path env workers take by default: its rows follow the per-env ones
         own_render = render if twin is None or render_path != "native" else "skip"
@@ -73,7 +75,8 @@ def build_parser(prog: str = "embodied check-env") -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=100, help="sub-steps of random actions for the chunk rules")
     parser.add_argument("--chunk", type=int, default=4, help="action chunk length used for the chunk rules")
     parser.add_argument("--obs-mode", default="state", choices=["state", "rgb", "state+rgb"])
-    parser.add_argument("--max-episode-steps", type=int, default=50)
+    parser.add_argument("--max-episode-steps", type=int, default=None,
+                        help="episode cap in env steps (default: the env's own, else 50; env.max_episode_steps)")
     parser.add_argument("--kwargs", default="{}", help="JSON object of extra constructor arguments (env.kwargs)")
     parser.add_argument("--seed", type=int, default=0, help="reset seed of the checks")
     parser.add_argument("--fast", action="store_true",

@@ -14,7 +14,7 @@ from embodied.policy_config import PolicyConfig
 
 @dataclass
 class ExperimentConfig:
-    name: str = "experiment"  # run name; the run directory is <output_dir>/<name>
+    name: str = "experiment"  # run name; each run makes <output_dir>/<name>-<YYYYmmdd-HHMMSS> (-2, -3... if taken)
     seed: int = 0  # seeds torch, numpy and the envs (eval envs use a disjoint range)
     output_dir: str = "runs"  # parent folder of run directories (checkpoints, logs, plots)
 
@@ -55,7 +55,9 @@ class EnvConfig:
     id: str = "Reach-v0"  # registered env id or 'package.module:attr' (see `embodied list envs`)
     num_envs: int = 32  # N: parallel envs in the training batch
     obs_mode: Literal["state", "rgb", "state+rgb"] = "state"  # which observation keys the env produces
-    max_episode_steps: int = 50  # env steps (sub-steps, not chunks) before truncation
+    # Env steps (sub-steps, not chunks) before truncation; null: the env's own cap (a built-in task's, a LIBERO
+    # suite's published one, a gymnasium id's registered limit), or 50 for an env that declares none.
+    max_episode_steps: int | None = None
     auto_reset: bool = True  # reset done envs at the chunk boundary (off: done envs stay done)
     kwargs: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for the env constructor
     # native: an env class that names a batched twin for this obs mode (the built-in tasks, state obs) is stepped
@@ -75,7 +77,7 @@ class EvalEnvConfig:
     id: str | None = None  # env id; null = env.id
     num_envs: int | None = None  # parallel eval envs; null = env.num_envs
     obs_mode: Literal["state", "rgb", "state+rgb"] | None = None  # null = env.obs_mode
-    max_episode_steps: int | None = None  # null = env.max_episode_steps
+    max_episode_steps: int | None = None  # null = env.max_episode_steps (both null: the eval env's own cap)
     kwargs: dict[str, Any] | None = None  # null = env.kwargs
     # per_env (not env.vectorization): eval videos get a frame per sub-step, and `embodied eval` gives the same
     # numbers with or without --video (a batched twin matches the per-env path to ~1e-13, not to the bit).

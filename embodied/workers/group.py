@@ -13,6 +13,7 @@ import functools
 import math
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from embodied.channels import Channel, route, shards_for_rollout_rank
 from embodied.checkpoint import PACKAGES, package_version
 from embodied.config import Config, EnvConfig
 from embodied.config.schema import VideoConfig
+from embodied.env_factory import episode_steps
 from embodied.eval_plan import EvalPlan, env_eval_episodes
 from embodied.placement import (ActorLostError, Backend, ClusterLostError, LocalBackend, WorkerGroup, process_rss_mib,
                                 without_frames)
@@ -166,7 +168,8 @@ class Evaluator:
         """The fixed eval set the eval env's class publishes (``eval_episodes``), or None: seeded episodes."""
         return env_eval_episodes(self.cfg.resolved_eval_env())
 
-    def run(self, episodes: int, video_dir: str | None = None, sample: bool = False) -> list[EpisodeStats]:
+    def run(self, episodes: int, video_dir: str | None = None, sample: bool = False,
+            progress: Callable[[list[EpisodeStats]], None] | None = None) -> list[EpisodeStats]:
         """Every episode of ``plan(episodes)``'s rounds, ordered by eval episode index.
 
         An episode's ``env_index`` is its eval episode index ``k`` (seed ``eval_seed(k)``, or the
@@ -177,12 +180,13 @@ class Evaluator:
         well) instead of acting greedily.
 
         A fault that replays (see ``_round``) leaves the failed worker's episodes of that round out; their
-        eval episode indices are in ``dropped`` afterwards.
+        eval episode indices are in ``dropped`` afterwards. ``progress`` is called with each round's episodes
+        (of the ``episodes`` asked for) as the round ends.
         """
         eval_cfg = self.cfg.resolved_eval_env()
         plan = self.plan(episodes)
         self.dropped = []
-        chunk_steps = math.ceil(eval_cfg.max_episode_steps / self.cfg.policy.action_chunk)
+        chunk_steps = math.ceil(episode_steps(eval_cfg) / self.cfg.policy.action_chunk)
         record = plan.recorded(self.cfg.logger.video.max_videos) if video_dir is not None else []
         starts = [link.start for link in self.envs.rollout_links]  # rollout rank -> its first env
         stats: list[EpisodeStats] = []
@@ -194,7 +198,9 @@ class Evaluator:
             self.dropped += sorted(k for k in left_out if k < plan.episodes)
             found = [dataclasses.replace(e, env_index=ids[start + e.env_index])
                      for part, start in zip(parts, starts) for e in part if ids[start + e.env_index] not in left_out]
-            stats += [e for e in found if e.env_index < plan.episodes]  # fillers of the last rounds dropped
+            stats += (counted := [e for e in found if e.env_index < plan.episodes])  # fillers of the last rounds dropped
+            if progress is not None:
+                progress(counted)
         return sorted(stats, key=lambda e: e.env_index)
 
     def _round(self, chunk_steps: int, seed: int, episode_ids: list[int], options: list[dict] | None,

@@ -15,6 +15,7 @@ from embodied.env_factory import check_env_config
 from embodied.runner import train
 
 pytest.importorskip("libero.libero", reason="pip install 'embodied[libero]'")
+pytestmark = pytest.mark.libero
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 CPU = CONFIGS / "libero_object_tinyvla_grpo.yaml"

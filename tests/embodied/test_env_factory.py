@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -13,7 +14,7 @@ from embodied.config import ConfigError, EnvConfig, load_config
 from embodied.env_factory import check_env_config, make_vector_env, policy_spec
 from embodied.placement import LocalBackend
 from embodied.policy import PolicySpec, build_policy
-from embodied.registry import PluginError
+from embodied.registry import ENVS, PluginError
 from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS
 from embodied.workers.group import Workers
 from embodied.envs.batched import BatchedEnv, is_batched
@@ -377,6 +378,75 @@ def test_control_frequency_is_the_envs_render_fps_or_none():
     assert control_frequency(EnvConfig(id="Reach-v0")) == 20.0  # 1 / (timestep x frame_skip)
     assert control_frequency(EnvConfig(id="tests.plain_envs:PointReach")) == 10.0  # through the adapter
     assert control_frequency(EnvConfig(id="tests.toy_envs:CountingEnv")) is None  # declares none
+
+
+def test_control_frequency_builds_no_env_where_the_class_declares_it(monkeypatch):
+    """collect and sft read the rate; built for it, a LIBERO env cost the driver seconds and about a GB."""
+    from embodied.config import EnvConfig
+    from embodied.env_factory import control_frequency
+    from embodied.envs.adapters.libero.env import LiberoEnv
+    from embodied.envs.mujoco_base import TableTopEnv
+
+    for env_id in ("Reach-v0", "Push-v0", "PickPlace-v0", "Stack-v0", "PickColor-v0"):  # the class says what its envs do
+        env = ENVS.resolve(env_id)()
+        assert ENVS.resolve(env_id).control_frequency() == env.metadata["render_fps"] == 20, env_id
+        env.close()
+
+    def refusing(init):
+        @functools.wraps(init)  # the same signature: the registry still takes the class as it is
+        def refuse(self, *args, **kwargs):
+            raise AssertionError(f"{type(self).__name__} was built to read its control frequency")
+        return refuse
+
+    monkeypatch.setattr(TableTopEnv, "__init__", refusing(TableTopEnv.__init__))
+    monkeypatch.setattr(LiberoEnv, "__init__", refusing(LiberoEnv.__init__))
+    assert control_frequency(EnvConfig(id="Reach-v0")) == 20.0
+    assert control_frequency(EnvConfig(id="LIBERO-Object-v0", obs_mode="state+rgb",
+                                       kwargs={"task_ids": [0], "image_size": 128})) == 20.0
+
+
+def test_an_env_that_declares_its_episode_cap_keeps_it_unless_the_config_sets_one(monkeypatch):
+    """A LIBERO recipe that left env.max_episode_steps out cut every episode at 50 steps, the schema's default then,
+    with no error: the suites' published caps (220-520) never applied. Now the env's own cap holds."""
+    from embodied.env_factory import episode_steps
+    from embodied.envs.adapters.libero.env import LiberoEnv
+
+    given: list[int] = []
+
+    @functools.wraps(LiberoEnv.__init__)  # the same signature: the registry still takes the class as it is
+    def record(self, *args, **kwargs):
+        given.append(kwargs["max_episode_steps"])
+        raise RuntimeError("recorded, not built")
+
+    monkeypatch.setattr(LiberoEnv, "__init__", record)
+    for env_id, steps in (("LIBERO-Object-v0", None), ("LIBERO-10-v0", None), ("LIBERO-Object-v0", 60)):
+        cfg = EnvConfig(id=env_id, num_envs=1, max_episode_steps=steps, build_retries=0)
+        with pytest.raises(Exception, match="recorded, not built"):
+            make_vector_env(cfg, 1)
+    assert given == [280, 520, 60]  # the suites' published caps; a config that sets one wins
+
+    for vectorization in ("per_env", "native"):  # a built-in task: PickPlace-v0 declares 100
+        venv = make_vector_env(EnvConfig(id="PickPlace-v0", num_envs=1, vectorization=vectorization), 1)
+        assert getattr(venv, "envs", [venv])[0].max_episode_steps == 100
+        venv.close()
+    venv = make_vector_env(EnvConfig(id="PickPlace-v0", num_envs=1, max_episode_steps=30), 1)
+    assert venv.max_episode_steps == 30
+    venv.close()
+    assert episode_steps(EnvConfig(id="tests.toy_envs:CountingEnv")) == 50  # declares none (its default 0 is no cap)
+    assert episode_steps(load_config(None, ["env.id=Stack-v0"]).resolved_eval_env()) == 150  # eval envs too
+
+
+def test_grpo_checks_whole_episodes_against_the_envs_own_cap_before_any_worker_starts(tmp_path):
+    from embodied.runner import check_before_start
+
+    overrides = ["env.id=PickPlace-v0", "algorithm.name=grpo", "env.auto_reset=false", "env.num_envs=8",
+                 "algorithm.group_size=4", "policy.action_chunk=4", "env.preflight=false"]
+    cfg = load_config(None, [*overrides, "rollout.chunk_steps=20"])  # 80 sub-steps: the config cannot tell
+    with pytest.raises(ConfigError, match=r"rollout.chunk_steps: GRPO needs whole episodes, but 20 chunk steps x "
+                                          r"policy.action_chunk=4 = 80 sub-steps < env.max_episode_steps=100 "
+                                          r"\(the env's own cap"):
+        check_before_start(cfg)
+    check_before_start(load_config(None, [*overrides, "rollout.chunk_steps=25"]))
 
 
 def test_eval_envs_step_per_env_by_default_and_training_envs_natively():

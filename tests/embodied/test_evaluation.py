@@ -17,7 +17,7 @@ from tests.toy_policies import EchoConfig, EchoPolicy
 from embodied.checkpoint import save_checkpoint
 from embodied.config import load_config
 from embodied.env_factory import policy_spec
-from embodied.evaluation import (EvalSummary, eval_metrics, evaluate_checkpoint, format_table, per_task,
+from embodied.evaluation import (EvalProgress, EvalSummary, eval_metrics, evaluate_checkpoint, format_table, per_task,
                                  wilson_interval)
 from embodied.placement import LocalBackend
 from embodied.policy import build_policy
@@ -141,6 +141,36 @@ def test_evaluator_alone_builds_no_training_workers_and_repeats_itself(local_bac
     again = evaluator.run(episodes=6)
     assert [(e.episode_return, e.length) for e in again] == [(e.episode_return, e.length) for e in episodes]
     evaluator.close()
+
+
+def test_an_eval_shows_episodes_done_success_so_far_and_an_eta_round_by_round(local_backend, capsys):
+    """`embodied eval` on LIBERO showed nothing for minutes: its bar moves as each round of eval_env.num_envs
+    episodes ends, with the success rate so far."""
+    cfg = load_config(None, [f"env.id={COUNTING}", "env.num_envs=4", "eval_env.num_envs=4", "env.max_episode_steps=5",
+                             "env.kwargs={success_at: 3}", "policy.type=echo", "policy.action_chunk=2"])
+    evaluator = Evaluator.start(cfg, local_backend)
+    evaluator.load_checkpoint({"policy": evaluator.rollout_group.workers[0].policy.state_dict()})
+    rounds: list[int] = []
+    with EvalProgress(6, "eval") as bar:
+        evaluator.run(episodes=6, progress=lambda episodes: (rounds.append(len(episodes)), bar(episodes)))
+    evaluator.close()
+    assert rounds == [4, 2]  # the last round's two fillers are not counted
+    last = capsys.readouterr().out.split("\r")[-1]
+    assert "eval" in last and "6/6" in last and "success=1.000" in last and "<00:00" in last  # elapsed<ETA
+
+
+def test_a_periodic_eval_shows_its_bar_under_trainings_once_it_takes_seconds(tmp_path, capsys, monkeypatch):
+    import embodied.evaluation as evaluation
+
+    cfg = toy_config(tmp_path, "logger.progress_bar=true")
+    with evaluation.PeriodicEval(None, cfg, tmp_path).progress_bar(1, 2) as shown:
+        assert shown.bar.delay == 5.0 and not shown.bar.disable
+    monkeypatch.setattr(evaluation, "PERIODIC_BAR_DELAY_S", 0.0)
+    train(cfg)
+    assert "eval @ it 2" in capsys.readouterr().out
+    quiet = toy_config(tmp_path, "logger.progress_bar=false")
+    with evaluation.PeriodicEval(None, quiet, tmp_path).progress_bar(1, 2) as hidden:
+        assert hidden.bar.disable
 
 
 def reach_checkpoint(tmp_path: Path, cfg) -> Path:

