@@ -18,6 +18,9 @@ from embodied.process_memory import memory_available_mib
 
 
 class RayGroup:
+    """Ranks 0..n-1 of one worker class as Ray actors (in a placement group's bundles when it has one); a restart
+    makes a new actor of the same remote class, so it runs the run's code too."""
+
     def __init__(self, remote: Any, actors: list[Any], on_new: Any = None, placement: Any = None) -> None:
         self.remote, self.actors, self._on_new, self.placement = remote, actors, on_new, placement
 
