@@ -190,7 +190,7 @@ class PI0Policy(Policy):
         from transformers.modeling_layers import GradientCheckpointingLayer
 
         tower = self.model.model.vlm.vision_tower
-        tower.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        tower.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         return [m for m in tower.modules() if isinstance(m, GradientCheckpointingLayer)]
 
     def fsdp_units(self) -> list[nn.Module]:

@@ -142,8 +142,9 @@ def build_tiny_pi0(out_dir: str | Path, seed: int = 0) -> Path:
     quiet_transformers()
     tokenizer = train_tokenizer("paligemma")
     tokenizer.bos_token = "<bos>"
-    torch.manual_seed(seed)
-    model = PI0ForConditionalGeneration(tiny_pi0_config(tokenizer))
+    with torch.random.fork_rng(devices=[]):  # building on first use leaves the caller's random stream as it was
+        torch.manual_seed(seed)
+        model = PI0ForConditionalGeneration(tiny_pi0_config(tokenizer))
     out = Path(out_dir)
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp)

@@ -379,3 +379,17 @@ def test_a_model_path_that_is_not_a_pi0_is_refused(tmp_path):
 def test_sizes_beyond_the_checkpoint_are_refused_naming_the_field(spec, fields, message):
     with pytest.raises(ValueError, match=message):
         PI0Policy(PI0PolicyConfig(**({"action_chunk": 3} | fields)), spec)
+
+
+def test_bfloat16_acts_replays_and_learns():
+    policy = make(dtype="bfloat16", flow_logprob="noise")
+    assert policy.model.model.vlm.language_model.layers[0].self_attn.q_proj.weight.dtype == torch.bfloat16
+    torch.manual_seed(0)
+    out = policy.act(observations(3))
+    assert out.actions.dtype == torch.float32 and torch.isfinite(out.actions).all()
+    logprobs, _, values = policy.evaluate(out.forward_inputs, out.actions)
+    assert (logprobs - out.logprobs).abs().max() < 1e-2 * out.logprobs.abs().max().clamp_min(1.0)  # bf16 rounding
+    loss = policy.supervised_loss(out.forward_inputs, out.actions, torch.ones(3, 3, dtype=torch.bool))
+    (loss + logprobs.sum() + values.sum()).backward()
+    assert torch.isfinite(loss)
+    assert policy.model.action_out_proj.weight.grad is not None

@@ -18,7 +18,8 @@ from embodied.policies.vla.configuration import VLAConfig
 from embodied.policy import Policy, PolicySpec
 from embodied.types import Trajectory
 from embodied.workers.actor_worker import ActorWorker
-from tests.policies import test_vla
+from embodied.policies.pi0.configuration import PI0PolicyConfig
+from tests.policies import test_pi0, test_vla
 
 MLP_SPEC = PolicySpec(state_dim=5, image_shape=None, action_dim=3, action_low=(-1.0,) * 3, action_high=(1.0,) * 3)
 TOL = dict(rtol=1e-4, atol=1e-6)  # fp32: sums over the ranks' shares round differently from one sum
@@ -35,6 +36,10 @@ CASES = {
             lambda n, seed: test_vla.observations(n, seed)),
     "vla-lora": (lambda: VLAConfig(model_path="tiny:smolvlm-tiny", action_chunk=2, lora_rank=4), test_vla.spec(),
                  lambda n, seed: test_vla.observations(n, seed)),
+    # π0 itself: the prefix's KV cache carries the gradient into the VLM; under LoRA only adapters and projections train.
+    "pi0": (lambda: PI0PolicyConfig(action_chunk=2), test_pi0.SPEC, lambda n, seed: test_pi0.observations(n, seed)),
+    "pi0-lora": (lambda: PI0PolicyConfig(action_chunk=2, lora_rank=4), test_pi0.SPEC,
+                 lambda n, seed: test_pi0.observations(n, seed)),
 }
 
 
@@ -84,7 +89,7 @@ def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], before: 
         torch.testing.assert_close(b[k], a[k], **TOL, msg=lambda m: f"{k}: {m}")
 
 
-@pytest.mark.parametrize("kind", ["mlp", "vla"])
+@pytest.mark.parametrize("kind", ["mlp", "vla", "pi0"])
 def test_accumulated_micro_batches_take_the_whole_minibatch_step(kind):
     trajectories = shares(kind)
     whole, split = ActorWorker(*actor_args(kind)), ActorWorker(*actor_args(kind, accumulation=3))
@@ -165,7 +170,7 @@ def test_nccl_without_a_gpu_is_refused():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["mlp", "vla-lora"])
+@pytest.mark.parametrize("kind", ["mlp", "vla-lora", "pi0-lora"])
 def test_fsdp_ranks_take_the_single_rank_step_and_checkpoint_in_the_one_process_format(kind, ray_session, tmp_path):
     """FSDP2 over two gloo ranks: the same step as one rank; rank 0 writes the one-process checkpoint format
     (gathered), which resumes into one rank and back into two."""
