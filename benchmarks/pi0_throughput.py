@@ -4,7 +4,7 @@
 - ``evaluate`` (every Flow-Noise step in one batched expert pass) against scoring the steps one pass each;
 - one PPO step (evaluate + clipped loss + backward + Adam) at batch 8 / 32 / 128.
 
-    python benchmarks/pi0_throughput.py [--repeats 5] [--threads 2]
+    python benchmarks/pi0_throughput.py [--repeats 5] [--threads 2] [--act-batches 1 32] [--ppo-batches 8 32 128]
 """
 
 from __future__ import annotations
@@ -57,17 +57,22 @@ def sequential_logp(policy: PI0Policy, inputs: dict) -> torch.Tensor:
     return total
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, list[tuple[int, float, float]]]:
+    """Print the figures; return them: ``act`` (batch, ours ms, sample_actions ms) and ``evaluate`` (batch,
+    batched ms, per-step ms) and ``ppo`` (batch, step ms, max |ratio - 1| before the step)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    parser.add_argument("--act-batches", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--ppo-batches", type=int, nargs="+", default=[8, 32, 128])
+    args = parser.parse_args(argv)
+    result: dict[str, list[tuple[int, float, float]]] = {"act": [], "evaluate": [], "ppo": []}
     torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore", UserWarning)
     policy = PI0Policy(PI0PolicyConfig(action_chunk=4, flow_steps=4, flow_logprob="noise"), SPEC)
     print(policy.describe())
     print(f"CPU, {args.threads} threads, best of {args.repeats}")
-    for batch in (1, 32):
+    for batch in args.act_batches:
         obs = observations(batch)
         out = policy.act(obs, deterministic=True)
         p = policy._prompt_inputs(out.forward_inputs)
@@ -77,7 +82,8 @@ def main() -> None:
                          args.repeats)
         print(f"act, batch {batch:3d}: ours {ours:7.1f} ms, sample_actions {theirs:7.1f} ms, "
               f"throughput ratio {theirs / ours:.2f}x (ours includes the prompt, images and value head)")
-    for batch in (8, 32, 128):
+        result["act"].append((batch, ours, theirs))
+    for batch in args.ppo_batches:
         out = policy.act(observations(batch))
         inputs = out.forward_inputs
         optimizer = torch.optim.Adam([q for q in policy.parameters() if q.requires_grad], lr=1e-5)
@@ -91,11 +97,15 @@ def main() -> None:
             optimizer.step()
 
         with torch.no_grad():
+            ratio_error = float((policy.evaluate(inputs, out.actions)[0] - out.logprobs).exp().sub(1).abs().max())
             batched = best_ms(lambda: policy.evaluate(inputs, out.actions), args.repeats)
             sequential = best_ms(lambda: sequential_logp(policy, inputs), args.repeats)
         step = best_ms(ppo_step, args.repeats)
         print(f"batch {batch:3d}: evaluate batched {batched:7.1f} ms vs one pass per step {sequential:7.1f} ms "
-              f"({sequential / batched:.2f}x); PPO step {step:7.1f} ms")
+              f"({sequential / batched:.2f}x); PPO step {step:7.1f} ms; max|ratio-1| {ratio_error:.1e}")
+        result["evaluate"].append((batch, batched, sequential))
+        result["ppo"].append((batch, step, ratio_error))
+    return result
 
 
 if __name__ == "__main__":
