@@ -211,6 +211,8 @@ class PI0Policy(Policy):
         trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
         total = sum(p.numel() for p in self.parameters())
         lora = f", LoRA r={self.config.lora_rank}" if self._peft else ""
+        if self._checkpointed:  # only SigLIP's layers: a VLM or expert layer would append to the cache again
+            lora += f"; activation checkpointing: the vision tower's {len(self._checkpointed)} layers only"
         return (f"policy: PI0Policy ({self.source} π0 from {self.model_dir}), {total / 1e6:.3f}M parameters: VLM "
                 f"{split['vlm'] / 1e6:.3f}M, action expert {split['dit'] / 1e6:.3f}M (of which "
                 f"{split['dit_unused_embed'] / 1e6:.3f}M unused embed_tokens, frozen), projections "

@@ -250,6 +250,7 @@ def test_vision_tower_checkpointing_gives_the_same_gradients():
         (logprobs.sum() + values.sum()).backward()
         grads.append({n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None})
         if flag:
+            assert "activation checkpointing: the vision tower's 2 layers only" in policy.describe()
             assert policy._checkpointed and all(layer.training for layer in policy._checkpointed)
             assert not any(m.gradient_checkpointing for m in policy.model.model.dit.modules()
                            if hasattr(m, "gradient_checkpointing") and m not in policy._checkpointed)
