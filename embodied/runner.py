@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import yaml
 
+from embodied.algorithms.base import is_off_policy
 from embodied.atomic import DiskFullError
 from embodied.checkpoint import check_init_from, prune_checkpoints, remove_partial
 from embodied.config import Config, ConfigError, to_dict
@@ -38,6 +39,7 @@ from embodied.logger import MetricLogger
 from embodied.placement import ActorLostError, ClusterLostError, make_backend
 from embodied.plot import plot_run
 from embodied.preflight import preflight_run
+from embodied.q_functions import require_q_functions
 from embodied.resume import (process_rng_state, restore_run, resume_point, resume_state, signed, wandb_id_of,
                              with_resume_command)
 from embodied.stop import StopRequest
@@ -103,8 +105,13 @@ class SyncIterations:
 
 
 def train(cfg: Config) -> TrainResult:
-    """Train ``cfg`` to completion (``runner.mode``: sync here, async in ``embodied.async_runner``);
+    """Train ``cfg`` to completion (``runner.mode``: sync here, async in ``embodied.async_runner``; an off-policy
+    algorithm in ``embodied.offpolicy_runner``);
     every worker is stopped on the way out, also on error."""
+    if is_off_policy(cfg.algorithm.name):  # SAC: replay in the actor, updates paced to the UTD ratio
+        from embodied.offpolicy_runner import OffPolicyIterations
+
+        return run(cfg, OffPolicyIterations)
     if cfg.runner.mode == "async":
         from embodied.async_runner import AsyncIterations
 
@@ -182,6 +189,11 @@ def check_before_start(cfg: Config) -> None:
         raise ConfigError("; ".join(problems))
     if cfg.env.preflight:
         preflight_run(cfg, video=cfg.runner.eval_video != "none")
+    if is_off_policy(cfg.algorithm.name):
+        try:
+            require_q_functions(cfg.policy, cfg.algorithm.name)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     if cfg.policy.init_from:
         try:
             check_init_from(cfg.policy.init_from, cfg.policy)
