@@ -178,9 +178,9 @@ class SACLearner:
         alpha_loss.backward()
         self.alpha_optimizer.step()
         polyak_update(self.target_critics.parameters(), self.critics.parameters(), c.tau)
-        return {"sac/q_loss": float(q_loss), "sac/actor_loss": float(pi_loss), "sac/alpha": float(alpha),
-                "sac/entropy": float(-logprob.mean()), "sac/q_mean": float(q.mean()),
-                "sac/target_mean": float(target.mean())}
+        return {"sac/q_loss": q_loss.item(), "sac/actor_loss": pi_loss.item(), "sac/alpha": alpha.item(),
+                "sac/entropy": -logprob.detach().mean().item(), "sac/q_mean": q.detach().mean().item(),
+                "sac/target_mean": target.mean().item()}
 
     def state_dict(self) -> dict[str, Any]:
         """What exact resume needs of the learner (the actor's weights and optimizer travel as the policy's)."""
