@@ -34,9 +34,11 @@ class QFunctionPolicy(Protocol):
     def features(self, forward_inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """What the actor and the critics see of an observation: [B, F]."""
 
-    def sample_with_logprob(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample_with_logprob(self, features: torch.Tensor,
+                            generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterised chunk [B, C, A] from the tanh-squashed Gaussian, and its log-prob [B] (with the
-        tanh correction), differentiable with respect to the policy's parameters."""
+        tanh correction), differentiable with respect to the policy's parameters; the noise is drawn from
+        ``generator`` (the learner's, so a resumed run draws the same)."""
 
     def build_critics(self, num_critics: int, layernorm: bool) -> nn.Module:
         """A fresh ``QEnsemble`` module over this policy's features and action chunks."""

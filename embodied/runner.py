@@ -181,7 +181,13 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
 def check_before_start(cfg: Config) -> None:
     """What can fail before any worker starts or a run dir is made: the env configs, GRPO's whole episodes against the
     cap the envs will run (the env's own when the config sets none), check-env's fast checks on
-    one env (``env.preflight``), and the ``policy.init_from`` checkpoint against the policy config."""
+    one env (``env.preflight``), and the ``policy.init_from`` checkpoint against the policy config; an off-policy
+    algorithm's policy must have Q-functions (``embodied.q_functions``)."""
+    if is_off_policy(cfg.algorithm.name):
+        try:
+            require_q_functions(cfg.policy, cfg.algorithm.name)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     check_env_config(cfg.env, "env")
     check_env_config(cfg.resolved_eval_env(), "eval_env")
     problems = whole_episode_problems(cfg, episode_steps(cfg.env))  # GRPO, against the cap the envs will run
@@ -189,11 +195,6 @@ def check_before_start(cfg: Config) -> None:
         raise ConfigError("; ".join(problems))
     if cfg.env.preflight:
         preflight_run(cfg, video=cfg.runner.eval_video != "none")
-    if is_off_policy(cfg.algorithm.name):
-        try:
-            require_q_functions(cfg.policy, cfg.algorithm.name)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
     if cfg.policy.init_from:
         try:
             check_init_from(cfg.policy.init_from, cfg.policy)

@@ -146,7 +146,7 @@ class SACLearner:
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=lr)
         self.critic_optimizer = torch.optim.Adam(self.critics.parameters(), lr=lr)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=lr)
-        self.generator = torch.Generator().manual_seed(seed)  # the critic subsets drawn
+        self.generator = torch.Generator().manual_seed(seed)  # the critic subsets and the actor's noise drawn
 
     def step(self, batch: ReplaySample) -> dict[str, float]:
         """One gradient step of the critics, then the actor and alpha (CleanRL's order); the logged stats."""
@@ -155,7 +155,8 @@ class SACLearner:
         features = policy.features(policy.forward_inputs(batch.obs))  # type: ignore[attr-defined]
         with torch.no_grad():
             next_features = policy.features(policy.forward_inputs(batch.next_obs))  # type: ignore[attr-defined]
-            next_actions, next_logprob = policy.sample_with_logprob(next_features)  # type: ignore[attr-defined]
+            next_actions, next_logprob = policy.sample_with_logprob(  # type: ignore[attr-defined]
+                next_features, self.generator)
             next_q = subset_min(self.target_critics.q_values(next_features, next_actions), c.critic_subset,
                                 self.generator)
             target = td_target(batch.reward, batch.discount, batch.bootstrap, next_q, next_logprob, alpha)
@@ -165,7 +166,7 @@ class SACLearner:
         q_loss.backward()
         self.critic_optimizer.step()
 
-        actions, logprob = policy.sample_with_logprob(features)  # type: ignore[attr-defined]
+        actions, logprob = policy.sample_with_logprob(features, self.generator)  # type: ignore[attr-defined]
         self.critics.requires_grad_(False)  # the actor's loss moves the actor only
         pi_loss = actor_loss(self.critics.q_values(features, actions), logprob, alpha)
         self.critics.requires_grad_(True)

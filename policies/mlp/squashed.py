@@ -71,9 +71,11 @@ class SquashedMLPPolicy(Policy):
     def _scale(self, u: torch.Tensor) -> torch.Tensor:
         return (self.action_center + self.action_half * torch.tanh(u)).view(-1, self.chunk, self.action_dim)
 
-    def sample_with_logprob(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample_with_logprob(self, features: torch.Tensor,
+                            generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         dist = self._dist(features)
-        u = dist.rsample()
+        noise = torch.randn(dist.mean.shape, generator=generator, dtype=dist.mean.dtype)
+        u = dist.mean + dist.stddev * noise  # reparameterised, from the learner's generator (exact resume)
         return self._scale(u), self._logprob(dist, u)
 
     def build_critics(self, num_critics: int, layernorm: bool) -> nn.Module:
