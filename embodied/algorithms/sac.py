@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from embodied.algorithms.base import LossOutput, RolloutReset
+from embodied.algorithms.base import Averages, LossOutput, RolloutReset
 from embodied.types import Trajectory
 
 if TYPE_CHECKING:
@@ -125,7 +125,8 @@ class SAC:
     def prepare(self, trajectories: list[Trajectory]) -> tuple[dict[str, Any], dict[str, float]]:
         raise TypeError("algorithm.name=sac trains from replay (SACLearner), not from prepared on-policy batches")
 
-    def loss(self, *args: Any) -> LossOutput:
+    def loss(self, logprobs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, mb: dict[str, Any],
+             mask: torch.Tensor, warmup: bool, averages: Averages | None = None) -> LossOutput:
         raise TypeError("algorithm.name=sac trains from replay (SACLearner), not through a PPO-style loss")
 
 
