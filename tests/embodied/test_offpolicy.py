@@ -110,3 +110,32 @@ def test_state_resumes_learner_and_replay_exactly():
     for k, v in first.learner.critics.state_dict().items():
         assert torch.equal(v, second.learner.critics.state_dict()[k])
     assert not actor("algorithm.checkpoint_replay=false").state().get("replay")
+
+
+class FakeWorkers:
+    """Counts weight syncs; each update reports the gradient updates it made."""
+
+    def __init__(self, updates: list[int]) -> None:
+        self.updates, self.syncs = list(updates), []
+
+    def sync_weights(self) -> int:
+        self.syncs.append(len(self.updates))
+        return 0
+
+    def rollout(self, chunk_steps: int, iteration: int):
+        from embodied.types import RolloutSummary
+
+        return [RolloutSummary(iteration - 1, 8, [], 0, 1)]
+
+    def update(self, rollout, iteration: int) -> dict[str, float]:
+        return {"sac/updates": float(self.updates.pop(0))}
+
+
+def test_weights_sync_every_sync_every_updates():
+    from embodied.offpolicy_runner import OffPolicyIterations
+
+    cfg = load_config(RECIPE, ["algorithm.sync_every=100"])
+    workers = FakeWorkers([0, 64, 64, 64, 64])
+    iterations = OffPolicyIterations(workers, cfg)  # type: ignore[arg-type]
+    synced = [iterations(it)[0]["sac/synced"] for it in range(1, 6)]
+    assert synced == [1.0, 0.0, 0.0, 1.0, 0.0]  # first, then once 128 >= 100 updates were made since
