@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import yaml
 
-from embodied.algorithms.base import is_off_policy
+from embodied.algorithms import is_off_policy
 from embodied.atomic import DiskFullError
 from embodied.checkpoint import check_init_from, prune_checkpoints, remove_partial
 from embodied.config import Config, ConfigError, to_dict

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embodied.algorithms import Algorithm, RolloutReset
-from embodied.algorithms.base import is_off_policy
+from embodied.algorithms import Algorithm, RolloutReset, is_off_policy
 from embodied.channels import Channel, route, shards_for_rollout_rank
 from embodied.checkpoint import PACKAGES, package_version
 from embodied.config import Config, EnvConfig
