@@ -13,6 +13,7 @@ Checkpoints hold the learner (critics, targets, temperature, optimizers) and, un
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -93,4 +94,8 @@ class OffPolicyActorWorker(ActorWorker):
             self.received, self.owed = int(counters.get("received", 0)), float(counters.get("owed", 0.0))
         if "replay" in state:
             self.replay.load_state_dict(state["replay"])
+        elif "sac" in state:
+            warnings.warn("resuming SAC from a checkpoint saved without its replay buffer "
+                          "(algorithm.checkpoint_replay=false): replay starts empty, so the resumed run is not exact",
+                          stacklevel=2)
 

@@ -109,7 +109,17 @@ def test_state_resumes_learner_and_replay_exactly():
     assert a == b
     for k, v in first.learner.critics.state_dict().items():
         assert torch.equal(v, second.learner.critics.state_dict()[k])
-    assert not actor("algorithm.checkpoint_replay=false").state().get("replay")
+
+
+def test_resume_without_replay_warns_that_it_is_not_exact():
+    first = actor("algorithm.checkpoint_replay=false")
+    first.update([transitions(T=4)], 1)
+    state = copy.deepcopy(first.state())
+    assert "replay" not in state
+    second = actor("algorithm.checkpoint_replay=false")
+    with pytest.warns(UserWarning, match="not exact"):
+        second.load_state(state)
+    assert len(second.replay) == 0 and second.version == first.version
 
 
 class FakeWorkers:
