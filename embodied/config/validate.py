@@ -97,6 +97,9 @@ def _sac_problems(cfg: Config) -> list[str]:
                  f"runner.mode=sync, got {cfg.runner.mode}")
     if cfg.actor.num_ranks > 1:
         p.append(f"actor.num_ranks: algorithm.name={a.name} trains on one actor rank for now, got {cfg.actor.num_ranks}")
+    if a.critic_warmup_iterations:
+        p.append(f"algorithm.critic_warmup_iterations: algorithm.name={a.name} starts its critics with "
+                 f"algorithm.learning_starts instead; set 0, got {a.critic_warmup_iterations}")
     if cfg.actor.ema_decay > 0:
         p.append(f"actor.ema_decay: algorithm.name={a.name} keeps polyak target critics, not a weight average; "
                  f"set 0, got {cfg.actor.ema_decay}")

@@ -29,6 +29,8 @@ SPEC = PolicySpec(state_dim=3, image_shape=None, action_dim=2, action_low=(-1.0,
     ("algorithm.tau=0", "algorithm.tau"),
     ("algorithm.sync_every=0", "algorithm.sync_every"),
     ("actor.ema_decay=0.9", "actor.ema_decay"),
+    ("algorithm.critic_warmup_iterations=2", "algorithm.critic_warmup_iterations"),
+    ("actor.num_ranks=2", "actor.num_ranks"),
 ])
 def test_bad_sac_config_names_the_field(override, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
