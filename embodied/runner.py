@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import yaml
 
+from embodied.algorithms import is_off_policy
 from embodied.atomic import DiskFullError
 from embodied.checkpoint import check_init_from, prune_checkpoints, remove_partial
 from embodied.config import Config, ConfigError, to_dict
@@ -38,6 +39,7 @@ from embodied.logger import MetricLogger
 from embodied.placement import ActorLostError, ClusterLostError, make_backend
 from embodied.plot import plot_run
 from embodied.preflight import preflight_run
+from embodied.q_functions import require_q_functions
 from embodied.resume import (process_rng_state, restore_run, resume_point, resume_state, signed, wandb_id_of,
                              with_resume_command)
 from embodied.stop import StopRequest
@@ -103,8 +105,13 @@ class SyncIterations:
 
 
 def train(cfg: Config) -> TrainResult:
-    """Train ``cfg`` to completion (``runner.mode``: sync here, async in ``embodied.async_runner``);
+    """Train ``cfg`` to completion (``runner.mode``: sync here, async in ``embodied.async_runner``; an off-policy
+    algorithm in ``embodied.offpolicy_runner``);
     every worker is stopped on the way out, also on error."""
+    if is_off_policy(cfg.algorithm.name):  # SAC: replay in the actor, updates paced to the UTD ratio
+        from embodied.offpolicy_runner import OffPolicyIterations
+
+        return run(cfg, OffPolicyIterations)
     if cfg.runner.mode == "async":
         from embodied.async_runner import AsyncIterations
 
@@ -174,7 +181,13 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
 def check_before_start(cfg: Config) -> None:
     """What can fail before any worker starts or a run dir is made: the env configs, GRPO's whole episodes against the
     cap the envs will run (the env's own when the config sets none), check-env's fast checks on
-    one env (``env.preflight``), and the ``policy.init_from`` checkpoint against the policy config."""
+    one env (``env.preflight``), and the ``policy.init_from`` checkpoint against the policy config; an off-policy
+    algorithm's policy must have Q-functions (``embodied.q_functions``)."""
+    if is_off_policy(cfg.algorithm.name):
+        try:
+            require_q_functions(cfg.policy, cfg.algorithm.name)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     check_env_config(cfg.env, "env")
     check_env_config(cfg.resolved_eval_env(), "eval_env")
     problems = whole_episode_problems(cfg, episode_steps(cfg.env))  # GRPO, against the cap the envs will run

@@ -272,6 +272,10 @@ class Trajectory:
     version: int  # weight version the rollout started with (the oldest of ``versions``)
     versions: torch.Tensor | None = None  # int64 [T, N]: the version each chunk step acted with (async: it may rise)
     episodes: list[EpisodeStats] = field(default_factory=list)
+    # Off-policy runs (rollout workers with record_observations): the obs as the env gave it (its array entries),
+    # what each chunk step acted on, and the obs after it: ``final_obs`` where the episode ended in the chunk.
+    observations: dict[str, torch.Tensor] | None = None  # each [T, N, ...]
+    next_observations: dict[str, torch.Tensor] | None = None  # each [T, N, ...]
 
     @property
     def num_env_steps(self) -> int:
@@ -304,7 +308,16 @@ class Trajectory:
             version=parts[0].version,
             versions=cat("versions") if all(p.versions is not None for p in parts) else None,
             episodes=[e for p in parts for e in p.episodes],
+            observations=_cat_obs([p.observations for p in parts]),
+            next_observations=_cat_obs([p.next_observations for p in parts]),
         )
+
+
+def _cat_obs(parts: list[dict[str, torch.Tensor] | None]) -> dict[str, torch.Tensor] | None:
+    """Recorded observations [T, N, ...] joined along N (None unless every part recorded them)."""
+    if any(p is None for p in parts):
+        return None
+    return {k: torch.cat([p[k] for p in parts], 1) for k in parts[0]}  # type: ignore[index]
 
 
 @dataclass

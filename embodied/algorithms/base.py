@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
+from embodied.registry import ALGORITHMS
 from embodied.types import Trajectory
 
 
@@ -126,6 +127,12 @@ class Algorithm(Protocol):
              mask: torch.Tensor, warmup: bool, averages: Averages | None = None) -> LossOutput:
         """The minibatch loss; ``warmup`` trains the value head alone (critic warm-up). With ``averages``,
         ``mb`` is one part of a larger minibatch and every mean is taken through it (see ``Averages``)."""
+
+
+def is_off_policy(name: str) -> bool:
+    """Whether ``algorithm.name`` trains from replay (its class says ``off_policy = True``, as SAC's does): such an
+    algorithm gets the off-policy runner and actor, and rollout workers that record observations."""
+    return bool(getattr(ALGORITHMS.resolve(name), "off_policy", False))
 
 
 def flatten(traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor) -> dict[str, Any]:

@@ -86,7 +86,7 @@ class EvalEnvConfig:
 
 @dataclass
 class AlgorithmConfig:
-    name: str = "ppo"  # training algorithm, a registered name: ppo, grpo (see embodied.registry.ALGORITHMS)
+    name: str = "ppo"  # training algorithm, a registered name: ppo, grpo, sac (see embodied.registry.ALGORITHMS)
     gamma: float = 0.99  # discount per chunk step
     gae_lambda: float = 0.95  # GAE lambda
     clip_coef: float = 0.2  # PPO ratio clip (and value clip when clip_vloss)
@@ -115,6 +115,19 @@ class AlgorithmConfig:
     # runner.mode=async: how many weight versions older than the actor's a trajectory may be when trained on
     # (producers wait rather than run further ahead); 0 is synchronous PPO.
     max_staleness: int = 1
+    # sac (embodied.algorithms.sac): a chunk [C, A] is the action; gamma above is then the discount per *sub-step*.
+    tau: float = 0.005  # sac: polyak rate of the target critics (target <- (1 - tau) target + tau online)
+    num_critics: int = 2  # sac: Q-functions in the critic ensemble (REDQ/RLPD use 10)
+    critic_subset: int = 2  # sac: the TD target takes the min over this many target critics drawn at random
+    critic_layernorm: bool = False  # sac: LayerNorm after every hidden layer of the critics (RLPD)
+    utd_ratio: float = 1.0  # sac: gradient updates per chunk transition received (update-to-data ratio)
+    sync_every: int = 1  # sac: gradient updates between weight syncs to the rollout workers
+    batch_size: int = 256  # sac: chunk transitions per gradient update
+    replay_capacity: int = 100_000  # sac: chunk transitions the replay ring buffer holds (the oldest go first)
+    learning_starts: int = 1_000  # sac: transitions in replay before the first gradient update
+    init_alpha: float = 0.1  # sac: initial entropy temperature (then tuned)
+    target_entropy: float | None = None  # sac: entropy the temperature steers to (null: -C * A)
+    checkpoint_replay: bool = True  # sac: save the replay buffer in checkpoints (false: resume is not exact)
 
 
 @dataclass

@@ -50,6 +50,8 @@ def _algorithm_problems(cfg: Config) -> list[str]:
         value = getattr(a, name)
         if value is not None and not value > 0:
             problems.append(f"algorithm.{name}: must be > 0, got {value}")
+    if a.name == "sac":
+        problems += _sac_problems(cfg)
     if a.name != "grpo":
         return problems
     if a.group_size < 2:
@@ -62,6 +64,46 @@ def _algorithm_problems(cfg: Config) -> list[str]:
     if cfg.env.max_episode_steps is not None:  # else against the env's own cap, before any worker starts (runner)
         problems += whole_episode_problems(cfg, cfg.env.max_episode_steps)
     return problems
+
+
+def _sac_problems(cfg: Config) -> list[str]:
+    """SAC's replay, pacing and critic ensemble, and what it cannot run with yet."""
+    a, p = cfg.algorithm, []
+    if not a.utd_ratio > 0:
+        p.append(f"algorithm.utd_ratio: gradient updates per chunk transition received must be > 0, got {a.utd_ratio}")
+    if a.batch_size < 1:
+        p.append(f"algorithm.batch_size: must be >= 1, got {a.batch_size}")
+    elif a.replay_capacity < a.batch_size:
+        p.append(f"algorithm.replay_capacity: {a.replay_capacity} is below one batch (algorithm.batch_size="
+                 f"{a.batch_size})")
+    if a.critic_subset < 1 or a.critic_subset > a.num_critics:
+        p.append(f"algorithm.critic_subset: the target's min is over 1 to num_critics={a.num_critics} critics, "
+                 f"got {a.critic_subset}")
+    if a.critic_subset >= 2 and a.num_critics < 2:
+        p.append(f"algorithm.num_critics: a min over a subset of {a.critic_subset} critics needs num_critics >= 2, "
+                 f"got {a.num_critics}")
+    if a.num_critics < 1:
+        p.append(f"algorithm.num_critics: must be >= 1, got {a.num_critics}")
+    if not 0 < a.tau <= 1:
+        p.append(f"algorithm.tau: the polyak rate must be in (0, 1], got {a.tau}")
+    if a.sync_every < 1:
+        p.append(f"algorithm.sync_every: must be >= 1 gradient update, got {a.sync_every}")
+    if a.learning_starts < 0:
+        p.append(f"algorithm.learning_starts: must be >= 0, got {a.learning_starts}")
+    if not a.init_alpha > 0:
+        p.append(f"algorithm.init_alpha: the temperature must be > 0, got {a.init_alpha}")
+    if cfg.runner.mode != "sync":
+        p.append(f"runner.mode: algorithm.name={a.name} runs its own loop (embodied.offpolicy_runner); leave "
+                 f"runner.mode=sync, got {cfg.runner.mode}")
+    if cfg.actor.num_ranks > 1:
+        p.append(f"actor.num_ranks: algorithm.name={a.name} trains on one actor rank for now, got {cfg.actor.num_ranks}")
+    if a.critic_warmup_iterations:
+        p.append(f"algorithm.critic_warmup_iterations: algorithm.name={a.name} starts its critics with "
+                 f"algorithm.learning_starts instead; set 0, got {a.critic_warmup_iterations}")
+    if cfg.actor.ema_decay > 0:
+        p.append(f"actor.ema_decay: algorithm.name={a.name} keeps polyak target critics, not a weight average; "
+                 f"set 0, got {cfg.actor.ema_decay}")
+    return p
 
 
 def whole_episode_problems(cfg: Config, episode_steps: int) -> list[str]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embodied.algorithms import Algorithm, RolloutReset
+from embodied.algorithms import Algorithm, RolloutReset, is_off_policy
 from embodied.channels import Channel, route, shards_for_rollout_rank
 from embodied.checkpoint import PACKAGES, package_version
 from embodied.config import Config, EnvConfig
@@ -32,6 +32,7 @@ from embodied.registry import ALGORITHMS, ENVS
 from embodied.types import EpisodeStats, EvalEpisode, RolloutSummary, Trajectory
 from embodied.video import VideoReport
 from embodied.workers.actor_worker import ActorWorker
+from embodied.workers.offpolicy_actor import OffPolicyActorWorker
 from embodied.workers.env_group import EnvGroup, exchange
 from embodied.workers.env_worker import EnvWorker
 from embodied.workers.faults import WorkerFailure
@@ -98,9 +99,10 @@ def start_rollout_group(cfg: Config, backend: Backend, spec: PolicySpec, train: 
     """Rollout workers acting on ``train`` (None: eval only) and ``evaluation`` envs; ``inbox``: where
     async runs send them new weights mid-epoch."""
     c = cfg.cluster
+    record = is_off_policy(cfg.algorithm.name)  # replay stores the observations
     return backend.create(MultiStepRolloutWorker, [
         (r, cfg.policy, spec, train.rollout_links[r] if train else None, evaluation.rollout_links[r], shared,
-         c.torch_threads, cfg.experiment.seed, inbox, cfg.algorithm.max_staleness + 2)
+         c.torch_threads, cfg.experiment.seed, inbox, cfg.algorithm.max_staleness + 2, record)
         for r in range(c.num_rollout_workers)
     ], c.rollout_resources)
 
@@ -114,7 +116,8 @@ def start_actor_group(cfg: Config, backend: Backend, spec: PolicySpec) -> Worker
                       "holds the whole policy (as ddp); set actor.num_ranks > 1 (cluster.backend=ray) to shard",
                       stacklevel=3)
     args = (cfg.policy, spec, cfg.algorithm, a, cfg.runner.iterations, cfg.experiment.seed, c.torch_threads)
-    group = backend.create(ActorWorker, [args] * a.num_ranks, c.actor_resources)
+    actor_class = OffPolicyActorWorker if is_off_policy(cfg.algorithm.name) else ActorWorker  # replay and SAC
+    group = backend.create(actor_class, [args] * a.num_ranks, c.actor_resources)
     if a.num_ranks > 1:
         address = backend.wait(group.call("rendezvous"))[0]
         backend.wait(group.call_each("join_group", [(rank, a.num_ranks, address) for rank in range(a.num_ranks)]))

@@ -34,13 +34,16 @@ class MultiStepRolloutWorker:
     def __init__(self, rank: int, policy_cfg: PolicyConfig, spec: PolicySpec, train: Link | None,
                  evaluation: Link | None,
                  shared_policy: Policy | None = None, torch_threads: int = 1, seed: int | None = None,
-                 weights_inbox: Channel | None = None, hold_epochs: int = 2) -> None:
+                 weights_inbox: Channel | None = None, hold_epochs: int = 2, record_observations: bool = False) -> None:
         torch.set_num_threads(torch_threads)
         if seed is not None:
             # The actions are sampled from this process's torch RNG: seeded per rank, so a run on
             # Ray (a process per worker) repeats exactly for a fixed experiment.seed.
             torch.manual_seed(seed + 1_000_003 * (rank + 1))
         self.rank, self.train, self.evaluation = rank, train, evaluation
+        # Off-policy runs: trajectories carry the observations too (replay stores them; on-policy runs need only
+        # the policy's forward_inputs).
+        self.record_observations = record_observations
         # Async runs: the actor's newest weights arrive here (key ``weights_key``) while an epoch runs,
         # and are loaded between chunk steps; each chunk step records the version it acted with.
         self.weights_inbox, self.weights_key = weights_inbox, f"rollout{rank}"
@@ -105,9 +108,11 @@ class MultiStepRolloutWorker:
         if self.train is None:
             raise RuntimeError(f"rollout rank {self.rank} has no training envs")
         with self._failure_sent_to_peers(self.train):
-            steps, obs = self._run(self.train, chunk_steps, deterministic=False, new_weights=True)
+            steps, first, obs = self._run(self.train, chunk_steps, deterministic=False, new_weights=True)
             recorded = [(out, result, self._final_values(result)) for out, result in steps]
         trajectory = self._trajectory(recorded, self.policy.value(obs).float())
+        if self.record_observations:
+            trajectory.observations, trajectory.next_observations = _observations(first, [r for _, r in steps])
         with self._held_lock:
             self.held[epoch] = trajectory
             while len(self.held) > self.hold_epochs:
@@ -142,12 +147,12 @@ class MultiStepRolloutWorker:
             raise RuntimeError(f"rollout rank {self.rank} has no eval envs")
         with self._failure_sent_to_peers(self.evaluation), torch.random.fork_rng(devices=_cuda_devices()):
             torch.manual_seed(seed + self.rank)
-            steps, _ = self._run(self.evaluation, chunk_steps, deterministic=not sample)
+            steps, _, _ = self._run(self.evaluation, chunk_steps, deterministic=not sample)
         return [e for _, result in steps for e in result.episodes]
 
     def _run(self, link: Link, chunk_steps: int, deterministic: bool,
-             new_weights: bool = False) -> tuple[list[tuple[PolicyOutput, ChunkStepResult]], Obs]:
-        """Act and exchange ``chunk_steps`` times; each step's output and result, and the last obs.
+             new_weights: bool = False) -> tuple[list[tuple[PolicyOutput, ChunkStepResult]], Obs, Obs]:
+        """Act and exchange ``chunk_steps`` times; each step's output and result, the first obs and the last.
 
         Pipeline stages are served in turn, and a stage's result is received just before acting on
         it again, so env workers step one stage while this worker infers the next. Every returned
@@ -155,6 +160,7 @@ class MultiStepRolloutWorker:
         """
         stages = [shards for shards in link.stage_shards() if shards]
         obs = [obs_concat([_get(link, s) for s in shards]) for shards in stages]
+        first = _obs_in_env_order(stages, obs)
         steps: list[tuple[PolicyOutput, ChunkStepResult]] = []
         outs: list[PolicyOutput] = []
         for t in range(chunk_steps + 1):
@@ -172,7 +178,7 @@ class MultiStepRolloutWorker:
             if t > 0:
                 steps.append(_in_env_order(stages, outs, results))
             outs = acted
-        return steps, _obs_in_env_order(stages, obs)
+        return steps, first, _obs_in_env_order(stages, obs)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -247,6 +253,25 @@ class MultiStepRolloutWorker:
             versions=stack([[o.version] * len(o.actions) for o in outs]),
             episodes=[e for r in results for e in r.episodes],
         )
+
+
+def _observations(first: Obs, results: list[ChunkStepResult]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The obs each chunk step acted on and the obs after it ([T, N, ...] each, array entries only): after a
+    done, the episode's ``final_obs`` (the auto-reset obs is what the next step acts on)."""
+    acted = [first] + [r.obs for r in results[:-1]]
+    after = []
+    for r in results:
+        nxt = dict(r.obs)
+        if r.final_obs is not None and r.dones.any():
+            nxt = {k: np.where(r.dones.reshape(-1, *[1] * (np.ndim(v) - 1)), r.final_obs[k], v)
+                   for k, v in nxt.items() if isinstance(v, np.ndarray)}
+        after.append(nxt)
+
+    def stack(seq: list[Obs]) -> dict[str, torch.Tensor]:
+        return {k: torch.from_numpy(np.stack([np.asarray(o[k]) for o in seq]))
+                for k, v in seq[0].items() if isinstance(v, np.ndarray)}
+
+    return stack(acted), stack(after)
 
 
 def _get(link: Link, shard: Shard) -> Any:

@@ -27,3 +27,31 @@ class MLPConfig(PolicyConfig):
         return []
 
     model_class: ClassVar[str] = "embodied.policies.mlp.modeling:MLPPolicy"
+
+
+@dataclass
+class SquashedMLPConfig(PolicyConfig):
+    """A tanh-squashed Gaussian MLP with a Q-ensemble, for off-policy training (``algorithm.name: sac``)."""
+
+    type: str = "mlp_sac"  # registered policy name
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # widths of the actor's hidden layers
+    critic_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # widths of every critic's layers
+    log_std_min: float = -5.0  # the actor's log-std is squashed into [log_std_min, log_std_max] (CleanRL's bounds)
+    log_std_max: float = 2.0  # upper bound of the actor's log-std
+
+    architecture_fields: ClassVar[tuple[str, ...]] = ("hidden_sizes",)
+
+    def required_observations(self) -> set[str]:
+        return {"states"}
+
+    def validate(self) -> list[str]:
+        """At least one hidden layer in actor and critics, every width positive; log-std bounds in order."""
+        problems = [f"policy.{name}: need at least one layer, every width >= 1, got {sizes}"
+                    for name, sizes in (("hidden_sizes", self.hidden_sizes),
+                                        ("critic_hidden_sizes", self.critic_hidden_sizes))
+                    if not sizes or any(v < 1 for v in sizes)]
+        if not self.log_std_min < self.log_std_max:
+            problems.append(f"policy.log_std_min: must be below log_std_max={self.log_std_max}, got {self.log_std_min}")
+        return problems
+
+    model_class: ClassVar[str] = "embodied.policies.mlp.squashed:SquashedMLPPolicy"

@@ -1,0 +1,202 @@
+"""Soft actor-critic over action chunks (``algorithm.name: sac``): the maths as pure functions of tensors,
+and the learner that steps a policy's actor, its Q-ensemble and the entropy temperature with them.
+
+A chunk ``[C, A]`` is SAC's action. Its reward is the discounted sum over the sub-steps the env really
+executed, with ``algorithm.gamma`` per *sub-step*, so the bootstrap is discounted by
+``gamma ** executed`` (``chunk_reward``). ``final_obs`` bootstraps a truncation; a termination does not
+(the auto-reset contract, as GAE uses it).
+
+Critics (REDQ / RLPD): ``algorithm.num_critics`` Q-functions; the TD target takes the min over a random
+subset of ``algorithm.critic_subset`` of the target critics (``subset_min``); the actor maximises the
+ensemble mean. Target critics follow the online ones by polyak averaging (``polyak_update``, ``tau``).
+The temperature alpha is tuned so the policy's entropy stays near ``target_entropy`` (default ``-C * A``).
+
+    reward, discount = chunk_reward(rewards, executed, gamma)            # [B], [B]
+    target = td_target(reward, discount, bootstrap, subset_min(q_next, 2, g), next_logprob, alpha)
+    loss = critic_loss(q, target) + actor_loss(q_pi, logprob, alpha) + temperature_loss(log_alpha, logprob, -C*A)
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from embodied.algorithms.base import Averages, LossOutput, RolloutReset
+from embodied.types import Trajectory
+
+if TYPE_CHECKING:
+    from embodied.config import AlgorithmConfig
+    from embodied.policy import Policy
+
+
+# -- the maths ------------------------------------------------------------------------------------
+
+
+def chunk_reward(rewards: torch.Tensor, executed: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reward of a chunk and the discount of its bootstrap.
+
+    Args:
+        rewards: [B, C] per sub-step (0 where not executed).
+        executed: bool [B, C]; the executed sub-steps of a chunk are a prefix (it stops where the episode ends).
+        gamma: discount per sub-step.
+
+    Returns:
+        ``sum_k gamma^k r_k`` over the executed sub-steps [B], and ``gamma ** (executed sub-steps)`` [B].
+    """
+    powers = gamma ** torch.arange(rewards.shape[-1], dtype=rewards.dtype)
+    reward = (torch.where(executed, rewards, torch.zeros_like(rewards)) * powers).sum(-1)
+    discount = gamma ** executed.sum(-1).to(rewards.dtype)
+    return reward, discount
+
+
+def td_target(reward: torch.Tensor, discount: torch.Tensor, bootstrap: torch.Tensor, next_q: torch.Tensor,
+              next_logprob: torch.Tensor, alpha: torch.Tensor | float) -> torch.Tensor:
+    """The soft TD target ``r + bootstrap * discount * (Q'(s', a') - alpha * log pi(a'|s'))`` [B].
+
+    ``bootstrap`` is False where the episode terminated inside the chunk (a truncation bootstraps from
+    ``final_obs``, which is then ``s'``); every argument is [B] but ``alpha``, a scalar.
+    """
+    soft_value = next_q - alpha * next_logprob
+    return reward + bootstrap.to(reward.dtype) * discount * soft_value
+
+
+def subset_min(q: torch.Tensor, subset: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """The min over ``subset`` critics drawn at random (without replacement) from the ensemble ``q`` [E, B] -> [B]
+    (REDQ); ``subset == E`` is clipped double-Q over all of them."""
+    chosen = torch.randperm(q.shape[0], generator=generator)[:subset]
+    return q[chosen].min(dim=0).values
+
+
+def critic_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Sum over the ensemble of each critic's mean squared TD error; ``q`` [E, B], ``target`` [B] (no gradient)."""
+    return ((q - target.detach()) ** 2).mean(dim=1).sum()
+
+
+def actor_loss(q: torch.Tensor, logprob: torch.Tensor, alpha: torch.Tensor | float) -> torch.Tensor:
+    """``mean(alpha * log pi(a|s) - mean_E Q(s, a))`` for actions ``a ~ pi``: ``q`` [E, B], ``logprob`` [B]."""
+    return (alpha * logprob - q.mean(dim=0)).mean()
+
+
+def temperature_loss(log_alpha: torch.Tensor, logprob: torch.Tensor, target_entropy: float) -> torch.Tensor:
+    """Alpha rises while the entropy ``-log pi`` is below ``target_entropy`` and falls above it (CleanRL's form)."""
+    return (-log_alpha.exp() * (logprob.detach() + target_entropy)).mean()
+
+
+@torch.no_grad()
+def polyak_update(target: Iterable[torch.Tensor], online: Iterable[torch.Tensor], tau: float) -> None:
+    """``target <- (1 - tau) * target + tau * online``, in place, tensor by tensor."""
+    for t, o in zip(target, online, strict=True):
+        t.lerp_(o, tau)
+
+
+# -- the learner ------------------------------------------------------------------------------------
+
+
+@dataclass
+class ReplaySample:
+    """A batch of chunk transitions drawn from replay (``embodied.replay.ReplayBuffer.sample``)."""
+
+    obs: dict[str, torch.Tensor]  # each [B, ...], as the env gave it
+    actions: torch.Tensor  # float32 [B, C, A]
+    reward: torch.Tensor  # float32 [B], discounted over the chunk's executed sub-steps
+    discount: torch.Tensor  # float32 [B], gamma ** executed sub-steps
+    bootstrap: torch.Tensor  # bool [B], False where the episode terminated in the chunk
+    next_obs: dict[str, torch.Tensor]  # each [B, ...], final_obs where the episode ended
+
+
+class SAC:
+    """``algorithm.name: sac``: the registry entry. Trained by the off-policy actor (``embodied.workers.offpolicy``)
+    and run by ``embodied.offpolicy_runner``, so it has no PPO-style ``prepare``/``loss``."""
+
+    off_policy: ClassVar[bool] = True  # picks the off-policy runner, actor and observation recording
+    uses_values: ClassVar[bool] = False
+    summed_metrics: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, cfg: AlgorithmConfig) -> None:
+        self.cfg = cfg
+
+    def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset | None:
+        return None  # episodes run on across rollout epochs (auto-reset)
+
+    def prepare(self, trajectories: list[Trajectory]) -> tuple[dict[str, Any], dict[str, float]]:
+        raise TypeError("algorithm.name=sac trains from replay (SACLearner), not from prepared on-policy batches")
+
+    def loss(self, logprobs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, mb: dict[str, Any],
+             mask: torch.Tensor, warmup: bool, averages: Averages | None = None) -> LossOutput:
+        raise TypeError("algorithm.name=sac trains from replay (SACLearner), not through a PPO-style loss")
+
+
+class SACLearner:
+    """The critics, their targets, the temperature and the three optimizers around a ``QFunctionPolicy``.
+
+    The policy is the actor (what rollouts act with and weight sync sends); the critics are built by the policy
+    (``build_critics``) but live here, so they never travel to rollout workers.
+    """
+
+    def __init__(self, policy: Policy, cfg: AlgorithmConfig, lr: float, action_size: int, seed: int) -> None:
+        self.policy, self.cfg = policy, cfg
+        self.critics = policy.build_critics(cfg.num_critics, cfg.critic_layernorm)  # type: ignore[attr-defined]
+        self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
+        self.log_alpha = torch.tensor(float(cfg.init_alpha)).log().requires_grad_(True)
+        self.target_entropy = cfg.target_entropy if cfg.target_entropy is not None else -float(action_size)
+        self.actor_params = [p for p in policy.parameters() if p.requires_grad]
+        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=lr)
+        self.critic_optimizer = torch.optim.Adam(self.critics.parameters(), lr=lr)
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=lr)
+        self.generator = torch.Generator().manual_seed(seed)  # the critic subsets and the actor's noise drawn
+
+    def step(self, batch: ReplaySample) -> dict[str, float]:
+        """One gradient step of the critics, then the actor and alpha (CleanRL's order); the logged stats."""
+        c, policy = self.cfg, self.policy
+        alpha = self.log_alpha.exp().detach()
+        features = policy.features(policy.forward_inputs(batch.obs))  # type: ignore[attr-defined]
+        with torch.no_grad():
+            next_features = policy.features(policy.forward_inputs(batch.next_obs))  # type: ignore[attr-defined]
+            next_actions, next_logprob = policy.sample_with_logprob(  # type: ignore[attr-defined]
+                next_features, self.generator)
+            next_q = subset_min(self.target_critics.q_values(next_features, next_actions), c.critic_subset,
+                                self.generator)
+            target = td_target(batch.reward, batch.discount, batch.bootstrap, next_q, next_logprob, alpha)
+        q = self.critics.q_values(features.detach(), batch.actions)
+        q_loss = critic_loss(q, target)
+        self.critic_optimizer.zero_grad()
+        q_loss.backward()
+        self.critic_optimizer.step()
+
+        actions, logprob = policy.sample_with_logprob(features, self.generator)  # type: ignore[attr-defined]
+        self.critics.requires_grad_(False)  # the actor's loss moves the actor only
+        pi_loss = actor_loss(self.critics.q_values(features, actions), logprob, alpha)
+        self.critics.requires_grad_(True)
+        self.actor_optimizer.zero_grad()
+        pi_loss.backward()
+        self.actor_optimizer.step()
+
+        alpha_loss = temperature_loss(self.log_alpha, logprob, self.target_entropy)
+        self.alpha_optimizer.zero_grad()
+        alpha_loss.backward()
+        self.alpha_optimizer.step()
+        polyak_update(self.target_critics.parameters(), self.critics.parameters(), c.tau)
+        return {"sac/q_loss": q_loss.item(), "sac/actor_loss": pi_loss.item(), "sac/alpha": alpha.item(),
+                "sac/entropy": -logprob.detach().mean().item(), "sac/q_mean": q.detach().mean().item(),
+                "sac/target_mean": target.mean().item()}
+
+    def state_dict(self) -> dict[str, Any]:
+        """What exact resume needs of the learner (the actor's weights and optimizer travel as the policy's)."""
+        return {"critics": self.critics.state_dict(), "target_critics": self.target_critics.state_dict(),
+                "log_alpha": self.log_alpha.detach().clone(), "actor_optimizer": self.actor_optimizer.state_dict(),
+                "critic_optimizer": self.critic_optimizer.state_dict(),
+                "alpha_optimizer": self.alpha_optimizer.state_dict(), "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.critics.load_state_dict(state["critics"])
+        self.target_critics.load_state_dict(state["target_critics"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        self.generator.set_state(state["generator"])

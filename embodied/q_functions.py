@@ -1,0 +1,54 @@
+"""What SAC asks of a policy: ``QFunctionPolicy``, a small protocol beside ``embodied.policy.Policy``.
+
+A policy that has it offers a tanh-squashed Gaussian over action chunks (``sample_with_logprob``), the
+features its actor and critics see (``features``), and builds its own Q-ensemble (``build_critics``): the
+critics are shaped by the policy (an MLP's over states, a CNN's over its encoder) but trained and held by
+the learner (``embodied.algorithms.sac.SACLearner``), so they never travel to rollout workers.
+A policy without it is refused by name before any worker starts (``require_q_functions``).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+from embodied.policy_config import PolicyConfig
+from embodied.registry import load_entry_point
+
+
+class QEnsemble(Protocol):
+    """``num_critics`` Q-functions computed in one batched pass."""
+
+    num_critics: int
+
+    def q_values(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Q(s, a) of every critic: ``features`` [B, F], ``actions`` [B, C, A] -> [E, B]."""
+
+
+@runtime_checkable
+class QFunctionPolicy(Protocol):
+    """The methods SAC needs beside ``Policy``'s (``act`` samples the same tanh-Gaussian; greedy acts its mean)."""
+
+    def features(self, forward_inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """What the actor and the critics see of an observation: [B, F]."""
+
+    def sample_with_logprob(self, features: torch.Tensor,
+                            generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised chunk [B, C, A] from the tanh-squashed Gaussian, and its log-prob [B] (with the
+        tanh correction), differentiable with respect to the policy's parameters; the noise is drawn from
+        ``generator`` (the learner's, so a resumed run draws the same)."""
+
+    def build_critics(self, num_critics: int, layernorm: bool) -> nn.Module:
+        """A fresh ``QEnsemble`` module over this policy's features and action chunks."""
+
+
+def require_q_functions(policy: PolicyConfig, algorithm: str) -> None:
+    """Raise ``ValueError`` naming ``policy.type`` if the policy class it builds lacks ``QFunctionPolicy``."""
+    cls = load_entry_point(type(policy).model_class)
+    missing = [name for name in ("features", "sample_with_logprob", "build_critics") if not hasattr(cls, name)]
+    if missing:
+        raise ValueError(f"algorithm.name={algorithm} needs a policy with Q-functions and a tanh-Gaussian action "
+                         f"(QFunctionPolicy: {', '.join(missing)}); policy.type={policy.type} has none "
+                         f"(policy.type=mlp_sac has them)")

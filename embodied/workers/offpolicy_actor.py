@@ -1,0 +1,101 @@
+"""``OffPolicyActorWorker``: the actor of an off-policy algorithm (SAC) — replay in the actor process.
+
+Each ``update`` receives the rollout epoch's trajectories (over the same ``trajectories`` channel as PPO),
+adds their chunk transitions to a bounded replay buffer (``embodied.replay``), and makes
+``algorithm.utd_ratio`` gradient updates per chunk transition received, once replay holds
+``algorithm.learning_starts`` transitions. Fractional ratios carry over between epochs (``owed``), so the
+run keeps the ratio exactly. ``version`` counts gradient updates: the runner syncs weights every
+``algorithm.sync_every`` of them (``embodied.offpolicy_runner``).
+
+Checkpoints hold the learner (critics, targets, temperature, optimizers) and, unless
+``algorithm.checkpoint_replay`` is off, the replay buffer, in the same atomic write as the policy.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+from embodied.algorithms.sac import SACLearner
+from embodied.checkpoint import save_policy_checkpoint
+from embodied.config import ActorConfig, AlgorithmConfig
+from embodied.numerics import NonFiniteUpdateError, non_finite_terms
+from embodied.policy import PolicyConfig, PolicySpec
+from embodied.q_functions import require_q_functions
+from embodied.replay import ReplayBuffer
+from embodied.types import Trajectory
+from embodied.workers.actor_worker import ActorWorker
+
+
+class OffPolicyActorWorker(ActorWorker):
+    """Replay, the SAC learner and the UTD pacing around the policy the ``ActorWorker`` holds."""
+
+    def __init__(self, policy_cfg: PolicyConfig, spec: PolicySpec, algorithm: AlgorithmConfig, actor: ActorConfig,
+                 total_iterations: int, seed: int, torch_threads: int = 1) -> None:
+        require_q_functions(policy_cfg, algorithm.name)
+        super().__init__(policy_cfg, spec, algorithm, actor, total_iterations, seed, torch_threads)
+        self.learner = SACLearner(self.policy, algorithm, actor.lr, policy_cfg.action_chunk * spec.action_dim, seed)
+        self.optimizer = self.learner.actor_optimizer  # what the policy checkpoint saves beside the policy
+        self.replay = ReplayBuffer(algorithm.replay_capacity)
+        self.received = 0  # chunk transitions received in the run
+        self.owed = 0.0  # gradient updates owed by the UTD ratio, not yet made (a fraction carries over)
+
+    def update(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
+        """Add the epoch's transitions to replay, then make the updates the UTD ratio owes; returns metrics."""
+        a = self.algo
+        received = sum(self.replay.add(t, a.gamma) for t in trajectories)
+        self.received += received
+        behaviour = [t.version for t in trajectories]
+        if len(self.replay) >= max(a.learning_starts, 1):
+            self.owed += a.utd_ratio * received
+        updates, stats = int(self.owed), {}
+        self.owed -= updates
+        for k in range(updates):
+            step = self.learner.step(self.replay.sample(a.batch_size, self.generator))
+            bad = non_finite_terms(step)
+            if bad:
+                raise NonFiniteUpdateError(f"sac update {k} of iteration {iteration}: non-finite "
+                                           f"{', '.join(f'{n}={step[n]}' for n in bad)}")
+            for key, value in step.items():
+                stats.setdefault(key, []).append(value)
+        self.version += updates
+        metrics = {key: sum(values) / len(values) for key, values in stats.items()}
+        metrics |= {"sac/updates": float(updates), "sac/updates_total": float(self.version),
+                    "sac/transitions_received": float(received), "replay/size": float(len(self.replay)),
+                    "sac/staleness": float(self.version - updates - min(behaviour)) if behaviour else 0.0}
+        return metrics
+
+    def _extra(self) -> dict[str, Any]:
+        """The learner's and replay's state for the checkpoint's ``actor`` entry."""
+        extra: dict[str, Any] = {"generator": self.generator.get_state(), "sac": self.learner.state_dict(),
+                                 "sac_counters": {"received": self.received, "owed": self.owed}}
+        if self.algo.checkpoint_replay:
+            extra["replay"] = self.replay.state_dict()
+        return extra
+
+    def state(self) -> dict[str, Any]:
+        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(), "version": self.version,
+                **self._extra()}
+
+    def save_checkpoint(self, path: str, extra: dict[str, Any]) -> str:
+        save_policy_checkpoint(Path(path), self.policy, self.optimizer, self.version, self.spec, extra, self._extra())
+        return path
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Resume the policy, the learner and, if saved, replay (without it replay restarts empty)."""
+        self._load_policy(self.policy, state)
+        self.version = int(state["version"])
+        if "generator" in state:
+            self.generator.set_state(state["generator"])
+        if "sac" in state:
+            self.learner.load_state_dict(state["sac"])
+            counters = state.get("sac_counters", {})
+            self.received, self.owed = int(counters.get("received", 0)), float(counters.get("owed", 0.0))
+        if "replay" in state:
+            self.replay.load_state_dict(state["replay"])
+        elif "sac" in state:
+            warnings.warn("resuming SAC from a checkpoint saved without its replay buffer "
+                          "(algorithm.checkpoint_replay=false): replay starts empty, so the resumed run is not exact",
+                          stacklevel=2)
+

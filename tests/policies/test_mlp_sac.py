@@ -1,0 +1,109 @@
+"""The tanh-Gaussian MLP (policy.type: mlp_sac): its log-probs and its batched Q-ensemble against plain loops."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from embodied.policies.mlp.configuration import SquashedMLPConfig
+from embodied.policies.mlp.squashed import SquashedMLPPolicy
+from embodied.policy import PolicySpec
+from embodied.q_functions import QFunctionPolicy, require_q_functions
+
+SPEC = PolicySpec(state_dim=5, image_shape=None, action_dim=2, action_low=(-1.0, 0.0), action_high=(1.0, 4.0))
+
+
+def policy(**overrides) -> SquashedMLPPolicy:
+    torch.manual_seed(0)
+    cfg = SquashedMLPConfig(action_chunk=3, hidden_sizes=[8], critic_hidden_sizes=[8, 8], **overrides)
+    return SquashedMLPPolicy(cfg, SPEC)
+
+
+def test_it_has_the_q_function_protocol():
+    assert isinstance(policy(), QFunctionPolicy)
+    require_q_functions(SquashedMLPConfig(), "sac")  # no error
+
+
+def test_actions_lie_in_the_bounds_and_greedy_is_the_squashed_mean():
+    p = policy()
+    obs = {"states": torch.randn(64, 5).numpy()}
+    sampled = p.act(obs).actions
+    assert sampled.shape == (64, 3, 2)
+    assert bool((sampled[..., 0].abs() <= 1).all()) and bool(((sampled[..., 1] >= 0) & (sampled[..., 1] <= 4)).all())
+    greedy = p.act(obs, deterministic=True).actions
+    mean = p._dist(torch.as_tensor(obs["states"])).mean.view(64, 3, 2)
+    assert torch.allclose(greedy, p.action_center.view(3, 2) + p.action_half.view(3, 2) * torch.tanh(mean))
+    assert torch.equal(greedy, p.act(obs, deterministic=True).actions)
+
+
+def test_logprob_matches_change_of_variables_loop():
+    p = policy()
+    states = torch.randn(4, 5)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        actions, logprob = p.sample_with_logprob(states)
+        dist = p._dist(states)
+    flat = actions.reshape(4, -1)
+    half, center = p.action_half.tolist(), p.action_center.tolist()
+    for b in range(4):
+        total = 0.0
+        for i in range(flat.shape[1]):
+            y = (float(flat[b, i]) - center[i]) / half[i]
+            u = math.atanh(y)
+            mu, sigma = float(dist.mean[b, i]), float(dist.stddev[b, i])
+            gauss = -((u - mu) ** 2) / (2 * sigma**2) - math.log(sigma) - 0.5 * math.log(2 * math.pi)
+            total += gauss - math.log(half[i] * (1 - y**2))  # d action / d u = half * (1 - tanh(u)^2)
+        assert float(logprob[b]) == pytest.approx(total, rel=1e-3, abs=1e-3)
+    # evaluate() inverts the squash: the same log-probs for the same actions
+    with torch.no_grad():
+        replayed, _, values = p.evaluate({"states": states}, actions)
+    assert torch.allclose(replayed, logprob, atol=1e-3) and not values.any()
+
+
+def test_sample_is_reparameterised():
+    p = policy()
+    actions, logprob = p.sample_with_logprob(torch.randn(4, 5))
+    (actions.sum() + logprob.sum()).backward()
+    assert p.mean_head.weight.grad is not None and p.log_std_head.weight.grad is not None
+
+
+@pytest.mark.parametrize("layernorm", [False, True])
+def test_batched_ensemble_matches_each_critic_alone(layernorm):
+    p = policy()
+    critics = p.build_critics(4, layernorm)
+    with torch.no_grad():  # give LayerNorm's affine parameters non-trivial values
+        for param in critics.norms:
+            param.add_(torch.randn_like(param) * 0.1)
+    features, actions = torch.randn(6, 5), torch.randn(6, 3, 2)
+    q = critics.q_values(features, actions)
+    assert q.shape == (4, 6)
+    x = torch.cat([features, actions.reshape(6, -1)], -1)
+    for e in range(4):
+        h = x
+        for i, layer in enumerate(critics.layers):
+            h = h @ layer.weight[e] + layer.bias[e, 0]
+            if i < len(critics.layers) - 1:
+                if layernorm:
+                    h = F.layer_norm(h, h.shape[-1:]) * critics.norms[2 * i][e, 0] + critics.norms[2 * i + 1][e, 0]
+                h = F.relu(h)
+        assert torch.allclose(q[e], h.squeeze(-1), atol=1e-5)
+    assert not torch.allclose(q[0], q[1])  # members start apart
+
+
+def test_policies_without_q_functions_are_refused_by_name():
+    from embodied.policies.mlp.configuration import MLPConfig
+
+    with pytest.raises(ValueError, match="algorithm.name=sac needs a policy with Q-functions.*policy.type=mlp has none"):
+        require_q_functions(MLPConfig(), "sac")
+    from embodied.policies.vla.configuration import VLAConfig
+
+    with pytest.raises(ValueError, match="policy.type=vla has none"):
+        require_q_functions(VLAConfig(), "sac")
+
+
+def test_config_checks_its_fields():
+    assert SquashedMLPConfig(hidden_sizes=[]).validate()[0].startswith("policy.hidden_sizes")
+    assert SquashedMLPConfig(log_std_min=3.0).validate()[0].startswith("policy.log_std_min")
