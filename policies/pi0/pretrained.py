@@ -15,14 +15,11 @@ hub): give ``policy.tokenizer_path``.
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from embodied.atomic import atomic_dir
 from embodied.policies.pi0.configuration import TINY_NAMES, TINY_PREFIX, read_config_json
 
 # LeRobot's Gemma variants (openpi's get_config): the VLM's language model and the action expert.
@@ -137,7 +134,7 @@ def build_tiny_pi0(out_dir: str | Path, seed: int = 0) -> Path:
     """Tokenizer trained on the task texts + random-weight tiny π0, written atomically with save_pretrained."""
     from transformers import PI0ForConditionalGeneration
 
-    from embodied.policies.vla.tiny import quiet_transformers, train_tokenizer
+    from embodied.policies.vla.tiny import quiet_transformers, save_tiny, train_tokenizer
 
     quiet_transformers()
     tokenizer = train_tokenizer("paligemma")
@@ -145,32 +142,19 @@ def build_tiny_pi0(out_dir: str | Path, seed: int = 0) -> Path:
     with torch.random.fork_rng(devices=[]):  # building on first use leaves the caller's random stream as it was
         torch.manual_seed(seed)
         model = PI0ForConditionalGeneration(tiny_pi0_config(tokenizer))
-    out = Path(out_dir)
-    with atomic_dir(out) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    return out
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("EMBODIED_CACHE") or Path.home() / ".cache" / "embodied"
-    return Path(root) / "tiny-pi0"
+    return save_tiny(out_dir, model, tokenizer)
 
 
 def resolve_model_path(model_path: str) -> Path:
     """A local folder for ``policy.model_path``; ``tiny:pi0-tiny`` is built into the cache once."""
+    from embodied.policies.vla.tiny import cached_tiny
+
     if not model_path.startswith(TINY_PREFIX):
         return Path(model_path).expanduser()
     name = model_path[len(TINY_PREFIX):]
     if name not in TINY_NAMES:
         raise ValueError(f"policy.model_path: unknown tiny π0 {name!r}; known: {', '.join(TINY_NAMES)}")
-    path = cache_dir() / name
-    if not (path / "config.json").is_file():
-        if path.exists():
-            shutil.rmtree(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        build_tiny_pi0(path)
-    return path
+    return cached_tiny("tiny-pi0", name, lambda path, _: build_tiny_pi0(path))
 
 
 def parameter_split(model: Any) -> dict[str, int]:

@@ -166,6 +166,11 @@ def build_tiny_vla(out_dir: str | Path, backbone: str = "smolvlm-tiny", seed: in
     config = make_config(tokenizer)
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(config)
+    return save_tiny(out_dir, model, tokenizer)
+
+
+def save_tiny(out_dir: str | Path, model: Any, tokenizer: Any) -> Path:
+    """``save_pretrained`` of a tiny model and its tokenizer into ``out_dir``, written atomically."""
     out = Path(out_dir)
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp)
@@ -173,24 +178,28 @@ def build_tiny_vla(out_dir: str | Path, backbone: str = "smolvlm-tiny", seed: in
     return out
 
 
-def cache_dir() -> Path:
-    """Where ``tiny:NAME`` backbones are built on first use."""
+def cache_dir(kind: str = "tiny-vla") -> Path:
+    """Where ``tiny:NAME`` models of a kind (``tiny-vla``, ``tiny-pi0``) are built on first use."""
     root = os.environ.get("EMBODIED_CACHE") or Path.home() / ".cache" / "embodied"
-    return Path(root) / "tiny-vla"
+    return Path(root) / kind
+
+
+def cached_tiny(kind: str, name: str, build: Callable[[Path, str], Path]) -> Path:
+    """The cached folder of tiny model ``name``, built by ``build(path, name)`` the first time."""
+    path = cache_dir(kind) / name
+    if not (path / "config.json").is_file():
+        if path.exists():  # a folder left by something else: rebuild it
+            shutil.rmtree(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        build(path, name)
+    return path
 
 
 def resolve_model_path(model_path: str) -> Path:
     """A local model directory for ``policy.model_path``; ``tiny:NAME`` is built into the cache once."""
     if not model_path.startswith(TINY_PREFIX):
         return Path(model_path).expanduser()
-    name = model_path[len(TINY_PREFIX):]
-    path = cache_dir() / name
-    if not (path / "config.json").is_file():
-        if path.exists():  # a folder left by something else: rebuild it
-            shutil.rmtree(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        build_tiny_vla(path, name)
-    return path
+    return cached_tiny("tiny-vla", model_path[len(TINY_PREFIX):], build_tiny_vla)
 
 
 def parameter_count(model: torch.nn.Module) -> int:

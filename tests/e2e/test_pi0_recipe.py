@@ -16,6 +16,7 @@ from embodied.collect import collect
 from embodied.config import ConfigError, load_config
 from embodied.runner import train
 from embodied.sft import sft
+from tests.e2e.test_vla_flow_recipe import short_run as flow_short_run
 from tests.e2e.test_vla_recipe import SHORT
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -24,13 +25,7 @@ SMALL = ["policy.flow_steps=3"]
 
 
 def short_run(recipe: Path, tmp_path: Path, *overrides: str):
-    cfg = load_config(recipe, [*SHORT, *SMALL, *overrides, f"experiment.output_dir={tmp_path}"])
-    result = train(cfg)
-    assert len(result.history) == cfg.runner.iterations
-    for metrics in result.history:
-        for key in ("train/policy_loss", "train/approx_kl", "train/grad_norm"):
-            assert math.isfinite(metrics[key]), (key, metrics[key])
-    return cfg, result
+    return flow_short_run(recipe, tmp_path, *overrides, small=tuple(SMALL))
 
 
 @pytest.mark.slow

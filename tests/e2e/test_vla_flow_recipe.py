@@ -20,8 +20,9 @@ PPO, GRPO = CONFIGS / "pick_color_tinyvla_flow_ppo.yaml", CONFIGS / "pick_color_
 SMALL = ["policy.flow_width=64", "policy.flow_depth=2", "policy.flow_heads=2", "policy.flow_steps=3"]
 
 
-def short_run(recipe: Path, tmp_path: Path, *overrides: str):
-    cfg = load_config(recipe, [*SHORT, *SMALL, *overrides, f"experiment.output_dir={tmp_path}"])
+def short_run(recipe: Path, tmp_path: Path, *overrides: str, small: tuple[str, ...] = tuple(SMALL)):
+    """A shortened run of a flow recipe (``small``: the policy's size overrides); every loss finite."""
+    cfg = load_config(recipe, [*SHORT, *small, *overrides, f"experiment.output_dir={tmp_path}"])
     result = train(cfg)
     assert len(result.history) == cfg.runner.iterations
     for metrics in result.history:
