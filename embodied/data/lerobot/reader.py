@@ -118,6 +118,18 @@ class LeRobotDemos(torch.utils.data.Dataset):
 
     # -- the demonstrations interface (embodied.data.demonstrations.Demonstrations) ----------------
 
+    chunk_rows = False  # a row per frame; its chunk is built from the frames after it
+
+    @property
+    def rewards(self) -> np.ndarray | None:
+        """Not read from LeRobot folders yet (``next.reward`` is per frame): RLPD gives a sparse success reward."""
+        return None
+
+    @property
+    def episode_success(self) -> np.ndarray | None:
+        """Not read from LeRobot folders (LeRobot has no field for it)."""
+        return None
+
     @property
     def episode_indices(self) -> np.ndarray:
         """int64 [N]: the episode (its ``episode_index``) of every frame."""
