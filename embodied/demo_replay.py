@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from embodied.algorithms.sac import ReplaySample, chunk_reward
-from embodied.config import ConfigError, EnvConfig
+from embodied.config import ConfigError
 from embodied.data import Demonstrations, ReadOptions, open_demonstrations
 from embodied.policy import PolicySpec
 from embodied.replay import ReplayBuffer
@@ -109,17 +109,6 @@ def fit_demos(data: Demonstrations, spec: PolicySpec, action_chunk: int) -> list
     if wrong:
         raise demos_error(ValueError(f"dataset {data.path} does not fit the env: " + "; ".join(wrong)))
     return keys
-
-
-def env_spec(cfg: EnvConfig) -> PolicySpec:
-    """The env's spec from one env built here, so demonstrations are checked before any worker starts."""
-    from embodied.env_factory import make_vector_env, policy_spec
-
-    venv = make_vector_env(cfg, 1)
-    try:
-        return policy_spec(venv.single_observation_space, venv.single_action_space)
-    finally:
-        venv.close()
 
 
 def demo_replay(data: Demonstrations, obs_keys: list[str], gamma: float) -> ReplayBuffer:

@@ -33,8 +33,8 @@ from embodied.atomic import DiskFullError
 from embodied.checkpoint import check_init_from, prune_checkpoints, remove_partial
 from embodied.config import Config, ConfigError, to_dict
 from embodied.config.validate import whole_episode_problems
-from embodied.demo_replay import env_spec, fit_demos, open_demos
-from embodied.env_factory import check_env_config, episode_steps
+from embodied.demo_replay import fit_demos, open_demos
+from embodied.env_factory import check_env_config, env_spec, episode_steps
 from embodied.evaluation import PeriodicEval, episode_metrics
 from embodied.logger import MetricLogger
 from embodied.placement import ActorLostError, ClusterLostError, make_backend

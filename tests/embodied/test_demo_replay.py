@@ -13,7 +13,8 @@ from embodied.algorithms.sac import ReplaySample, chunk_reward
 from embodied.config import ConfigError, load_config
 from embodied.data import DemoDataset, DemoEpisode, DemoSample, Meta
 from embodied.data.format import write_dataset
-from embodied.demo_replay import (concat_samples, demo_replay, env_spec, fit_demos, mixed_sample, next_rows,
+from embodied.env_factory import env_spec
+from embodied.demo_replay import (concat_samples, demo_replay, fit_demos, mixed_sample, next_rows,
                                   open_demos, sparse_success_rewards, split_batch)
 from embodied.policy import PolicySpec
 from embodied.replay import ReplayBuffer
