@@ -9,8 +9,9 @@ A transition is a row's obs, its chunk, the chunk's reward and bootstrap discoun
 (``chunk_reward``) and the obs of the chunk after it in the same episode. A row whose chunk ends its episode
 bootstraps from nothing when the episode succeeded (the built-in tasks end an episode at success: a
 termination); a failed episode's last chunk stored no next obs (a truncation needs one), so it is left out.
-Demonstrations that recorded no rewards (LeRobot folders here) are taken as successful episodes with a sparse
-reward: 1 on the sub-step that ends each episode, 0 elsewhere (``sparse_success_rewards``).
+Where success is not recorded, every episode is taken as a success. Demonstrations that recorded no rewards (a
+LeRobot folder without ``next.reward``) get a sparse success reward: 1 on the sub-step that ends each successful
+episode, 0 elsewhere (``sparse_success_rewards``).
 
     data = open_demos(cfg.algorithm.demos, cfg.policy.action_chunk)       # ConfigError naming algorithm.demos
     keys = fit_demos(data, spec, cfg.policy.action_chunk)                 # the env's obs keys, both sides named

@@ -255,3 +255,29 @@ def test_demos_are_checked_against_the_env_before_any_worker_starts(monkeypatch,
     with pytest.raises(ConfigError, match=r"algorithm\.demos: .*does not exist"):
         runner.train(missing)
     assert not (tmp_path / "runs").exists()  # no run dir either
+
+
+def test_a_lerobot_folder_gives_its_per_frame_rewards_and_successes_as_chunks(tmp_path):
+    import pyarrow.parquet as pq
+
+    from embodied.collect import collect
+    from embodied.data import ReadOptions, open_demonstrations
+
+    out = tmp_path / "lerobot"
+    collect(load_config(None, ["env.id=Reach-v0", "env.obs_mode=state", "env.num_envs=2", "policy.action_chunk=3"]),
+            episodes=2, out=out, data_format="lerobot")
+    data = open_demonstrations(out, ReadOptions(action_chunk=3))
+    table = pq.read_table(sorted(out.glob("data/**/*.parquet"))).to_pydict()
+    frames = sorted(zip(table["episode_index"], table["frame_index"], table["next.reward"]))
+    rewards = np.zeros((len(frames), 3), dtype=np.float32)
+    for i, (e, f, _) in enumerate(frames):  # frame i's chunk runs frames i, i+1, i+2 of its episode
+        for k in range(3):
+            later = [r for e2, f2, r in frames if e2 == e and f2 == f + k]
+            rewards[i, k] = np.ravel(later[0])[0] if later else 0.0
+    np.testing.assert_allclose(data.rewards, rewards)
+    assert data.episode_success.tolist() == [True] * len(frames)  # collect keeps successes
+    replay = demo_replay(data, ["states"], gamma=0.9)
+    assert len(replay) == len(frames)  # every frame's chunk: a successful episode's last ones terminate
+    lengths = {e: sum(1 for e2, _, _ in frames if e2 == e) for e, _, _ in frames}
+    ending = sum(1 for e, f, _ in frames if f + 3 >= lengths[e])  # no chunk after theirs: they terminate
+    assert int((~replay.storage["bootstrap"]).sum()) == ending == 2 * 3
