@@ -125,11 +125,14 @@ def demo_replay(data: Demonstrations, obs_keys: list[str], gamma: float) -> Repl
     rewards = (np.asarray(recorded, dtype=np.float32) if recorded is not None
                else sparse_success_rewards(executed, terminal))
     keep = np.flatnonzero(~ends | terminal)  # a failed episode's last chunk has no next obs to bootstrap from
+    if not len(keep):
+        raise demos_error(ValueError(f"dataset {data.path} holds no chunk transition: each of its episodes failed "
+                                     f"within one chunk (collect successful ones)"))
     after = np.where(ends, np.arange(len(rows)), after)  # a terminal chunk's next obs is never used: its own
     obs = {k: torch.from_numpy(np.stack([np.asarray(r.obs[k]) for r in rows])) for k in obs_keys}
     reward, discount = chunk_reward(torch.from_numpy(rewards), torch.from_numpy(executed), gamma)
     index = torch.from_numpy(keep)
-    replay = ReplayBuffer(max(len(keep), 1))
+    replay = ReplayBuffer(len(keep))
     replay.add_transitions({k: v[index] for k, v in obs.items()}, torch.stack([r.actions for r in rows])[index],
                            reward[index], discount[index], torch.from_numpy(~terminal)[index],
                            {k: v[torch.from_numpy(after[keep])] for k, v in obs.items()})

@@ -224,6 +224,17 @@ def test_a_missing_demos_folder_is_named(tmp_path):
         open_demos(str(tmp_path / "nowhere"), C)
 
 
+def test_demos_of_nothing_but_one_chunk_failures_are_refused(tmp_path):
+    data = DemoDataset(write(tmp_path / "f", [episode(0, 1, False), episode(1, 1, False)]))
+    with pytest.raises(ConfigError, match=r"algorithm\.demos: .*holds no chunk transition"):
+        demo_replay(data, ["states"], gamma=0.9)
+
+
+def test_a_demo_ratio_of_zero_or_one_is_fine():
+    for ratio in (0.0, 1.0):
+        assert load_config(RECIPE, [f"algorithm.demo_ratio={ratio}"]).algorithm.demo_ratio == ratio
+
+
 def test_demos_that_do_not_fit_the_env_name_both_sides(tmp_path):
     wrong_action = write(tmp_path / "a", [episode(0, 2, True)], action_dim=5)
     with pytest.raises(ConfigError, match=r"algorithm\.demos: .*5 dimensions, the policy's \(the env's\) 2"):
