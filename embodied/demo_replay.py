@@ -104,9 +104,9 @@ def fit_demos(data: Demonstrations, spec: PolicySpec, action_chunk: int) -> list
     except ValueError as exc:
         raise demos_error(exc) from None
     sample = data[0].obs
-    shapes = {STATES: (spec.state_dim,), MAIN_IMAGES: spec.image_shape, WRIST_IMAGES: spec.wrist_image_shape}
-    wrong = [f"its {k} are {tuple(np.shape(sample[k]))}, the env's {tuple(shapes[k])}"  # type: ignore[arg-type]
-             for k in keys if tuple(np.shape(sample[k])) != tuple(shapes[k])]  # type: ignore[arg-type]
+    env_shapes = {STATES: (spec.state_dim,), MAIN_IMAGES: spec.image_shape, WRIST_IMAGES: spec.wrist_image_shape}
+    shapes = {k: (tuple(np.shape(sample[k])), tuple(env_shapes[k] or ())) for k in keys}  # (theirs, the env's)
+    wrong = [f"its {k} are {theirs}, the env's {env}" for k, (theirs, env) in shapes.items() if theirs != env]
     if wrong:
         raise demos_error(ValueError(f"dataset {data.path} does not fit the env: " + "; ".join(wrong)))
     return keys
