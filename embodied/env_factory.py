@@ -403,6 +403,16 @@ def check_convention_spaces(env: gym.Env, where: str) -> None:
                         f"continuous actions. Fix: use a 1-D gymnasium.spaces.Box of float32 actions")
 
 
+def env_spec(cfg: EnvConfig) -> PolicySpec:
+    """The spec of ``cfg``'s env from one env built here (what a run checks demonstrations against before any
+    worker starts)."""
+    venv = make_vector_env(cfg, 1)
+    try:
+        return policy_spec(venv.single_observation_space, venv.single_action_space)
+    finally:
+        venv.close()
+
+
 def policy_spec(observation_space: gym.spaces.Space, action_space: gym.spaces.Box) -> PolicySpec:
     """What a policy needs to know about an env's spaces."""
     spaces = observation_space.spaces if isinstance(observation_space, gym.spaces.Dict) else {}

@@ -55,6 +55,15 @@ class ReplayBuffer:
             self._write(flat, count)
         return count
 
+    def add_transitions(self, obs: dict[str, torch.Tensor], actions: torch.Tensor, reward: torch.Tensor,
+                        discount: torch.Tensor, bootstrap: torch.Tensor, next_obs: dict[str, torch.Tensor]) -> int:
+        """Chunk transitions already flat ([M, ...] each, as ``ReplaySample`` names them): RLPD's demonstrations."""
+        rows = {"actions": actions, "reward": reward, "discount": discount, "bootstrap": bootstrap}
+        rows |= {f"obs/{k}": v for k, v in obs.items()} | {f"next_obs/{k}": v for k, v in next_obs.items()}
+        if len(actions):
+            self._write(rows, len(actions))
+        return len(actions)
+
     def _write(self, rows: dict[str, torch.Tensor], count: int) -> None:
         if not self.storage:
             self.storage = {k: torch.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype) for k, v in rows.items()}

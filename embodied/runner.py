@@ -33,7 +33,8 @@ from embodied.atomic import DiskFullError
 from embodied.checkpoint import check_init_from, prune_checkpoints, remove_partial
 from embodied.config import Config, ConfigError, to_dict
 from embodied.config.validate import whole_episode_problems
-from embodied.env_factory import check_env_config, episode_steps
+from embodied.demo_replay import fit_demos, open_demos
+from embodied.env_factory import check_env_config, env_spec, episode_steps
 from embodied.evaluation import PeriodicEval, episode_metrics
 from embodied.logger import MetricLogger
 from embodied.placement import ActorLostError, ClusterLostError, make_backend
@@ -182,7 +183,7 @@ def check_before_start(cfg: Config) -> None:
     """What can fail before any worker starts or a run dir is made: the env configs, GRPO's whole episodes against the
     cap the envs will run (the env's own when the config sets none), check-env's fast checks on
     one env (``env.preflight``), and the ``policy.init_from`` checkpoint against the policy config; an off-policy
-    algorithm's policy must have Q-functions (``embodied.q_functions``)."""
+    algorithm's policy must have Q-functions (``embodied.q_functions``), and ``algorithm.demos`` must fit the env."""
     if is_off_policy(cfg.algorithm.name):
         try:
             require_q_functions(cfg.policy, cfg.algorithm.name)
@@ -200,6 +201,9 @@ def check_before_start(cfg: Config) -> None:
             check_init_from(cfg.policy.init_from, cfg.policy)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+    if cfg.algorithm.demos:  # RLPD: the demonstrations against one env's spec, before the actor reads them
+        data = open_demos(cfg.algorithm.demos, cfg.policy.action_chunk)
+        fit_demos(data, env_spec(cfg.env), cfg.policy.action_chunk)
 
 
 def iteration(it: int, iterations: Iterations, workers: Workers, cfg: Config, logger: MetricLogger,

@@ -52,6 +52,9 @@ def _algorithm_problems(cfg: Config) -> list[str]:
             problems.append(f"algorithm.{name}: must be > 0, got {value}")
     if a.name == "sac":
         problems += _sac_problems(cfg)
+    elif a.demos is not None:  # RLPD's demo replay lives in the off-policy actor
+        problems.append(f"algorithm.demos: demonstrations fill SAC's second replay (RLPD); algorithm.name={a.name} "
+                        f"does not read them (behaviour cloning is `embodied sft`); use algorithm.name=sac or unset it")
     if a.name != "grpo":
         return problems
     if a.group_size < 2:
@@ -103,6 +106,11 @@ def _sac_problems(cfg: Config) -> list[str]:
     if cfg.actor.ema_decay > 0:
         p.append(f"actor.ema_decay: algorithm.name={a.name} keeps polyak target critics, not a weight average; "
                  f"set 0, got {cfg.actor.ema_decay}")
+    if not 0.0 <= a.demo_ratio <= 1.0:
+        p.append(f"algorithm.demo_ratio: the share of a batch drawn from demonstrations must be in [0, 1], "
+                 f"got {a.demo_ratio}")
+    if a.demos is not None and a.demos.strip() == "":
+        p.append("algorithm.demos: an empty path (an unset shell variable?); leave it out or set it to null")
     return p
 
 

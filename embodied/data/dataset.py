@@ -49,6 +49,7 @@ class DemoDataset(torch.utils.data.Dataset):
     """
 
     fps: float | None = None
+    chunk_rows = True
 
     def __init__(self, path: str | Path) -> None:
         from datasets import disable_progress_bars, load_from_disk
@@ -70,6 +71,9 @@ class DemoDataset(torch.utils.data.Dataset):
         self.columns: dict[str, np.ndarray] = {
             k: _numpy(table, k) for k in (*self.obs_keys, "actions", "executed", "episode_index", "step")}
         self.tasks: list[str] = table.column("task").to_pylist()
+        # RLPD's demo replay (embodied.demo_replay) reads what the env rewarded and whether the episode succeeded
+        self.outcomes: dict[str, np.ndarray] = {k: _numpy(table, k) for k in ("rewards", "success")
+                                                if k in table.column_names}
 
     @property
     def episode_indices(self) -> np.ndarray:
@@ -80,6 +84,16 @@ class DemoDataset(torch.utils.data.Dataset):
     def steps(self) -> np.ndarray:
         """int32 [N]: each row's chunk step within its episode (0 = the episode's first)."""
         return self.columns["step"]
+
+    @property
+    def rewards(self) -> np.ndarray | None:
+        """float32 [N, C]: each row's sub-step rewards as the env gave them (0 where not executed)."""
+        return self.outcomes.get("rewards")
+
+    @property
+    def episode_success(self) -> np.ndarray | None:
+        """bool [N]: whether each row's episode succeeded."""
+        return self.outcomes.get("success")
 
     def __len__(self) -> int:
         return len(self.tasks)

@@ -37,6 +37,17 @@ class Demonstrations(Protocol):
 
     path: Path
     fps: float | None  # frames per second the demonstrations were recorded at (None: not recorded)
+    chunk_rows: bool  # True: an episode's consecutive rows are consecutive chunks (embodied's format); False: rows
+    # are frames, and the chunk after a row's starts as many rows later as that chunk executed sub-steps (LeRobot)
+
+    @property
+    def rewards(self) -> np.ndarray | None:
+        """float32 [N, C]: the reward of each sub-step of every row's chunk, 0 where not executed (None: not
+        recorded; RLPD then gives a sparse success reward, ``embodied.demo_replay``)."""
+
+    @property
+    def episode_success(self) -> np.ndarray | None:
+        """bool [N]: whether each row's episode succeeded (None: not recorded)."""
 
     @property
     def episode_indices(self) -> np.ndarray:

@@ -3,7 +3,8 @@
 Each ``update`` receives the rollout epoch's trajectories (over the same ``trajectories`` channel as PPO),
 adds their chunk transitions to a bounded replay buffer (``embodied.replay``), and makes
 ``algorithm.utd_ratio`` gradient updates per chunk transition received, once replay holds
-``algorithm.learning_starts`` transitions. Fractional ratios carry over between epochs (``owed``), so the
+``algorithm.learning_starts`` transitions; with ``algorithm.demos`` (RLPD) ``algorithm.demo_ratio`` of every batch
+comes from the demonstrations' own replay (``embodied.demo_replay``), built here at start. Fractional ratios carry over between epochs (``owed``), so the
 run keeps the ratio exactly. ``version`` counts gradient updates: the runner syncs weights every
 ``algorithm.sync_every`` of them (``embodied.offpolicy_runner``).
 
@@ -17,9 +18,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from embodied.algorithms.sac import SACLearner
+from embodied.algorithms.sac import ReplaySample, SACLearner
 from embodied.checkpoint import save_policy_checkpoint
 from embodied.config import ActorConfig, AlgorithmConfig
+from embodied.demo_replay import demo_replay, fit_demos, mixed_sample, open_demos
 from embodied.numerics import NonFiniteUpdateError, non_finite_terms
 from embodied.policy import PolicyConfig, PolicySpec
 from embodied.q_functions import require_q_functions
@@ -38,6 +40,10 @@ class OffPolicyActorWorker(ActorWorker):
         self.learner = SACLearner(self.policy, algorithm, actor.lr, policy_cfg.action_chunk * spec.action_dim, seed)
         self.optimizer = self.learner.actor_optimizer  # what the policy checkpoint saves beside the policy
         self.replay = ReplayBuffer(algorithm.replay_capacity)
+        self.demos: ReplayBuffer | None = None  # RLPD: the demonstrations' chunk transitions, built once here
+        if algorithm.demos:
+            data = open_demos(algorithm.demos, policy_cfg.action_chunk)
+            self.demos = demo_replay(data, fit_demos(data, spec, policy_cfg.action_chunk), algorithm.gamma)
         self.received = 0  # chunk transitions received in the run
         self.owed = 0.0  # gradient updates owed by the UTD ratio, not yet made (a fraction carries over)
 
@@ -51,8 +57,11 @@ class OffPolicyActorWorker(ActorWorker):
             self.owed += a.utd_ratio * received
         updates, stats = int(self.owed), {}
         self.owed -= updates
+        demo_rows = 0
         for k in range(updates):
-            step = self.learner.step(self.replay.sample(a.batch_size, self.generator))
+            batch, from_demos = self.sample()
+            demo_rows += from_demos
+            step = self.learner.step(batch)
             bad = non_finite_terms(step)
             if bad:
                 raise NonFiniteUpdateError(f"sac update {k} of iteration {iteration}: non-finite "
@@ -64,7 +73,17 @@ class OffPolicyActorWorker(ActorWorker):
         metrics |= {"sac/updates": float(updates), "sac/updates_total": float(self.version),
                     "sac/transitions_received": float(received), "replay/size": float(len(self.replay)),
                     "sac/staleness": float(self.version - updates - min(behaviour)) if behaviour else 0.0}
+        if self.demos is not None:
+            metrics |= {"rlpd/demo_share": demo_rows / (updates * a.batch_size) if updates else 0.0,
+                        "rlpd/demo_transitions": float(len(self.demos))}
         return metrics
+
+    def sample(self) -> tuple[ReplaySample, int]:
+        """One batch and how many of its rows are demonstrations (RLPD's ``demo_ratio`` of it with ``demos``)."""
+        a = self.algo
+        if self.demos is None:
+            return self.replay.sample(a.batch_size, self.generator), 0
+        return mixed_sample(self.demos, self.replay, a.batch_size, a.demo_ratio, self.generator)
 
     def _extra(self) -> dict[str, Any]:
         """The learner's and replay's state for the checkpoint's ``actor`` entry."""

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("components: simulators, policies, datasets, algorithms, transport, files of a run",
      ["envs", "policies", "embodied.data", "embodied.algorithms", "embodied.channels", "embodied.placement",
       "embodied.checkpoint", "embodied.logger", "embodied.wandb_process", "embodied.plot", "embodied.video", "embodied.eval_plan",
-      "embodied.env_catalog", "embodied.replay"]),
+      "embodied.env_catalog", "embodied.replay", "embodied.demo_replay"]),
     ("env machinery: building and checking envs", ["embodied.env_factory", "embodied.check_env",
                                                    "embodied.preflight"]),
     ("workers", ["embodied.workers"]),

@@ -19,6 +19,7 @@ recently used dropped first, so a dataset far larger than memory trains in bound
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 OBS_KEYS = (STATES, MAIN_IMAGES, WRIST_IMAGES)
 INDEX_COLUMNS = ("episode_index", "frame_index", "timestamp", "task_index")
+REWARD_FEATURE, REWARDS = "next.reward", "rewards"  # LeRobot's per-frame reward, and our key for it
 
 
 class FrameCache:
@@ -117,6 +119,33 @@ class LeRobotDemos(torch.utils.data.Dataset):
         self._images = ParquetImages(self.path)
 
     # -- the demonstrations interface (embodied.data.demonstrations.Demonstrations) ----------------
+
+    chunk_rows = False  # a row per frame; its chunk is built from the frames after it
+
+    @property
+    def rewards(self) -> np.ndarray | None:
+        """float32 [N, C]: the ``next.reward`` of the frames each chunk runs, 0 past the episode's end (None: the
+        folder has no ``next.reward`` feature; RLPD then gives a sparse success reward)."""
+        per_frame = self._vectors.get(REWARDS)
+        if per_frame is None:
+            return None
+        frames = np.arange(len(self))[:, None] + np.arange(self.action_chunk)
+        executed = frames < self._end[:, None]
+        return np.where(executed, per_frame[np.minimum(frames, self._end[:, None] - 1), 0], 0.0).astype(np.float32)
+
+    @property
+    def episode_success(self) -> np.ndarray | None:
+        """bool [N]: each frame's episode succeeded, from ``meta/embodied.json`` (written by ``embodied collect``;
+        LeRobot has no field for it), else None."""
+        from embodied.data.lerobot.writer import EMBODIED_PATH
+
+        provenance = self.path / EMBODIED_PATH
+        if not provenance.is_file():
+            return None
+        success = json.loads(provenance.read_text()).get("episode_success")
+        if success is None or len(success) <= int(self.episodes.index.max()):
+            return None
+        return np.asarray(success, dtype=bool)[self.episode_indices]
 
     @property
     def episode_indices(self) -> np.ndarray:
@@ -207,11 +236,13 @@ class LeRobotDemos(torch.utils.data.Dataset):
         self._timestamp = cols["timestamp"].astype(np.float64)
         self._task_index = cols["task_index"].astype(np.int64)
         self._file, self._row = cols["file"], cols["row"]
-        self._vectors = {k: cols[k] for k in (STATES, ACTIONS) if k in cols}
+        self._vectors = {k: cols[k] for k in (STATES, ACTIONS, REWARDS) if k in cols}
 
     def _read_files(self) -> dict[str, np.ndarray]:
         """The columns needed from every data file, concatenated, with each row's file and row in it."""
         vectors = {k: self.resolved[k].feature for k in (STATES, ACTIONS) if self.resolved[k].feature is not None}
+        if REWARD_FEATURE in self.info.features:  # RLPD's demo replay reads it (``rewards``)
+            vectors[REWARDS] = self.info.features[REWARD_FEATURE]
         self._files = list(dict.fromkeys(self.episodes.data_file))
         parts: dict[str, list[np.ndarray]] = {name: [] for name in (*INDEX_COLUMNS, *vectors, "file", "row")}
         for n, name in enumerate(self._files):
