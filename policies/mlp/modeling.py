@@ -76,15 +76,11 @@ class MLPPolicy(Policy):
     def _dist(self, states: torch.Tensor) -> Normal:
         return Normal(self.actor_mean(self._normalized(states)), self.log_std.exp().expand(states.shape[0], -1))
 
-    @staticmethod
-    def _states(obs: Obs) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(obs[STATES]), dtype=torch.float32)
-
     def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
-        return {STATES: self._states(obs)}
+        return {STATES: states_tensor(obs)}
 
     def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
-        states = self._states(obs)
+        states = states_tensor(obs)
         dist = self._dist(states)
         flat = dist.mean if deterministic else dist.sample()
         return PolicyOutput(
@@ -101,4 +97,9 @@ class MLPPolicy(Policy):
         return dist.log_prob(flat).sum(-1), dist.entropy().sum(-1), self.critic(self._normalized(states)).squeeze(-1)
 
     def value(self, obs: Obs) -> torch.Tensor:
-        return self.critic(self._normalized(self._states(obs))).squeeze(-1)
+        return self.critic(self._normalized(states_tensor(obs))).squeeze(-1)
+
+
+def states_tensor(obs: Obs) -> torch.Tensor:
+    """The observation's states as float32 [B, S] (what the MLP policies act on and replay)."""
+    return torch.as_tensor(np.asarray(obs[STATES]), dtype=torch.float32)

@@ -20,7 +20,7 @@ from torch import nn
 from torch.distributions import Normal
 
 from embodied.policies.mlp.configuration import SquashedMLPConfig
-from embodied.policies.mlp.modeling import _mlp
+from embodied.policies.mlp.modeling import _mlp, states_tensor
 from embodied.policy import Policy, PolicySpec
 from embodied.types import STATES, Obs, PolicyOutput
 
@@ -84,15 +84,11 @@ class SquashedMLPPolicy(Policy):
 
     # -- Policy ---------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _states(obs: Obs) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(obs[STATES]), dtype=torch.float32)
-
     def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
-        return {STATES: self._states(obs)}
+        return {STATES: states_tensor(obs)}
 
     def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
-        states = self._states(obs)
+        states = states_tensor(obs)
         dist = self._dist(states)
         u = dist.mean if deterministic else dist.sample()
         return PolicyOutput(actions=self._scale(u), logprobs=self._logprob(dist, u), values=torch.zeros(len(states)),
