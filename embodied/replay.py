@@ -4,7 +4,9 @@ Filled from the ``Trajectory`` objects the rollout workers send over the ``traje
 with their observations: ``Trajectory.observations`` / ``next_observations``). One row is one chunk step of
 one env: the obs as the env gave it (uint8 images stay uint8), the chunk ``[C, A]``, its discounted reward
 and bootstrap discount (``embodied.algorithms.sac.chunk_reward``), whether it bootstraps (not terminated)
-and the next obs (``final_obs`` where the episode ended). All on the CPU; when full the oldest rows go first.
+and the next obs (``final_obs`` where the episode ended). With ``n_step`` > 1 the reward, discount, bootstrap
+and next obs are those of the n-step return from that chunk on (``n_step_returns``): up to n chunk steps of the
+same env within the trajectory, stopping where its episode ends. All on the CPU; when full the oldest rows go first.
 
 On disk (``save`` / ``load``; a checkpoint's ``replay/`` folder) the filled rows are cut into chunks of a fixed
 number of rows (about ``CHUNK_BYTES`` each): ``chunk_000000.bin``, ... hold each field's rows as raw bytes, one
@@ -33,7 +35,7 @@ from typing import Any
 
 import torch
 
-from embodied.algorithms.sac import ReplaySample, chunk_reward
+from embodied.algorithms.sac import ReplaySample, chunk_reward, n_step_returns
 from embodied.types import Trajectory
 
 _FIELDS = ("actions", "reward", "discount", "bootstrap")
@@ -57,18 +59,21 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, trajectory: Trajectory, gamma: float) -> int:
-        """Every chunk step of ``trajectory`` that executed a sub-step; returns how many were added."""
+    def add(self, trajectory: Trajectory, gamma: float, n_step: int = 1) -> int:
+        """Every chunk step of ``trajectory`` that executed a sub-step, as ``n_step`` returns; returns how many."""
         if trajectory.observations is None or trajectory.next_observations is None:
             raise ValueError("replay needs trajectories recorded with observations (rollout workers with "
                              "record_observations, which an off-policy algorithm turns on)")
         reward, discount = chunk_reward(trajectory.rewards, trajectory.executed, gamma)  # [T, N]
-        rows = {"actions": trajectory.actions, "reward": reward, "discount": discount,
-                "bootstrap": ~trajectory.terminated}
-        rows |= {f"obs/{k}": v for k, v in trajectory.observations.items()}
-        rows |= {f"next_obs/{k}": v for k, v in trajectory.next_observations.items()}
+        reward, discount, bootstrap, last = n_step_returns(  # rows flat [T * N], t-major
+            reward.reshape(-1), discount.reshape(-1), trajectory.terminated.reshape(-1),
+            following_rows(trajectory.dones), n_step)
+        flat = {"actions": trajectory.actions.reshape(-1, *trajectory.actions.shape[2:]), "reward": reward,
+                "discount": discount, "bootstrap": bootstrap}
+        flat |= {f"obs/{k}": v.reshape(-1, *v.shape[2:]) for k, v in trajectory.observations.items()}
+        flat |= {f"next_obs/{k}": v.reshape(-1, *v.shape[2:])[last] for k, v in trajectory.next_observations.items()}
         keep = trajectory.executed.any(-1).reshape(-1)  # an env done earlier (no auto-reset) executed nothing
-        flat = {k: v.reshape(-1, *v.shape[2:])[keep] for k, v in rows.items()}
+        flat = {k: v[keep] for k, v in flat.items()}
         count = int(keep.sum())
         if count:
             self._write(flat, count)
@@ -185,6 +190,16 @@ class ReplayBuffer:
             raise ValueError(f"{folder / MANIFEST}: its chunks do not hold its {size} rows")
         self.storage, self.size = storage, size
         self.position, self.added = int(manifest["position"]), int(manifest["added"])
+
+
+def following_rows(dones: torch.Tensor) -> torch.Tensor:
+    """int64 [T * N]: for the rows of a [T, N] trajectory flattened t-major, the row of the same env's next chunk
+    step, or -1 where its episode ended in the chunk (``dones``) or the trajectory ends (n-step windows stop)."""
+    T, N = dones.shape
+    rows = torch.arange(T * N).reshape(T, N)
+    following = torch.full((T, N), -1, dtype=torch.int64)
+    following[:-1] = torch.where(dones[:-1], -1, rows[1:])
+    return following.reshape(-1)
 
 
 def read_replay_manifest(folder: Path) -> dict[str, Any]:

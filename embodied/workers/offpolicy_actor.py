@@ -45,7 +45,8 @@ class OffPolicyActorWorker(ActorWorker):
         self.demos: ReplayBuffer | None = None  # RLPD: the demonstrations' chunk transitions, built once here
         if algorithm.demos:
             data = open_demos(algorithm.demos, policy_cfg.action_chunk)
-            self.demos = demo_replay(data, fit_demos(data, spec, policy_cfg.action_chunk), algorithm.gamma)
+            self.demos = demo_replay(data, fit_demos(data, spec, policy_cfg.action_chunk), algorithm.gamma,
+                                     algorithm.n_step)
         self.received = 0  # chunk transitions received in the run
         self.saved_replay: Path | None = None  # the replay folder last saved or resumed from (chunks to reuse)
         self.replay_files: dict[str, int] = {}  # chunk files the last checkpoint wrote and linked
@@ -54,7 +55,7 @@ class OffPolicyActorWorker(ActorWorker):
     def update(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
         """Add the epoch's transitions to replay, then make the updates the UTD ratio owes; returns metrics."""
         a = self.algo
-        received = sum(self.replay.add(t, a.gamma) for t in trajectories)
+        received = sum(self.replay.add(t, a.gamma, a.n_step) for t in trajectories)
         self.received += received
         behaviour = [t.version for t in trajectories]
         if len(self.replay) >= max(a.learning_starts, 1):

@@ -31,10 +31,16 @@ SPEC = PolicySpec(state_dim=3, image_shape=None, action_dim=2, action_low=(-1.0,
     ("actor.ema_decay=0.9", "actor.ema_decay"),
     ("algorithm.critic_warmup_iterations=2", "algorithm.critic_warmup_iterations"),
     ("actor.num_ranks=2", "actor.num_ranks"),
+    ("algorithm.n_step=0", "algorithm.n_step"),
 ])
 def test_bad_sac_config_names_the_field(override, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         load_config(RECIPE, [override])
+
+
+def test_n_step_with_another_algorithm_names_the_field():
+    with pytest.raises(ConfigError, match=r"algorithm\.n_step: .*algorithm\.name=ppo"):
+        load_config(None, ["algorithm.name=ppo", "algorithm.n_step=3"])
 
 
 def test_num_critics_one_with_a_plain_min_is_fine():
@@ -227,3 +233,11 @@ def test_a_full_disk_while_saving_replay_names_the_path_and_keeps_the_previous_c
     monkeypatch.undo()
     save(worker, target, 2)  # with room again the same checkpoint goes through
     assert load_checkpoint(target)["iteration"] == 2
+
+
+def test_algorithm_n_step_reaches_the_actors_replay():
+    worker = actor("algorithm.n_step=3", "algorithm.gamma=0.5")
+    worker.update([transitions(T=4)], 1)  # 3 envs; chunks of 2 executed sub-steps, no episode ends
+    discounts = worker.replay.storage["discount"][:12].reshape(4, 3)
+    expected = torch.tensor([0.5 ** 6, 0.5 ** 6, 0.5 ** 4, 0.5 ** 2])  # windows of 3, 3, 2 (epoch end), 1 chunks
+    assert torch.equal(discounts, expected[:, None].expand(4, 3))

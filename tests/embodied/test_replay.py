@@ -37,6 +37,26 @@ def test_add_computes_chunk_rewards_and_keeps_dtypes():
     assert float(s["next_obs/states"][row, 0]) == 102.0
 
 
+def test_n_step_rows_bootstrap_from_the_windows_last_next_obs():
+    T, N = 4, 2
+    dones = torch.zeros(T, N, dtype=torch.bool)
+    dones[1, 0] = True  # env 0 truncated in chunk step 1 (final_obs in next_observations there)
+    replay = ReplayBuffer(16)
+    traj = trajectory(T=T, N=N)
+    traj.dones = dones
+    assert replay.add(traj, gamma=0.5, n_step=3) == 8
+    s = replay.storage
+    # rows t-major: row t * N + n. Env 1 at t=0: chunks 0, 1, 2 (two sub-steps of reward 1 each)
+    assert float(s["reward"][1]) == pytest.approx(sum(0.5 ** k for k in range(6)))
+    assert float(s["discount"][1]) == 0.5 ** 6 and float(s["next_obs/states"][1, 0]) == 100 + 2 * N + 1
+    # env 0 at t=0: its episode ended in chunk 1, so the window stops there and bootstraps (a truncation)
+    assert float(s["discount"][0]) == 0.5 ** 4 and bool(s["bootstrap"][0])
+    assert float(s["next_obs/states"][0, 0]) == 100 + 1 * N + 0
+    # env 1 at t=3: the epoch ends, so one chunk
+    assert float(s["discount"][7]) == 0.5 ** 2 and float(s["next_obs/states"][7, 0]) == 100 + 3 * N + 1
+    assert torch.equal(s["obs/states"][:8, 0], torch.arange(8.0))  # obs and actions stay the row's own
+
+
 def test_chunk_steps_that_executed_nothing_are_left_out():
     executed = torch.ones(3, 2, 2, dtype=torch.bool)
     executed[2, 1] = False  # no auto-reset: a done env executes nothing
