@@ -8,8 +8,10 @@ comes from the demonstrations' own replay (``embodied.demo_replay``), built here
 run keeps the ratio exactly. ``version`` counts gradient updates: the runner syncs weights every
 ``algorithm.sync_every`` of them (``embodied.offpolicy_runner``).
 
-Checkpoints hold the learner (critics, targets, temperature, optimizers) and, unless
-``algorithm.checkpoint_replay`` is off, the replay buffer, in the same atomic write as the policy.
+Checkpoints hold the learner (critics, targets, temperature, optimizers) in trainer.pt and, unless
+``algorithm.checkpoint_replay`` is off, the replay buffer as chunk files in the checkpoint's ``replay/`` folder
+(``ReplayBuffer.save``), in the same atomic write as the policy: a full disk leaves the previous checkpoint as it
+was. Chunks unchanged since the checkpoint this actor last wrote or resumed from are hard-linked from it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied.algorithms.sac import ReplaySample, SACLearner
-from embodied.checkpoint import save_policy_checkpoint
+from embodied.checkpoint import REPLAY_DIR, save_policy_checkpoint
 from embodied.config import ActorConfig, AlgorithmConfig
 from embodied.demo_replay import demo_replay, fit_demos, mixed_sample, open_demos
 from embodied.numerics import NonFiniteUpdateError, non_finite_terms
@@ -43,14 +45,17 @@ class OffPolicyActorWorker(ActorWorker):
         self.demos: ReplayBuffer | None = None  # RLPD: the demonstrations' chunk transitions, built once here
         if algorithm.demos:
             data = open_demos(algorithm.demos, policy_cfg.action_chunk)
-            self.demos = demo_replay(data, fit_demos(data, spec, policy_cfg.action_chunk), algorithm.gamma)
+            self.demos = demo_replay(data, fit_demos(data, spec, policy_cfg.action_chunk), algorithm.gamma,
+                                     algorithm.n_step)
         self.received = 0  # chunk transitions received in the run
+        self.saved_replay: Path | None = None  # the replay folder last saved or resumed from (chunks to reuse)
+        self.replay_files: dict[str, int] = {}  # chunk files the last checkpoint wrote and linked
         self.owed = 0.0  # gradient updates owed by the UTD ratio, not yet made (a fraction carries over)
 
     def update(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
         """Add the epoch's transitions to replay, then make the updates the UTD ratio owes; returns metrics."""
         a = self.algo
-        received = sum(self.replay.add(t, a.gamma) for t in trajectories)
+        received = sum(self.replay.add(t, a.gamma, a.n_step) for t in trajectories)
         self.received += received
         behaviour = [t.version for t in trajectories]
         if len(self.replay) >= max(a.learning_starts, 1):
@@ -86,20 +91,28 @@ class OffPolicyActorWorker(ActorWorker):
         return mixed_sample(self.demos, self.replay, a.batch_size, a.demo_ratio, self.generator)
 
     def _extra(self) -> dict[str, Any]:
-        """The learner's and replay's state for the checkpoint's ``actor`` entry."""
-        extra: dict[str, Any] = {"generator": self.generator.get_state(), "sac": self.learner.state_dict(),
-                                 "sac_counters": {"received": self.received, "owed": self.owed}}
-        if self.algo.checkpoint_replay:
-            extra["replay"] = self.replay.state_dict()
-        return extra
+        """The learner's state and pacing counters for the checkpoint's ``actor`` entry (replay is saved beside)."""
+        return {"generator": self.generator.get_state(), "sac": self.learner.state_dict(),
+                "sac_counters": {"received": self.received, "owed": self.owed}}
 
     def state(self) -> dict[str, Any]:
+        """The actor's whole state in memory, replay included unless ``algorithm.checkpoint_replay`` is off."""
+        replay = {"replay": self.replay.state_dict()} if self.algo.checkpoint_replay else {}
         return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(), "version": self.version,
-                **self._extra()}
+                **self._extra(), **replay}
 
     def save_checkpoint(self, path: str, extra: dict[str, Any]) -> str:
-        save_policy_checkpoint(Path(path), self.policy, self.optimizer, self.version, self.spec, extra, self._extra())
+        """The checkpoint folder ``path``: trainer.pt and, with ``checkpoint_replay``, ``replay/`` beside it."""
+        folder = Path(path)
+        write = self._write_replay if self.algo.checkpoint_replay else None
+        save_policy_checkpoint(folder, self.policy, self.optimizer, self.version, self.spec, extra, self._extra(),
+                               write)
+        if write is not None:  # only once the folder is whole: a failed write leaves the last one to reuse
+            self.saved_replay = folder / REPLAY_DIR
         return path
+
+    def _write_replay(self, folder: Path) -> None:
+        self.replay_files = self.replay.save(folder / REPLAY_DIR, previous=self.saved_replay)
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Resume the policy, the learner and, if saved, replay (without it replay restarts empty)."""
@@ -111,7 +124,10 @@ class OffPolicyActorWorker(ActorWorker):
             self.learner.load_state_dict(state["sac"])
             counters = state.get("sac_counters", {})
             self.received, self.owed = int(counters.get("received", 0)), float(counters.get("owed", 0.0))
-        if "replay" in state:
+        if "replay_dir" in state:  # a checkpoint's replay/ folder
+            self.replay.load(Path(state["replay_dir"]))
+            self.saved_replay = Path(state["replay_dir"])
+        elif "replay" in state:  # state() in memory
             self.replay.load_state_dict(state["replay"])
         elif "sac" in state:
             warnings.warn("resuming SAC from a checkpoint saved without its replay buffer "

@@ -3,13 +3,16 @@ checkpoint, and a stopped-and-resumed run that ends on the weights of one run in
 
 from __future__ import annotations
 
+import errno
+import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
 
-from embodied.checkpoint import load_checkpoint
+from embodied.atomic import DiskFullError
+from embodied.checkpoint import find_checkpoint, load_checkpoint
 from embodied.config import load_config
 from embodied.runner import train
 
@@ -34,7 +37,9 @@ def test_short_sac_run(tmp_path):
     assert len(set(q_means)) == 4, q_means  # the critics learn
     assert 0.0 <= result.final_eval["eval/success_rate"] <= 1.0
     actor = load_checkpoint(result.checkpoint)["actor"]
-    assert actor["version"] == 64 and actor["replay"]["size"] == 64
+    replay = json.loads((result.checkpoint / "replay" / "replay.json").read_text())
+    assert actor["version"] == 64 and actor["replay_dir"] == str(result.checkpoint / "replay")
+    assert replay["size"] == 64 and sum(c["rows"] for c in replay["chunks"]) == 64
     assert set(actor["sac"]) >= {"critics", "target_critics", "log_alpha", "critic_optimizer"}
 
 
@@ -54,3 +59,31 @@ def test_resumed_sac_run_equals_one_run(tmp_path):
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]
     assert [m["sac/q_loss"] for m in one_go.history[2:]] == [m["sac/q_loss"] for m in resumed.history]
+
+
+@pytest.mark.slow
+def test_a_full_disk_while_checkpointing_replay_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    """keep_checkpoints=1: the failed write of iteration 4's replay names the path and deletes nothing; the run
+    resumes from iteration 2's checkpoint and ends on one run's weights."""
+    from embodied import replay as replay_module
+
+    write = replay_module._write_chunk
+
+    def full_on_the_second_checkpoint(path, parts):
+        if "iter_000004" in str(path.parent.parent):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        write(path, parts)
+
+    monkeypatch.setattr(replay_module, "_write_chunk", full_on_the_second_checkpoint)
+    cfg = load_config(RECIPE, [*SHORT, "runner.keep_checkpoints=1", f"experiment.output_dir={tmp_path / 'two'}"])
+    with pytest.raises(DiskFullError, match=r"no space left on device writing checkpoint \S*iter_000004"):
+        train(cfg)
+    run_dir = next((tmp_path / "two").iterdir())
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["iter_000002"]
+    assert find_checkpoint(run_dir).name == "iter_000002"
+    monkeypatch.undo()
+    resumed = train(load_config(RECIPE, [*SHORT, f"experiment.output_dir={tmp_path / 'two'}",
+                                         f"runner.resume_from={run_dir}"]))
+    one_go = train(load_config(RECIPE, [*SHORT, f"experiment.output_dir={tmp_path / 'one'}"]))
+    a, b = weights(one_go), weights(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]

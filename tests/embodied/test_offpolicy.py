@@ -31,10 +31,16 @@ SPEC = PolicySpec(state_dim=3, image_shape=None, action_dim=2, action_low=(-1.0,
     ("actor.ema_decay=0.9", "actor.ema_decay"),
     ("algorithm.critic_warmup_iterations=2", "algorithm.critic_warmup_iterations"),
     ("actor.num_ranks=2", "actor.num_ranks"),
+    ("algorithm.n_step=0", "algorithm.n_step"),
 ])
 def test_bad_sac_config_names_the_field(override, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         load_config(RECIPE, [override])
+
+
+def test_n_step_with_another_algorithm_names_the_field():
+    with pytest.raises(ConfigError, match=r"algorithm\.n_step: .*algorithm\.name=ppo"):
+        load_config(None, ["algorithm.name=ppo", "algorithm.n_step=3"])
 
 
 def test_num_critics_one_with_a_plain_min_is_fine():
@@ -151,3 +157,87 @@ def test_weights_sync_every_sync_every_updates():
     iterations = OffPolicyIterations(workers, cfg)  # type: ignore[arg-type]
     synced = [iterations(it)[0]["sac/synced"] for it in range(1, 6)]
     assert synced == [1.0, 0.0, 0.0, 1.0, 0.0]  # first, then once 128 >= 100 updates were made since
+
+
+def save(worker: OffPolicyActorWorker, path: Path, iteration: int) -> Path:
+    worker.save_checkpoint(str(path), {"iteration": iteration, "env_steps": 0})
+    return path
+
+
+def test_a_checkpoint_holds_replay_as_chunk_files_and_resumes_exactly(tmp_path):
+    from embodied.checkpoint import load_checkpoint
+
+    first = actor()
+    first.update([transitions(T=4)], 1)
+    path = save(first, tmp_path / "checkpoints" / "iter_000001", 1)
+    assert (path / "replay" / "replay.json").is_file() and first.replay_files == {"written": 1, "linked": 0}
+    state = load_checkpoint(path)["actor"]
+    assert "replay" not in state and state["replay_dir"] == str(path / "replay")
+    second = actor()
+    second.load_state(state)
+    assert len(second.replay) == 12
+    # the resumed actor reuses the chunks of the checkpoint it resumed from where they did not change
+    again = save(second, tmp_path / "checkpoints" / "iter_000001_again", 1)
+    assert second.replay_files == {"written": 0, "linked": 1}
+    assert (again / "replay" / "chunk_000000.bin").stat().st_ino == (path / "replay" / "chunk_000000.bin").stat().st_ino
+    a, b = first.update([transitions(seed=5)], 2), second.update([transitions(seed=5)], 2)
+    assert a == b
+    for k, v in first.learner.critics.state_dict().items():
+        assert torch.equal(v, second.learner.critics.state_dict()[k])
+    save(second, tmp_path / "checkpoints" / "iter_000002", 2)
+    assert second.replay_files == {"written": 1, "linked": 0}  # the one chunk grew: written again
+
+
+def test_checkpoint_replay_false_writes_no_replay_folder(tmp_path):
+    from embodied.checkpoint import load_checkpoint
+
+    first = actor("algorithm.checkpoint_replay=false")
+    first.update([transitions(T=4)], 1)
+    path = save(first, tmp_path / "iter_000001", 1)
+    assert not (path / "replay").exists()
+    second = actor("algorithm.checkpoint_replay=false")
+    with pytest.warns(UserWarning, match="not exact"):
+        second.load_state(load_checkpoint(path)["actor"])
+    assert len(second.replay) == 0
+
+
+def test_a_full_disk_while_saving_replay_names_the_path_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    import errno
+
+    from embodied import replay as replay_module
+    from embodied.atomic import DiskFullError
+    from embodied.checkpoint import find_checkpoint, load_checkpoint
+
+    checkpoints = tmp_path / "checkpoints"
+    worker = actor()
+    worker.update([transitions(T=4)], 1)
+    good = save(worker, checkpoints / "iter_000001", 1)
+    before = {p.relative_to(good): p.read_bytes() for p in good.rglob("*") if p.is_file()}
+    worker.update([transitions(seed=5)], 2)
+
+    def full(path, parts):
+        path.write_bytes(bytes(parts[0])[:5])  # a few bytes got out before the disk filled
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(replay_module, "_write_chunk", full)
+    target = checkpoints / "iter_000002"
+    with pytest.raises(DiskFullError, match=r"no space left on device writing checkpoint .*iter_000002"):
+        save(worker, target, 2)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["iter_000001"]  # no half-written one, no temp folder
+    assert {p.relative_to(good): p.read_bytes() for p in good.rglob("*") if p.is_file()} == before
+    assert worker.saved_replay == good / "replay"  # the next checkpoint reuses the good one's chunks
+    assert find_checkpoint(tmp_path) == good
+    resumed = actor()
+    resumed.load_state(load_checkpoint(good)["actor"])
+    assert len(resumed.replay) == 12 and resumed.version == 12  # iteration 1's 12 transitions and updates
+    monkeypatch.undo()
+    save(worker, target, 2)  # with room again the same checkpoint goes through
+    assert load_checkpoint(target)["iteration"] == 2
+
+
+def test_algorithm_n_step_reaches_the_actors_replay():
+    worker = actor("algorithm.n_step=3", "algorithm.gamma=0.5")
+    worker.update([transitions(T=4)], 1)  # 3 envs; chunks of 2 executed sub-steps, no episode ends
+    discounts = worker.replay.storage["discount"][:12].reshape(4, 3)
+    expected = torch.tensor([0.5 ** 6, 0.5 ** 6, 0.5 ** 4, 0.5 ** 2])  # windows of 3, 3, 2 (epoch end), 1 chunks
+    assert torch.equal(discounts, expected[:, None].expand(4, 3))
