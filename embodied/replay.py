@@ -38,13 +38,16 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, trajectory: Trajectory, gamma: float) -> int:
-        """Every chunk step of ``trajectory`` that executed a sub-step; returns how many were added."""
+    def add(self, trajectory: Trajectory, gamma: float, actions: torch.Tensor | None = None) -> int:
+        """Every chunk step of ``trajectory`` that executed a sub-step; returns how many were added.
+
+        ``actions`` [T, N, ...] are what the critics score, when not the executed chunks (``Policy.replay_actions``:
+        DSRL's initial noise)."""
         if trajectory.observations is None or trajectory.next_observations is None:
             raise ValueError("replay needs trajectories recorded with observations (rollout workers with "
                              "record_observations, which an off-policy algorithm turns on)")
         reward, discount = chunk_reward(trajectory.rewards, trajectory.executed, gamma)  # [T, N]
-        rows = {"actions": trajectory.actions, "reward": reward, "discount": discount,
+        rows = {"actions": trajectory.actions if actions is None else actions, "reward": reward, "discount": discount,
                 "bootstrap": ~trajectory.terminated}
         rows |= {f"obs/{k}": v for k, v in trajectory.observations.items()}
         rows |= {f"next_obs/{k}": v for k, v in trajectory.next_observations.items()}
