@@ -108,7 +108,9 @@ def build_frozen(config: PolicyConfig, spec: PolicySpec) -> Policy:
         load_policy_state(policy, state["actor"])
     else:
         warnings.warn("algorithm.name=dsrl without policy.init_from: the frozen flow policy is its initialisation "
-                      "(pretrained backbone, untrained heads); give it the SFT checkpoint to steer", stacklevel=2)
+                      "(pretrained backbone, untrained heads, which copies in other processes need not share: a tiny "
+                      "model built on first use draws its weights first); give it the SFT checkpoint to steer",
+                      stacklevel=2)
     if not isinstance(policy, SteerablePolicy):
         raise ValueError(f"algorithm.name=dsrl: policy.type={config.type} ({type(policy).__name__}) cannot act from a "
                          "given noise (flow_noise_shape, flow_feature_size, steer)")
