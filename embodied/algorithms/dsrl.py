@@ -154,7 +154,8 @@ class DSRLPolicy(Policy):
         chunk, dim = self.frozen.flow_noise_shape()  # type: ignore[attr-defined]
         trainable = sum(p.numel() for p in self.parameters())
         return (f"policy: DSRL noise actor ({trainable / 1e6:.3f}M parameters, all trainable) over noise [{chunk}, "
-                f"{dim}] x {self.config.noise_scale}, features: {self.config.features}; frozen {self.frozen.describe()}")
+                f"{dim}] x {self.config.noise_scale}, features: {self.config.features}; "
+                f"frozen {self.frozen.describe()}")
 
     def _features(self, obs: Obs, steering: NoiseSteering | None = None) -> torch.Tensor:
         if self.config.features == "states":
