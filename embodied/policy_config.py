@@ -42,6 +42,11 @@ class PolicyConfig:
         """What the env must give: a subset of {"states", "images"} (checked against env.obs_mode up front)."""
         return set()
 
+    def flow_noise(self) -> bool:
+        """Whether the policy turns a given initial noise into actions by a flow's Euler loop (``steer``), so that
+        ``algorithm.name=dsrl`` can steer it; the default has no such noise."""
+        return False
+
     def validate(self) -> list[str]:
         """Problems only this policy type can see, each prefixed by its field path (``policy.x``).
 

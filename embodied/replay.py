@@ -59,8 +59,11 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, trajectory: Trajectory, gamma: float, n_step: int = 1) -> int:
-        """Every chunk step of ``trajectory`` that executed a sub-step, as ``n_step`` returns; returns how many."""
+    def add(self, trajectory: Trajectory, gamma: float, n_step: int = 1, actions: torch.Tensor | None = None) -> int:
+        """Every chunk step of ``trajectory`` that executed a sub-step, as ``n_step`` returns; returns how many.
+
+        ``actions`` [T, N, ...] are what the critics score, when not the executed chunks (``Policy.replay_actions``:
+        DSRL's initial noise)."""
         if trajectory.observations is None or trajectory.next_observations is None:
             raise ValueError("replay needs trajectories recorded with observations (rollout workers with "
                              "record_observations, which an off-policy algorithm turns on)")
@@ -68,7 +71,8 @@ class ReplayBuffer:
         reward, discount, bootstrap, last = n_step_returns(  # rows flat [T * N], t-major
             reward.reshape(-1), discount.reshape(-1), trajectory.terminated.reshape(-1),
             following_rows(trajectory.dones), n_step)
-        flat = {"actions": trajectory.actions.reshape(-1, *trajectory.actions.shape[2:]), "reward": reward,
+        chosen = trajectory.actions if actions is None else actions
+        flat = {"actions": chosen.reshape(-1, *chosen.shape[2:]), "reward": reward,
                 "discount": discount, "bootstrap": bootstrap}
         flat |= {f"obs/{k}": v.reshape(-1, *v.shape[2:]) for k, v in trajectory.observations.items()}
         flat |= {f"next_obs/{k}": v.reshape(-1, *v.shape[2:])[last] for k, v in trajectory.next_observations.items()}

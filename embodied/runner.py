@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import yaml
 
-from embodied.algorithms import is_off_policy
+from embodied.algorithms import is_off_policy, worker_policy_config
 from embodied.atomic import DiskFullError
 from embodied.checkpoint import check_init_from, prune_checkpoints, remove_partial
 from embodied.config import Config, ConfigError, to_dict
@@ -186,7 +186,7 @@ def check_before_start(cfg: Config) -> None:
     algorithm's policy must have Q-functions (``embodied.q_functions``), and ``algorithm.demos`` must fit the env."""
     if is_off_policy(cfg.algorithm.name):
         try:
-            require_q_functions(cfg.policy, cfg.algorithm.name)
+            require_q_functions(worker_policy_config(cfg.policy, cfg.algorithm), cfg.algorithm.name)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     check_env_config(cfg.env, "env")

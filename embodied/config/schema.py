@@ -86,7 +86,7 @@ class EvalEnvConfig:
 
 @dataclass
 class AlgorithmConfig:
-    name: str = "ppo"  # training algorithm, a registered name: ppo, grpo, sac (see embodied.registry.ALGORITHMS)
+    name: str = "ppo"  # training algorithm, a registered name: ppo, grpo, sac, dsrl (see embodied.registry.ALGORITHMS)
     gamma: float = 0.99  # discount per chunk step
     gae_lambda: float = 0.95  # GAE lambda
     clip_coef: float = 0.2  # PPO ratio clip (and value clip when clip_vloss)
@@ -134,6 +134,14 @@ class AlgorithmConfig:
     # RLPD (Ball et al. 2023) on sac: demonstrations in a second replay, sampled beside online replay.
     demos: str | None = None  # sac: demonstrations folder (`embodied collect` or LeRobot) filling the demo replay
     demo_ratio: float = 0.5  # sac with demos: share of each batch drawn from the demo replay (RLPD's symmetric 0.5)
+    # DSRL (Wagenmaker et al. 2025; embodied.algorithms.dsrl): SAC (the fields above) over the initial noise of the
+    # frozen flow policy of the policy section, whose weights come from policy.init_from.
+    noise_scale: float = 1.0  # dsrl: the noise actor's output is tanh(u) * noise_scale, per noise entry
+    # dsrl: what the noise actor and critics see: "encoding", a frozen encoding the flow policy computes anyway (its
+    # backbone's or VLM prefix's features, which see the images and the instruction), or "states", the env's states.
+    dsrl_features: Literal["encoding", "states"] = "encoding"
+    noise_actor_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # dsrl: the noise actor's layers
+    noise_critic_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # dsrl: every critic's layers
 
 
 @dataclass

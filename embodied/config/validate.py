@@ -50,9 +50,11 @@ def _algorithm_problems(cfg: Config) -> list[str]:
         value = getattr(a, name)
         if value is not None and not value > 0:
             problems.append(f"algorithm.{name}: must be > 0, got {value}")
-    if a.name == "sac":
+    if a.name in ("sac", "dsrl"):  # dsrl is SAC over a frozen flow policy's noise
         problems += _sac_problems(cfg)
-    elif a.demos is not None:  # RLPD's demo replay lives in the off-policy actor
+    if a.name == "dsrl":
+        problems += _dsrl_problems(cfg)
+    elif a.name != "sac" and a.demos is not None:  # RLPD's demo replay lives in the off-policy actor
         problems.append(f"algorithm.demos: demonstrations fill SAC's second replay (RLPD); algorithm.name={a.name} "
                         f"does not read them (behaviour cloning is `embodied sft`); use algorithm.name=sac or unset it")
     if a.name != "sac" and a.n_step != 1:
@@ -116,6 +118,31 @@ def _sac_problems(cfg: Config) -> list[str]:
                  f"got {a.demo_ratio}")
     if a.demos is not None and a.demos.strip() == "":
         p.append("algorithm.demos: an empty path (an unset shell variable?); leave it out or set it to null")
+    return p
+
+
+def _dsrl_problems(cfg: Config) -> list[str]:
+    """DSRL's frozen flow policy, its noise actor, and what it cannot take."""
+    a, p = cfg.algorithm, []
+    if not cfg.policy.flow_noise():
+        p.append(f"policy.type: algorithm.name=dsrl steers the initial noise of a flow-matching policy, and "
+                 f"policy.type={cfg.policy.type} as configured starts from none (a VLA needs "
+                 f"policy.action_head=flow; policy.type=pi0 has one)")
+    if not a.noise_scale > 0:
+        p.append(f"algorithm.noise_scale: the noise actor's bound tanh(u) * noise_scale must be > 0, got "
+                 f"{a.noise_scale}")
+    for name in ("noise_actor_hidden_sizes", "noise_critic_hidden_sizes"):
+        sizes = getattr(a, name)
+        if not sizes or any(v < 1 for v in sizes):
+            p.append(f"algorithm.{name}: need at least one layer, every width >= 1, got {sizes}")
+    if a.dsrl_features == "states":
+        for section, mode in (("env", cfg.env.obs_mode), ("eval_env", cfg.eval_env.obs_mode)):
+            if mode is not None and "states" not in OBS_MODE_GIVES[mode]:
+                p.append(f"algorithm.dsrl_features: 'states' needs states, which {section}.obs_mode={mode!r} does "
+                         f"not give; use 'state+rgb' or algorithm.dsrl_features=encoding")
+    if a.demos is not None:
+        p.append("algorithm.demos: demonstrations hold env chunks, but DSRL's actions are the frozen policy's initial "
+                 "noise, which a chunk does not give (RLPD is algorithm.name=sac); unset it")
     return p
 
 

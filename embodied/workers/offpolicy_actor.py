@@ -55,7 +55,8 @@ class OffPolicyActorWorker(ActorWorker):
     def update(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
         """Add the epoch's transitions to replay, then make the updates the UTD ratio owes; returns metrics."""
         a = self.algo
-        received = sum(self.replay.add(t, a.gamma, a.n_step) for t in trajectories)
+        received = sum(self.replay.add(t, a.gamma, a.n_step, self.policy.replay_actions(t.forward_inputs, t.actions))
+                       for t in trajectories)
         self.received += received
         behaviour = [t.version for t in trajectories]
         if len(self.replay) >= max(a.learning_starts, 1):

@@ -47,6 +47,10 @@ class PI0PolicyConfig(PolicyConfig):
     model_class: ClassVar[str] = "embodied.policies.pi0.modeling:PI0Policy"
     architecture_fields: ClassVar[tuple[str, ...]] = ("use_states",)
 
+    def flow_noise(self) -> bool:
+        """π0's chunks come from its flow's Euler loop (DSRL steers its initial noise)."""
+        return True
+
     def required_observations(self) -> set[str]:
         return {"images", "states"} if self.use_states else {"images"}
 

@@ -45,7 +45,8 @@ from embodied.policies.pi0.configuration import PI0PolicyConfig, size_problems
 from embodied.policies.pi0.pretrained import load_pi0, parameter_split, resolve_model_path, seed_vlm
 from embodied.policies.pi0.processing import STD_EPS, NormStats, PI0Inputs, fitted_stats, folder_stats, load_stats
 from embodied.policy import Policy, PolicySpec
-from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, Obs, PolicyOutput
+from embodied.types import (MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, NoiseSteering, Obs,
+                            PolicyOutput)
 
 HEADS_FILE = "heads.pt"  # value head and Flow-Noise's std head (a plain state dict)
 POLICY_FILE = "embodied_policy.json"  # the policy config and the base model, for people and tools
@@ -235,6 +236,34 @@ class PI0Policy(Policy):
     def value(self, obs: Obs) -> torch.Tensor:
         return self._value(self._prefix(self.forward_inputs(obs))).cpu()
 
+    def flow_noise_shape(self) -> tuple[int, int]:
+        """The part of π0's initial noise [chunk_size, max_action_dim] that DSRL steers: the executed chunk
+        positions and the env's action dimensions [action_chunk, A]."""
+        return self.chunk, self.action_dim
+
+    def flow_feature_size(self) -> int:
+        """F of ``steer(obs).features``: the VLM's hidden size plus the states used."""
+        return int(self.model.config.vlm_config.text_config.hidden_size) + self.state_dim
+
+    @torch.no_grad()
+    def steer(self, obs: Obs) -> NoiseSteering:
+        """DSRL: the VLM prefix over ``obs`` once; its features (what the value head reads: the masked mean of the
+        prefix's last hidden states, and the normalized state when the policy uses states) and the ODE from a given
+        noise [B, action_chunk, A]. The rest of π0's noise (the padded action dimensions, the positions past
+        ``action_chunk``) is 0, the mode of its N(0, I) prior: the chunk is then a function of the steered noise
+        alone, as the critics assume, and 0 is where π0's greedy loop is most likely to start."""
+        prefix = self._prefix(self.forward_inputs(obs))
+        features = torch.cat([self._pooled(prefix), prefix.state.float()[:, :self.state_dim]], -1)
+
+        @torch.no_grad()
+        def actions(noise: torch.Tensor) -> torch.Tensor:
+            full = torch.zeros(noise.shape[0], self.chunk_size, self.max_action_dim, device=self.device_)
+            full[:, :self.chunk, :self.action_dim] = noise.to(self.device_, torch.float32)
+            chain = sample_chain(self._velocity(prefix), full, self.steps, self.logprob, True, self.scored)
+            return self.env_actions(chain.actions).cpu()
+
+        return NoiseSteering(features.cpu(), actions)
+
     def supervised_loss(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor,
                         executed: torch.Tensor) -> torch.Tensor:
         """π0's flow-matching objective (``forward(actions=...)``, its time sampling and velocity) on
@@ -334,10 +363,13 @@ class PI0Policy(Policy):
             return self.model.action_out_proj(features).float(), features
         return velocity
 
-    def _value(self, prefix: Prefix) -> torch.Tensor:
+    def _pooled(self, prefix: Prefix) -> torch.Tensor:
+        """The masked mean of the prefix's last hidden states [B, H] (float32)."""
         mask = prefix.mask.float()[..., None]
-        pooled = (prefix.hidden.float() * mask).sum(1) / mask.sum(1).clamp_min(1.0)
-        return self.value_head(torch.cat([pooled, prefix.state.float()], -1)).squeeze(-1)
+        return (prefix.hidden.float() * mask).sum(1) / mask.sum(1).clamp_min(1.0)
+
+    def _value(self, prefix: Prefix) -> torch.Tensor:
+        return self.value_head(torch.cat([self._pooled(prefix), prefix.state.float()], -1)).squeeze(-1)
 
     # -- checkpoints -------------------------------------------------------------------------
 
