@@ -16,6 +16,7 @@ from embodied.algorithms.dsrl import FEATURES
 from embodied.checkpoint import load_checkpoint
 from embodied.cli import main
 from embodied.config import load_config
+from embodied.replay import ReplayBuffer, read_replay_manifest
 from embodied.runner import train
 from tests.e2e.test_vla_flow_recipe import PPO as FLOW_PPO
 from tests.e2e.test_vla_flow_recipe import SMALL
@@ -46,7 +47,11 @@ def check_checkpoint(result) -> dict:
     actor = load_checkpoint(result.checkpoint)["actor"]
     assert set(actor["policy"]) and all(k.startswith("actor.") for k in actor["policy"])
     assert set(actor["sac"]) >= {"critics", "target_critics", "log_alpha", "critic_optimizer"}
-    assert {f"obs/{FEATURES}", f"next_obs/{FEATURES}", "actions"} <= set(actor["replay"]["storage"])
+    folder = Path(actor["replay_dir"])  # the checkpoint's replay/ chunk files
+    replay = ReplayBuffer(int(read_replay_manifest(folder)["capacity"]))
+    replay.load(folder)
+    actor["replay"] = replay.state_dict()  # what the tests below read
+    assert {f"obs/{FEATURES}", f"next_obs/{FEATURES}", "actions"} <= set(replay.storage)
     assert not (Path(result.checkpoint) / "policy").exists()
     return actor
 
