@@ -14,9 +14,9 @@ with the weights the actor has then, and waits for that epoch to end before it r
     rollouts:  | epoch 1 | epoch 2  | epoch 3  | ...        epoch it + 1 acts with the weights from before
     actor:               | update 1 | update 2 | ...        update it, so its data is one epoch's updates stale
 
-Rollouts never wait for updates that do not exist yet, and the actor never waits for weights. What either
-waits for the other is logged (``time/actor_wait``: the actor waiting for an epoch's data;
-``time/rollout_wait``: the rollout workers idle between epochs, waiting for the actor to let the next start).
+The rollout workers wait for the actor only when an update outlasts an epoch, and the actor for data only
+when an epoch outlasts an update; both are logged (``time/actor_wait``: the actor waiting for an epoch's data;
+``time/rollout_wait``: the rollout workers idle between epochs, waiting to be let start the next).
 Between iterations nothing runs, so evals, logging and checkpoints see the workers at rest, in the same order
 in every run of a config.
 
