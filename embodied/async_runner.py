@@ -2,8 +2,8 @@
 
 A producer thread in the driver (``embodied.rollout_producer``) runs rollout epochs back to back
 (``Workers.rollout``, restarts included) and puts each one, with the weight version that produced
-it, into a trajectory buffer (a ``LocalChannel``). Iteration ``it`` of the run (``embodied.runner.run``, shared with the sync
-runner) takes the oldest rollout from the buffer, updates the actor on it (decoupled PPO when the
+it, into a trajectory buffer (a ``LocalChannel``). Iteration ``it`` of the run (``embodied.runner.run``,
+shared with the sync runner) takes the oldest rollout from the buffer, updates the actor on it (decoupled PPO when the
 rollout is older than the actor: ``embodied.algorithms.ppo.ppo_loss``) and publishes the new
 weights into each rollout worker's inbox (a channel): a running epoch loads them between chunk
 steps, without stopping the envs, and every chunk step records the version it acted with.

@@ -72,7 +72,8 @@ class OffPolicyIterations(RolloutProducer):
         synced = self._let_start(it) if self.started == self.consumed else False  # in turn, or after a checkpoint
         version, rollout, rollout_time = self.take()
         t1 = time.perf_counter()
-        ahead = self.cfg.algorithm.overlap and it < self.cfg.runner.iterations and not self.cfg.runner.checkpoints_at(it)
+        runner = self.cfg.runner
+        ahead = self.cfg.algorithm.overlap and it < runner.iterations and not runner.checkpoints_at(it)
         if ahead:  # epoch it + 1 runs during this update, with the weights from before it
             synced = self._let_start(it + 1) or synced
         metrics = self.workers.update(rollout, it)

@@ -116,6 +116,16 @@ def test_state_resumes_learner_and_replay_exactly():
         assert torch.equal(v, second.learner.critics.state_dict()[k])
 
 
+def test_replay_saved_by_two_ranks_is_refused_by_one_naming_the_field():
+    first = actor()
+    first.update([transitions(T=4)], 1)
+    state = copy.deepcopy(first.state())
+    mine = {"generator": state.pop("generator"), "replay": state.pop("replay")}
+    state["rank_shares"] = [mine, mine]  # as two ranks save it
+    with pytest.raises(ValueError, match=r"saved by 2 actor rank\(s\).*actor\.num_ranks=2 \(this run has 1\)"):
+        actor().load_state(state)
+
+
 def test_resume_without_replay_warns_that_it_is_not_exact():
     first = actor("algorithm.checkpoint_replay=false")
     first.update([transitions(T=4)], 1)
