@@ -65,7 +65,7 @@ class AsyncIterations(RolloutProducer):
 
     def __call__(self, it: int) -> tuple[dict[str, float], int]:
         t0 = time.perf_counter()
-        version, trajectories, rollout_time = self.take()
+        version, trajectories, rollout_time, _ = self.take()
         actor_wait = time.perf_counter() - t0
         depth = self.depth()
         t1 = time.perf_counter()

@@ -15,8 +15,12 @@ with the weights the actor has then, and waits for that epoch to end before it r
     actor:               | update 1 | update 2 | ...        update it, so its data is one epoch's updates stale
 
 The rollout workers wait for the actor only when an update outlasts an epoch, and the actor for data only
-when an epoch outlasts an update; both are logged (``time/actor_wait``: the actor waiting for an epoch's data;
-``time/rollout_wait``: the rollout workers idle between epochs, waiting to be let start the next).
+when an epoch outlasts an update. Who waits for whom is logged in seconds, overlapped or in turn:
+``time/actor_wait`` (the actor waiting for an epoch's data), ``time/rollout_wait`` (the rollout workers idle
+between epochs, waiting to be let start the next) and ``time/sync`` (the rollout workers loading new weights
+before the epoch), beside ``time/rollout`` and ``time/update``. In turn the actor waits through every sync and
+epoch, and the rollouts through every update; ``embodied bench``'s SAC row reports both waits as shares of the
+loop's time (``embodied.bench.sac``).
 Between iterations nothing runs, so evals, logging and checkpoints see the workers at rest, in the same order
 in every run of a config.
 
@@ -70,24 +74,25 @@ class OffPolicyIterations(RolloutProducer):
     def __call__(self, it: int) -> tuple[dict[str, float], int]:
         t0 = time.perf_counter()
         synced = self._let_start(it) if self.started == self.consumed else False  # in turn, or after a checkpoint
-        version, rollout, rollout_time = self.take()
+        epoch = self.take()
         t1 = time.perf_counter()
         runner = self.cfg.runner
         ahead = self.cfg.algorithm.overlap and it < runner.iterations and not runner.checkpoints_at(it)
         if ahead:  # epoch it + 1 runs during this update, with the weights from before it
             synced = self._let_start(it + 1) or synced
-        metrics = self.workers.update(rollout, it)
+        metrics = self.workers.update(epoch.rollout, it)
         t2 = time.perf_counter()
         self.since_sync = (self.since_sync or 0) + int(metrics["sac/updates"])
         if ahead:
             self.wait_produced(self.started)  # at rest between iterations (its failure is raised by the next take)
         t3 = time.perf_counter()
-        steps = sum(r.num_env_steps for r in rollout)
-        metrics |= episode_metrics("env", [e for r in rollout for e in r.episodes])
-        metrics |= {"time/rollout": rollout_time, "time/update": t2 - t1, "env_steps_per_s": steps / rollout_time,
+        steps = sum(r.num_env_steps for r in epoch.rollout)
+        metrics |= episode_metrics("env", [e for r in epoch.rollout for e in r.episodes])
+        metrics |= {"time/rollout": epoch.seconds, "time/update": t2 - t1, "time/sync": epoch.sync_seconds,
                     "time/actor_wait": (t1 - t0) + (t3 - t2), "time/rollout_wait": self.waited(),
+                    "env_steps_per_s": steps / epoch.seconds,
                     "sac/synced": float(synced), "sac/updates_since_sync": float(self.since_sync),
-                    "sac/behaviour_version": float(version), "sac/overlap": float(ahead),
+                    "sac/behaviour_version": float(epoch.version), "sac/overlap": float(ahead),
                     "sac/updates_per_s": metrics["sac/updates"] / max(t2 - t1, 1e-9)}
         return metrics, steps
 

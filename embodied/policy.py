@@ -9,28 +9,15 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 import torch
 from torch import nn
 
-from embodied.policy_config import PolicyConfig  # re-exported: policies and workers import it from here
+from embodied.policy_config import PolicyConfig, PolicySpec  # re-exported: policies and workers import them from here
 from embodied.registry import load_entry_point
 from embodied.types import LogprobGranularity, Obs, PolicyOutput
-
-
-@dataclass(frozen=True)
-class PolicySpec:
-    """What the env tells a policy at build time."""
-
-    state_dim: int  # S, 0 when the obs mode has no states
-    image_shape: tuple[int, ...] | None  # (H, W, 3) of main images, None without images
-    action_dim: int  # A
-    action_low: tuple[float, ...]  # per-dimension bounds of the env's action space
-    action_high: tuple[float, ...]
-    wrist_image_shape: tuple[int, ...] | None = None  # (H, W, 3) of wrist images, None without them
 
 
 class Policy(nn.Module, abc.ABC):

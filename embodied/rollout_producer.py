@@ -4,16 +4,16 @@ Shared by the runners whose rollouts overlap the actor's updates: async PPO (``e
 and off-policy SAC (``embodied.offpolicy_runner``). What differs between them is one question, asked
 under ``cond`` before each rollout: may rollout ``i`` (0-based, counted from the start of this process)
 start now, and with which weights (``_next``)? The thread then loads those weights into every rollout
-worker, runs the epoch (``Workers.rollout``, restarts included) and puts ``(version, summaries, seconds)``
-into a trajectory buffer (a ``LocalChannel``) that the consumer, the runner's iteration, reads in order
-(``take``). An error of the producer is raised there, by the consumer, instead of a rollout that never
-comes.
+worker, runs the epoch (``Workers.rollout``, restarts included) and puts it (an ``Epoch``: the weight version,
+the summaries, the seconds it ran and the seconds the weights took to load) into a trajectory buffer (a
+``LocalChannel``) that the consumer, the runner's iteration, reads in order (``take``). An error of the
+producer is raised there, by the consumer, instead of a rollout that never comes.
 
     class Mine(RolloutProducer):
         def _next(self, i):          # under self.cond
             return Start(iteration=first + i, weights=handle) if allowed else None
     producer = Mine(workers, chunk_steps, "mine")
-    version, rollout, seconds = producer.take()
+    epoch = producer.take()          # epoch.version, epoch.rollout, epoch.seconds, epoch.sync_seconds
     producer.pause(); ...; producer.resume(); producer.close()
 """
 
@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from embodied.channels import LocalChannel
 from embodied.types import RolloutSummary
@@ -41,6 +41,15 @@ class Start:
     version: int | None = None  # the weight version it acts with (None: the oldest its summaries report)
 
 
+class Epoch(NamedTuple):
+    """One rollout epoch as the consumer takes it."""
+
+    version: int  # the weight version it acted with
+    rollout: list[RolloutSummary]  # every rollout worker's summary (its trajectory stays in the worker)
+    seconds: float  # the epoch itself
+    sync_seconds: float  # the rollout workers loading new weights before it (0: they held them already)
+
+
 class RolloutProducer:
     """The producer thread, the trajectory buffer and pause/resume/close; subclasses say when and with what
     weights each rollout starts (``_next``) and consume with ``take``."""
@@ -53,6 +62,7 @@ class RolloutProducer:
         self.paused = self.stopping = False
         self.error: BaseException | None = None
         self.producer_wait = 0.0  # seconds the producer waited for its next start since the last ``waited``
+        self.waiting_since: float | None = None  # when the producer's current wait for a start began (None: busy)
         self.cond = threading.Condition()
         self.thread = threading.Thread(target=self._produce, name=f"{name}-producer", daemon=True)
         self.thread.start()
@@ -66,22 +76,23 @@ class RolloutProducer:
     def _produce(self) -> None:
         try:
             while True:
-                t0 = time.perf_counter()
                 start: Start | None = None
                 with self.cond:
+                    self.waiting_since = time.perf_counter()
                     while not self.stopping and (self.paused or (start := self._next(self.produced)) is None):
                         self.cond.wait()
                     if self.stopping:
                         return
                     assert start is not None
-                    self.producer_wait += time.perf_counter() - t0
-                    self.producing = True
+                    self.producer_wait += time.perf_counter() - self.waiting_since
+                    self.waiting_since, self.producing = None, True
+                t1 = time.perf_counter()
                 if start.weights is not None:  # skip_older: an eval may have sent these (or newer) already
                     self.workers.backend.wait(self.workers.rollout_group.call("sync_weights", start.weights, True))
-                t1 = time.perf_counter()
+                t2 = time.perf_counter()
                 rollout = self.workers.rollout(self.chunk_steps, start.iteration)
                 version = start.version if start.version is not None else min(r.version for r in rollout)
-                self.buffer.put(_KEY, (version, rollout, time.perf_counter() - t1))
+                self.buffer.put(_KEY, Epoch(version, rollout, time.perf_counter() - t2, t2 - t1))
                 with self.cond:
                     self.produced += 1
                     self.producing = False
@@ -93,9 +104,9 @@ class RolloutProducer:
 
     # -- the consumer --------------------------------------------------------------------------
 
-    def take(self) -> tuple[int, list[RolloutSummary], float]:
-        """The oldest rollout: ``(version it acted with, summaries, seconds it ran)``; raises the producer's
-        error instead of waiting for a rollout that never comes."""
+    def take(self) -> Epoch:
+        """The oldest rollout epoch; raises the producer's error instead of waiting for a rollout that never
+        comes."""
         while True:
             with self.cond:
                 if self.error is not None and self.buffer.qsize(_KEY) == 0:
@@ -114,9 +125,13 @@ class RolloutProducer:
             self.cond.wait_for(lambda: self.produced >= count or self.error is not None)
 
     def waited(self) -> float:
-        """Seconds the producer waited for a start since the last call."""
+        """Seconds the producer waited for a start since the last call (a wait still going on counted up to now,
+        the rest of it at the next call)."""
         with self.cond:
             wait, self.producer_wait = self.producer_wait, 0.0
+            if self.waiting_since is not None:
+                now = time.perf_counter()
+                wait, self.waiting_since = wait + now - self.waiting_since, now
             return wait
 
     def depth(self) -> int:

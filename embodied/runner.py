@@ -40,7 +40,7 @@ from embodied.evaluation import PeriodicEval, episode_metrics
 from embodied.logger import MetricLogger
 from embodied.placement import ActorLostError, ClusterLostError, make_backend
 from embodied.plot import plot_run
-from embodied.preflight import preflight_run
+from embodied.preflight import check_policy_fits, preflight_run
 from embodied.q_functions import require_q_functions
 from embodied.resume import (process_rng_state, restore_run, resume_point, resume_state, signed, wandb_id_of,
                              with_resume_command)
@@ -197,6 +197,7 @@ def check_before_start(cfg: Config) -> None:
         raise ConfigError("; ".join(problems))
     if cfg.env.preflight:
         preflight_run(cfg, video=cfg.runner.eval_video != "none")
+    check_policy_fits(cfg, cfg.env, "env")  # a pretrained model's dimensions and cameras against the env's
     if cfg.policy.init_from:
         try:
             check_init_from(cfg.policy.init_from, cfg.policy)

@@ -4,7 +4,9 @@ and the learner that steps a policy's actor, its Q-ensemble and the entropy temp
 A chunk ``[C, A]`` is SAC's action. Its reward is the discounted sum over the sub-steps the env really
 executed, with ``algorithm.gamma`` per *sub-step*, so the bootstrap is discounted by
 ``gamma ** executed`` (``chunk_reward``). ``final_obs`` bootstraps a truncation; a termination does not
-(the auto-reset contract, as GAE uses it).
+(the auto-reset contract, as GAE uses it). With ``algorithm.n_step`` > 1 replay stores n-step returns over
+chunks (``n_step_returns``): n consecutive chunk rewards of one env, the window stopping where its episode ends
+(a termination does not bootstrap, a truncation bootstraps from its ``final_obs``) or its rollout epoch ends.
 
 Critics (REDQ / RLPD): ``algorithm.num_critics`` Q-functions; the TD target takes the min over a random
 subset of ``algorithm.critic_subset`` of the target critics (``subset_min``); the actor maximises the
@@ -12,6 +14,7 @@ ensemble mean. Target critics follow the online ones by polyak averaging (``poly
 The temperature alpha is tuned so the policy's entropy stays near ``target_entropy`` (default ``-C * A``).
 
     reward, discount = chunk_reward(rewards, executed, gamma)            # [B], [B]
+    reward, discount, bootstrap, last = n_step_returns(reward, discount, terminated, following, n)  # replay's rows
     target = td_target(reward, discount, bootstrap, subset_min(q_next, 2, g), next_logprob, alpha)
     loss = critic_loss(q, target) + actor_loss(q_pi, logprob, alpha) + temperature_loss(log_alpha, logprob, -C*A)
 """
@@ -51,6 +54,37 @@ def chunk_reward(rewards: torch.Tensor, executed: torch.Tensor, gamma: float) ->
     reward = (torch.where(executed, rewards, torch.zeros_like(rewards)) * powers).sum(-1)
     discount = gamma ** executed.sum(-1).to(rewards.dtype)
     return reward, discount
+
+
+def n_step_returns(reward: torch.Tensor, discount: torch.Tensor, terminated: torch.Tensor, following: torch.Tensor,
+                   n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n-step returns over chunk transitions: each row's reward summed with those of the (up to) n - 1 chunks
+    after it, each discounted by the chunks before it, and the bootstrap of the last chunk summed.
+
+    Args:
+        reward, discount: [M] of one chunk each (``chunk_reward``): its discounted reward and ``gamma ** executed``.
+        terminated: bool [M], the episode terminated inside the row's chunk.
+        following: int64 [M], the row of the chunk after this one in the same episode, or -1 where none is known
+            (the episode ended in this chunk, or the data stops here: a rollout epoch's last chunk step).
+        n: chunks per return (1: each row as it is).
+
+    Returns:
+        ``reward_n [M]`` (``sum_j (prod_{i<j} discount_i) reward_j`` over the window), ``discount_n [M]`` (the
+        product of the window's discounts), ``bootstrap [M]`` (False where the window's last chunk terminated; a
+        truncation bootstraps from its ``final_obs``) and ``last`` int64 [M], the row whose next obs the target
+        bootstraps from. A window stops early where ``following`` is -1.
+    """
+    reward_n, discount_n = reward.clone(), discount.clone()
+    last = torch.arange(len(reward))
+    ahead = following.clone()
+    for _ in range(n - 1):
+        extend = ahead >= 0
+        row = ahead.clamp(min=0)
+        reward_n = torch.where(extend, reward_n + discount_n * reward[row], reward_n)
+        discount_n = torch.where(extend, discount_n * discount[row], discount_n)
+        last = torch.where(extend, row, last)
+        ahead = torch.where(extend, following[row], -1)
+    return reward_n, discount_n, ~terminated[last], last
 
 
 def td_target(reward: torch.Tensor, discount: torch.Tensor, bootstrap: torch.Tensor, next_q: torch.Tensor,

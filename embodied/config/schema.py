@@ -130,6 +130,9 @@ class AlgorithmConfig:
     learning_starts: int = 1_000  # sac: transitions in replay before the first gradient update
     init_alpha: float = 0.1  # sac: initial entropy temperature (then tuned)
     target_entropy: float | None = None  # sac: entropy the temperature steers to (null: -C * A)
+    # sac: chunk transitions summed into one TD target (n-step return over chunks; 1: one chunk). A window stops where
+    # its episode ends (a truncation bootstraps from final_obs) or where the rollout epoch ends.
+    n_step: int = 1
     checkpoint_replay: bool = True  # sac: save the replay buffer in checkpoints (false: resume is not exact)
     # RLPD (Ball et al. 2023) on sac: demonstrations in a second replay, sampled beside online replay.
     demos: str | None = None  # sac: demonstrations folder (`embodied collect` or LeRobot) filling the demo replay

@@ -55,6 +55,9 @@ def _algorithm_problems(cfg: Config) -> list[str]:
     elif a.demos is not None:  # RLPD's demo replay lives in the off-policy actor
         problems.append(f"algorithm.demos: demonstrations fill SAC's second replay (RLPD); algorithm.name={a.name} "
                         f"does not read them (behaviour cloning is `embodied sft`); use algorithm.name=sac or unset it")
+    if a.name != "sac" and a.n_step != 1:
+        problems.append(f"algorithm.n_step: n-step returns over chunks are SAC's (PPO's and GRPO's returns are "
+                        f"GAE's); algorithm.name={a.name} needs 1, got {a.n_step}")
     if a.name != "grpo":
         return problems
     if a.group_size < 2:
@@ -89,6 +92,8 @@ def _sac_problems(cfg: Config) -> list[str]:
         p.append(f"algorithm.num_critics: must be >= 1, got {a.num_critics}")
     if not 0 < a.tau <= 1:
         p.append(f"algorithm.tau: the polyak rate must be in (0, 1], got {a.tau}")
+    if a.n_step < 1:
+        p.append(f"algorithm.n_step: chunk transitions per TD target must be >= 1, got {a.n_step}")
     if a.sync_every < 1:
         p.append(f"algorithm.sync_every: must be >= 1 gradient update, got {a.sync_every}")
     if a.learning_starts < 0:

@@ -14,9 +14,12 @@ makes the same number of updates; each update draws ``batch_size / N`` rows from
 gradients of the critics, the actor and the temperature are summed over the ranks (``SACLearner.step``), so
 the ranks' weights stay identical.
 
-Checkpoints hold the learner (critics, targets, temperature, optimizers) and, unless
-``algorithm.checkpoint_replay`` is off, the replay buffer (every rank's share, gathered to rank 0), in the same
-atomic write as the policy.
+Checkpoints hold the learner (critics, targets, temperature, optimizers) in trainer.pt and, unless
+``algorithm.checkpoint_replay`` is off, the replay buffer as chunk files in the checkpoint's ``replay/`` folder
+(``ReplayBuffer.save``), in the same atomic write as the policy: a full disk leaves the previous checkpoint as it
+was. Chunks unchanged since the checkpoint this actor last wrote or resumed from are hard-linked from it. With
+several ranks every rank's share is gathered to rank 0, which writes it as ``replay/rank_K/`` (and each rank's
+streams in trainer.pt's ``rank_shares``); on resume each rank loads its own.
 """
 
 from __future__ import annotations
@@ -28,13 +31,13 @@ from typing import Any
 import torch
 
 from embodied.algorithms.sac import ReplaySample, SACLearner
-from embodied.checkpoint import save_policy_checkpoint
+from embodied.checkpoint import REPLAY_DIR, save_policy_checkpoint
 from embodied.config import ActorConfig, AlgorithmConfig
 from embodied.demo_replay import demo_replay, fit_demos, mixed_sample, open_demos
 from embodied.numerics import NonFiniteUpdateError, non_finite_terms
 from embodied.policy import PolicyConfig, PolicySpec
 from embodied.q_functions import require_q_functions
-from embodied.replay import ReplayBuffer
+from embodied.replay import ReplayBuffer, save_replay
 from embodied.types import Trajectory
 from embodied.workers.actor_worker import ActorWorker
 from embodied.workers.ranks import ProcessGroup
@@ -55,9 +58,12 @@ class OffPolicyActorWorker(ActorWorker):
         self.demos: ReplayBuffer | None = None  # RLPD: the demonstrations' chunk transitions, built once here
         if algorithm.demos:
             data = open_demos(algorithm.demos, policy_cfg.action_chunk)
-            self.demos = demo_replay(data, fit_demos(data, spec, policy_cfg.action_chunk), algorithm.gamma)
+            self.demos = demo_replay(data, fit_demos(data, spec, policy_cfg.action_chunk), algorithm.gamma,
+                                     algorithm.n_step)
         self.seed = seed
         self.received = 0  # chunk transitions received in the run (by all ranks)
+        self.saved_replay: Path | None = None  # the replay folder last saved or resumed from (chunks to reuse)
+        self.replay_files: dict[str, int] = {}  # chunk files the last checkpoint wrote and linked
         self.owed = 0.0  # gradient updates owed by the UTD ratio, not yet made (a fraction carries over)
 
     def join_group(self, rank: int, size: int, address: str) -> None:
@@ -77,7 +83,7 @@ class OffPolicyActorWorker(ActorWorker):
         """Add this rank's share of the epoch's transitions to its replay, then make the updates the UTD ratio owes
         for what all ranks received (the same number on every rank); returns metrics of the whole batch."""
         a, ranks = self.algo, self.ranks
-        local = sum(self.replay.add(t, a.gamma) for t in trajectories)
+        local = sum(self.replay.add(t, a.gamma, a.n_step) for t in trajectories)
         received, replay_size = (int(v) for v in ranks.sum(torch.tensor([local, len(self.replay)])).tolist())
         behaviour = int(ranks.gather(torch.tensor([min((t.version for t in trajectories), default=self.version)]))
                         .min())  # the oldest weights that acted in the epoch, on any rank
@@ -121,34 +127,67 @@ class OffPolicyActorWorker(ActorWorker):
         return mixed_sample(self.demos, self.replay, rows, a.demo_ratio, self.generator)
 
     def _extra(self) -> dict[str, Any]:
-        """The learner's and replay's state for the checkpoint's ``actor`` entry. With several ranks every rank
-        takes part: each rank's streams and replay share are gathered to rank 0, as ``rank_shares``."""
+        """The learner's state and pacing counters for the checkpoint's ``actor`` entry (replay is saved beside)."""
+        return {"sac": self.learner.state_dict(), "sac_counters": {"received": self.received, "owed": self.owed}}
+
+    def _mine(self, replay: bool) -> dict[str, Any]:
+        """This rank's own part of the state: its streams and, with ``replay``, its replay share in memory."""
         mine: dict[str, Any] = {"generator": self.generator.get_state()}
-        if self.algo.checkpoint_replay:
+        if self.ranks.size > 1:
+            mine["sac_generator"] = self.learner.generator.get_state()  # "sac" holds rank 0's
+        if replay:
             mine["replay"] = self.replay.state_dict()
-        shared = {"sac": self.learner.state_dict(), "sac_counters": {"received": self.received, "owed": self.owed}}
-        if self.ranks.size == 1:
-            return shared | mine
-        mine["sac_generator"] = self.learner.generator.get_state()  # "sac" holds rank 0's
-        return shared | {"rank_shares": self.ranks.gather_objects(mine)}
+        return mine
 
     def state(self) -> dict[str, Any]:
-        extra = self._extra()
+        """The actor's whole state in memory, replay included unless ``algorithm.checkpoint_replay`` is off. With
+        several ranks every rank takes part: each rank's streams and replay share, as ``rank_shares``."""
+        mine = self._mine(self.algo.checkpoint_replay)
+        own = mine if self.ranks.size == 1 else {"rank_shares": self.ranks.gather_objects(mine)}
         return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(), "version": self.version,
-                **extra}
+                **self._extra(), **own}
 
     def save_checkpoint(self, path: str, extra: dict[str, Any]) -> str:
-        actor_extra = self._extra()  # a collective with several ranks: every rank gathers, rank 0 writes
-        if self.ranks.is_main:
-            save_policy_checkpoint(Path(path), self.policy, self.optimizer, self.version, self.spec, extra,
-                                   actor_extra)
+        """The checkpoint folder ``path``, written by rank 0: trainer.pt and, with ``checkpoint_replay``, the
+        replay beside it in ``replay/``; with several ranks (a collective every rank joins) each rank's streams
+        go into trainer.pt's ``rank_shares`` and its replay share into ``replay/rank_K/``."""
+        folder, ranks = Path(path), self.ranks
+        replay = self.algo.checkpoint_replay
+        if ranks.size == 1:
+            shares, actor_extra = None, self._extra() | self._mine(replay=False)
+        else:  # rank 0 writes its own replay from memory; the others send theirs
+            shares = ranks.gather_to_main(self._mine(replay=replay and not ranks.is_main))
+            if shares is None:
+                return path
+            actor_extra = self._extra() | {"rank_shares": [{k: v for k, v in share.items() if k != "replay"}
+                                                           for share in shares]}
+        write = (lambda tmp: self._write_replay(tmp, shares)) if replay else None
+        save_policy_checkpoint(folder, self.policy, self.optimizer, self.version, self.spec, extra, actor_extra,
+                               write)
+        if write is not None:  # only once the folder is whole: a failed write leaves the last one to reuse
+            self.saved_replay = folder / REPLAY_DIR
         return path
+
+    def _write_replay(self, folder: Path, shares: list[dict[str, Any]] | None) -> None:
+        """The replay into the checkpoint's temp ``folder``: ``replay/`` for one rank, else ``replay/rank_K/`` for
+        each rank K (rank 0's own from memory, the others' as ``shares`` sent them)."""
+        root = folder / REPLAY_DIR
+        if shares is None:
+            self.replay_files = self.replay.save(root, previous=self.saved_replay)
+            return
+        self.replay_files = {"written": 0, "linked": 0}
+        for rank, share in enumerate(shares):
+            into = rank_replay(root, rank)
+            previous = rank_replay(self.saved_replay, rank) if self.saved_replay is not None else None
+            counts = (self.replay.save(into, previous) if rank == self.ranks.rank
+                      else save_replay(share["replay"], into, previous))
+            self.replay_files = {k: n + counts[k] for k, n in self.replay_files.items()}
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Resume the policy, the learner and, if saved, replay (without it replay restarts empty). With several
         ranks, each takes its own share of a checkpoint saved by as many ranks."""
         shares = state.get("rank_shares") or [state]
-        if len(shares) != self.ranks.size and "replay" in shares[0]:
+        if len(shares) != self.ranks.size and ("replay" in shares[0] or "replay_dir" in state):
             raise ValueError(f"runner.resume_from: the checkpoint's replay was saved by {len(shares)} actor rank(s), "
                              f"each holding its own share; resume it with actor.num_ranks={len(shares)} (this run "
                              f"has {self.ranks.size})")
@@ -163,10 +202,18 @@ class OffPolicyActorWorker(ActorWorker):
                 self.learner.generator.set_state(mine["sac_generator"])
             counters = state.get("sac_counters", {})
             self.received, self.owed = int(counters.get("received", 0)), float(counters.get("owed", 0.0))
-        if "replay" in mine:
+        if "replay_dir" in state:  # a checkpoint's replay/ folder (replay/rank_K/ of several ranks)
+            folder = Path(state["replay_dir"])
+            self.replay.load(rank_replay(folder, self.ranks.rank) if len(shares) > 1 else folder)
+            self.saved_replay = folder
+        elif "replay" in mine:  # state() in memory
             self.replay.load_state_dict(mine["replay"])
         elif "sac" in state:
             warnings.warn("resuming SAC from a checkpoint saved without its replay buffer "
                           "(algorithm.checkpoint_replay=false): replay starts empty, so the resumed run is not exact",
                           stacklevel=2)
 
+
+def rank_replay(root: Path, rank: int) -> Path:
+    """Actor rank ``rank``'s replay share in a checkpoint of several ranks' ``replay/`` folder."""
+    return root / f"rank_{rank}"

@@ -41,7 +41,7 @@ from torch import nn
 
 from embodied.policies.flow_logprob import (CHAIN, STEP, Velocity, make_flow_logprob, sample_chain,
                                             score_chain)
-from embodied.policies.pi0.configuration import PI0PolicyConfig
+from embodied.policies.pi0.configuration import PI0PolicyConfig, size_problems
 from embodied.policies.pi0.pretrained import load_pi0, parameter_split, resolve_model_path, seed_vlm
 from embodied.policies.pi0.processing import STD_EPS, NormStats, PI0Inputs, fitted_stats, folder_stats, load_stats
 from embodied.policy import Policy, PolicySpec
@@ -82,8 +82,6 @@ class PI0Policy(Policy):
         from embodied.policies.vla.tiny import quiet_transformers
 
         quiet_transformers()
-        if spec.image_shape is None:
-            raise ValueError("policy.type=pi0 needs images: set env.obs_mode to 'rgb' or 'state+rgb'")
         self.config, self.spec = config, spec
         self.device_ = resolve_device(config.device)
         self.dtype_ = {"float32": torch.float32, "bfloat16": torch.bfloat16}[config.dtype]
@@ -135,19 +133,12 @@ class PI0Policy(Policy):
 
     def _check_sizes(self, config: PI0PolicyConfig, spec: PolicySpec) -> None:
         where = f"policy.model_path {config.model_path!r}"
-        if spec.action_dim > self.max_action_dim:
-            raise ValueError(f"env action dimension {spec.action_dim} exceeds {where}'s max_action_dim "
-                             f"{self.max_action_dim}")
-        if self.state_dim > self.max_state_dim:
-            raise ValueError(f"env state dimension {self.state_dim} exceeds {where}'s max_state_dim "
-                             f"{self.max_state_dim} (or set policy.use_states=false)")
+        problems = size_problems(config, spec, self.max_action_dim, self.max_state_dim, where)
         if config.action_chunk > self.chunk_size:
-            raise ValueError(f"policy.action_chunk: {config.action_chunk} executed actions, but {where} predicts "
-                             f"chunks of {self.chunk_size} (its chunk_size)")
-        cameras = 1 + int(self.use_wrist)
-        if cameras > config.max_cameras:
-            raise ValueError(f"policy.max_cameras: the env gives {cameras} cameras (main and wrist), more than "
-                             f"{config.max_cameras}; raise it or set policy.use_wrist_image=false")
+            problems.append(f"policy.action_chunk: {config.action_chunk} executed actions, but {where} predicts "
+                            f"chunks of {self.chunk_size} (its chunk_size)")
+        if problems:
+            raise ValueError("; ".join(problems))
 
     def _initial_stats(self, config: PI0PolicyConfig, spec: PolicySpec) -> NormStats:
         if config.norm_stats:

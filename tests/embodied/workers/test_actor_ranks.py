@@ -262,7 +262,10 @@ def test_a_grpo_group_straddling_rollout_ranks_is_refused_with_several_actor_ran
 def test_two_gloo_sac_ranks_hold_their_own_replay_and_stay_identical(ray_session, tmp_path):
     """SAC on two ranks: each rank's replay holds its own rollout rank's share, both make the updates the UTD ratio
     owes for what both received, and the all-reduced gradients keep the actor, critics and temperature identical;
-    a checkpoint gathers both shares and resumes each into its own rank."""
+    a checkpoint gathers both shares, writes each as the chunk files of replay/rank_K/ and resumes each into its own
+    rank."""
+    import json
+
     import ray
 
     from embodied.checkpoint import load_checkpoint
@@ -272,7 +275,7 @@ def test_two_gloo_sac_ranks_hold_their_own_replay_and_stay_identical(ray_session
     from tests.embodied.test_offpolicy import RECIPE, SPEC, TINY, transitions
 
     cfg = load_config(RECIPE, [*TINY, "cluster.backend=ray", "actor.num_ranks=2", "cluster.num_rollout_workers=2",
-                               "algorithm.utd_ratio=0.5"])
+                               "algorithm.utd_ratio=0.5", "algorithm.n_step=2"])
     backend = RayBackend(cfg.cluster)
     groups = [start_actor_group(cfg, backend, SPEC) for _ in range(2)]  # the run, and one resumed from its checkpoint
     group, resumed = groups
@@ -299,7 +302,11 @@ def test_two_gloo_sac_ranks_hold_their_own_replay_and_stay_identical(ray_session
 
         path = str(tmp_path / "ckpt")
         backend.wait(group.call("save_checkpoint", path, {"iteration": 1}))
-        backend.wait(resumed.call("load_state", load_checkpoint(path)["actor"]))
+        saved = load_checkpoint(path)["actor"]
+        assert not any("replay" in share for share in saved["rank_shares"])  # not in trainer.pt: chunk files
+        on_disk = [json.loads((tmp_path / "ckpt" / "replay" / f"rank_{r}" / "replay.json").read_text()) for r in (0, 1)]
+        assert [m["size"] for m in on_disk] == [6, 6]
+        backend.wait(resumed.call("load_state", saved))
         second = [[transitions(T=1, seed=3)], [transitions(T=1, seed=4)]]
         going_on = backend.wait(group.call_each("update", [(share, 2) for share in second]))
         again = backend.wait(resumed.call_each("update", [(share, 2) for share in second]))
