@@ -118,10 +118,11 @@ class ReplayBuffer:
             bootstrap=rows["bootstrap"].bool(),
             next_obs={k[9:]: v for k, v in rows.items() if k.startswith("next_obs/")})
 
-    def state_dict(self) -> dict[str, Any]:
-        """The filled rows and the ring's position (checkpoints: a resumed run samples the same batches)."""
+    def state_dict(self, copy: bool = True) -> dict[str, Any]:
+        """The filled rows and the ring's position (checkpoints: a resumed run samples the same batches);
+        ``copy=False`` gives views of the live storage (to write them out before the next ``add``)."""
         return {"capacity": self.capacity, "size": self.size, "position": self.position, "added": self.added,
-                "storage": {k: v[: self.size].clone() for k, v in self.storage.items()}}
+                "storage": {k: v[: self.size].clone() if copy else v[: self.size] for k, v in self.storage.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if int(state["capacity"]) != self.capacity:
@@ -139,33 +140,7 @@ class ReplayBuffer:
         """Write the filled rows as chunk files and ``replay.json`` into ``folder`` (a fresh one, e.g. inside a
         checkpoint's temp folder); chunks equal to ``previous``'s (an earlier save's folder) are hard-linked from
         it. Returns how many chunks were ``written`` and ``linked``."""
-        folder.mkdir(parents=True, exist_ok=True)
-        keys = sorted(self.storage)
-        row_bytes = sum(self.storage[k][0].numel() * self.storage[k].element_size() for k in keys) if keys else 1
-        rows_per_chunk = max(1, chunk_bytes // max(row_bytes, 1))
-        layout = {k: {"dtype": str(self.storage[k].dtype).removeprefix("torch."),
-                      "shape": list(self.storage[k].shape[1:])} for k in keys}
-        before = _reusable_chunks(previous, layout, rows_per_chunk)
-        chunks, counts = [], {"written": 0, "linked": 0}
-        for index in range(math.ceil(self.size / rows_per_chunk)):
-            start = index * rows_per_chunk
-            rows = min(rows_per_chunk, self.size - start)
-            parts = [_bytes_of(self.storage[k][start: start + rows]) for k in keys]
-            digest = hashlib.sha256()
-            for part in parts:
-                digest.update(part)
-            entry = {"file": f"chunk_{index:06d}.bin", "start": start, "rows": rows, "sha256": digest.hexdigest()}
-            source = before.get((start, rows, entry["sha256"]))
-            if source is not None and _link(source, folder / entry["file"], entry["sha256"]):
-                counts["linked"] += 1
-            else:
-                _write_chunk(folder / entry["file"], parts)
-                counts["written"] += 1
-            chunks.append(entry)
-        manifest = {"format": FORMAT, "capacity": self.capacity, "size": self.size, "position": self.position,
-                    "added": self.added, "rows_per_chunk": rows_per_chunk, "fields": layout, "chunks": chunks}
-        (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-        return counts
+        return save_replay(self.state_dict(copy=False), folder, previous, chunk_bytes)
 
     def load(self, folder: Path) -> None:
         """Put back what ``save`` wrote into ``folder``; a missing, short or altered chunk raises ``ValueError``
@@ -194,6 +169,41 @@ class ReplayBuffer:
             raise ValueError(f"{folder / MANIFEST}: its chunks do not hold its {size} rows")
         self.storage, self.size = storage, size
         self.position, self.added = int(manifest["position"]), int(manifest["added"])
+
+
+def save_replay(state: dict[str, Any], folder: Path, previous: Path | None = None,
+                chunk_bytes: int = CHUNK_BYTES) -> dict[str, int]:
+    """``ReplayBuffer.save`` of a replay's ``state_dict`` (the buffer's own, or one another actor rank sent to
+    the rank writing the checkpoint): its rows as chunk files and ``replay.json`` in ``folder``, chunks equal to
+    ``previous``'s hard-linked from it. Returns how many chunks were ``written`` and ``linked``."""
+    storage, size = state["storage"], int(state["size"])
+    folder.mkdir(parents=True, exist_ok=True)
+    keys = sorted(storage)
+    row_bytes = sum(storage[k][0].numel() * storage[k].element_size() for k in keys) if keys else 1
+    rows_per_chunk = max(1, chunk_bytes // max(row_bytes, 1))
+    layout = {k: {"dtype": str(storage[k].dtype).removeprefix("torch."),
+                  "shape": list(storage[k].shape[1:])} for k in keys}
+    before = _reusable_chunks(previous, layout, rows_per_chunk)
+    chunks, counts = [], {"written": 0, "linked": 0}
+    for index in range(math.ceil(size / rows_per_chunk)):
+        start = index * rows_per_chunk
+        rows = min(rows_per_chunk, size - start)
+        parts = [_bytes_of(storage[k][start: start + rows]) for k in keys]
+        digest = hashlib.sha256()
+        for part in parts:
+            digest.update(part)
+        entry = {"file": f"chunk_{index:06d}.bin", "start": start, "rows": rows, "sha256": digest.hexdigest()}
+        source = before.get((start, rows, entry["sha256"]))
+        if source is not None and _link(source, folder / entry["file"], entry["sha256"]):
+            counts["linked"] += 1
+        else:
+            _write_chunk(folder / entry["file"], parts)
+            counts["written"] += 1
+        chunks.append(entry)
+    manifest = {"format": FORMAT, "capacity": state["capacity"], "size": size, "position": state["position"],
+                "added": state["added"], "rows_per_chunk": rows_per_chunk, "fields": layout, "chunks": chunks}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    return counts
 
 
 def following_rows(dones: torch.Tensor) -> torch.Tensor:

@@ -32,6 +32,7 @@ from embodied.algorithms import is_off_policy, worker_policy_config
 from embodied.atomic import DiskFullError
 from embodied.checkpoint import check_init_from, prune_checkpoints, remove_partial
 from embodied.config import Config, ConfigError, to_dict
+from embodied.config.schema import due
 from embodied.config.validate import whole_episode_problems
 from embodied.demo_replay import fit_demos, open_demos
 from embodied.env_factory import check_env_config, env_spec, episode_steps
@@ -224,7 +225,7 @@ def iteration(it: int, iterations: Iterations, workers: Workers, cfg: Config, lo
     history.append(metrics)
     if len(history) > 2 * HISTORY_KEPT:  # a long run: ~3.6 KB an iteration would grow the driver for good
         del history[:-HISTORY_KEPT]  # (metrics.jsonl keeps every row); in blocks, so trimming costs O(1) a row
-    if due(it, cfg.runner.checkpoint_every, last) or stop.signal or logger.disk_full:
+    if cfg.runner.checkpoints_at(it) or stop.signal or logger.disk_full:
         in_flight = iterations.pause()  # async: producers at rest, so the envs saved match the counters
         checkpoint = save_checkpoint(it, workers, cfg, logger, run_dir, env_steps, process_rng_state(),
                                      resume_state(workers, warned), in_flight)
@@ -271,11 +272,6 @@ def train_iteration(workers: Workers, cfg: Config, it: int) -> tuple[dict[str, f
     metrics |= episode_metrics("env", [e for t in trajectories for e in t.episodes])
     metrics |= {"time/rollout": t1 - t0, "time/update": t2 - t1, "env_steps_per_s": steps / (t1 - t0)}
     return metrics, steps
-
-
-def due(it: int, every: int, last: int) -> bool:
-    """Every ``every`` iterations (0: never) and always at the last one."""
-    return it == last or (every > 0 and it % every == 0)
 
 
 def draw_learning_curves(run_dir: Path) -> Path | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
@@ -164,6 +164,15 @@ class SAC:
         raise TypeError("algorithm.name=sac trains from replay (SACLearner), not through a PPO-style loss")
 
 
+class GradientSum(Protocol):
+    """What the learner asks of several actor ranks (``embodied.workers.ranks.ProcessGroup`` is one)."""
+
+    size: int
+
+    def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        """Sum the gradients of ``params`` over the ranks."""
+
+
 class SACLearner:
     """The critics, their targets, the temperature and the three optimizers around a ``QFunctionPolicy``.
 
@@ -179,13 +188,27 @@ class SACLearner:
         self.target_entropy = cfg.target_entropy if cfg.target_entropy is not None else -float(action_size)
         self.actor_params = [p for p in policy.parameters() if p.requires_grad]
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=lr)
-        self.critic_optimizer = torch.optim.Adam(self.critics.parameters(), lr=lr)
+        self.critic_params = list(self.critics.parameters())
+        self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=lr)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=lr)
         self.generator = torch.Generator().manual_seed(seed)  # the critic subsets and the actor's noise drawn
 
-    def step(self, batch: ReplaySample) -> dict[str, float]:
-        """One gradient step of the critics, then the actor and alpha (CleanRL's order); the logged stats."""
+    def step(self, batch: ReplaySample, ranks: GradientSum | None = None) -> dict[str, float]:
+        """One gradient step of the critics, then the actor and alpha (CleanRL's order); the logged stats (this
+        batch's).
+
+        With ``ranks`` (several actor ranks, each holding an equal share of the whole batch), every loss is
+        this share's mean divided by the number of ranks and the gradients are summed over the ranks before
+        each optimizer step: the ranks step as one would on the whole batch, and stay identical.
+        """
         c, policy = self.cfg, self.policy
+        share = 1.0 / ranks.size if ranks is not None else 1.0
+
+        def backward(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> None:
+            (loss * share).backward()
+            if ranks is not None:
+                ranks.reduce_gradients(params)
+
         alpha = self.log_alpha.exp().detach()
         features = policy.features(policy.forward_inputs(batch.obs))  # type: ignore[attr-defined]
         with torch.no_grad():
@@ -198,7 +221,7 @@ class SACLearner:
         q = self.critics.q_values(features.detach(), batch.actions)
         q_loss = critic_loss(q, target)
         self.critic_optimizer.zero_grad()
-        q_loss.backward()
+        backward(q_loss, self.critic_params)
         self.critic_optimizer.step()
 
         actions, logprob = policy.sample_with_logprob(features, self.generator)  # type: ignore[attr-defined]
@@ -206,12 +229,12 @@ class SACLearner:
         pi_loss = actor_loss(self.critics.q_values(features, actions), logprob, alpha)
         self.critics.requires_grad_(True)
         self.actor_optimizer.zero_grad()
-        pi_loss.backward()
+        backward(pi_loss, self.actor_params)
         self.actor_optimizer.step()
 
         alpha_loss = temperature_loss(self.log_alpha, logprob, self.target_entropy)
         self.alpha_optimizer.zero_grad()
-        alpha_loss.backward()
+        backward(alpha_loss, [self.log_alpha])
         self.alpha_optimizer.step()
         polyak_update(self.target_critics.parameters(), self.critics.parameters(), c.tau)
         return {"sac/q_loss": q_loss.item(), "sac/actor_loss": pi_loss.item(), "sac/alpha": alpha.item(),

@@ -13,8 +13,9 @@ Sections (each row says what it measured; nothing here is asserted):
 - **weight sync**: ``Workers.sync_weights`` on Ray against the policy's size, as a share of an
   iteration (MLP default recipe; tiny VLA with and without LoRA);
 - **SAC** (``embodied.bench.sac``): gradient updates/s at batch 256 with an ensemble of 10 LayerNorm critics
-  on the Reach MLP, and the shares of the off-policy loop's time in which the actor waits for data and the
-  rollouts wait for weights (from the loop's ``time/rollout``, ``time/update``, ``time/sync``);
+  on the Reach MLP, and the shares of the off-policy loop's time (overlapped, the recipe's default) in which the
+  actor waits for data and the rollouts wait for weights (from the loop's ``time/actor_wait``,
+  ``time/rollout_wait``);
 - **time to 90%**: the default recipe from the command to the first eval at >= 90% success,
   start-up included, and the env steps it took.
 """

@@ -122,6 +122,9 @@ class AlgorithmConfig:
     critic_layernorm: bool = False  # sac: LayerNorm after every hidden layer of the critics (RLPD)
     utd_ratio: float = 1.0  # sac: gradient updates per chunk transition received (update-to-data ratio)
     sync_every: int = 1  # sac: gradient updates between weight syncs to the rollout workers
+    # sac: rollout epoch k + 1 runs while the actor makes epoch k's updates, acting with the weights from before
+    # them (embodied/offpolicy_runner.py); false: rollout and updates take turns
+    overlap: bool = True
     batch_size: int = 256  # sac: chunk transitions per gradient update
     replay_capacity: int = 100_000  # sac: chunk transitions the replay ring buffer holds (the oldest go first)
     learning_starts: int = 1_000  # sac: transitions in replay before the first gradient update
@@ -172,6 +175,11 @@ class ActorConfig:
     ema_decay: float = 0.0
 
 
+def due(it: int, every: int, last: int) -> bool:
+    """Every ``every`` iterations (0: never) and always at the last one."""
+    return it == last or (every > 0 and it % every == 0)
+
+
 @dataclass
 class RunnerConfig:
     iterations: int = 100  # training iterations (sync, rollout, update, log)
@@ -204,6 +212,10 @@ class RunnerConfig:
     # (embodied.trust): only for a run folder you trust, e.g. one you made on another machine.
     trust_checkpoint: bool = False
     plot: bool = True  # write learning_curves.png into the run dir at the end of training
+
+    def checkpoints_at(self, it: int) -> bool:
+        """Whether iteration ``it`` ends with a scheduled checkpoint (a stop signal or a full disk adds others)."""
+        return due(it, self.checkpoint_every, self.iterations)
 
 
 @dataclass

@@ -105,8 +105,16 @@ def _sac_problems(cfg: Config) -> list[str]:
     if cfg.runner.mode != "sync":
         p.append(f"runner.mode: algorithm.name={a.name} runs its own loop (embodied.offpolicy_runner); leave "
                  f"runner.mode=sync, got {cfg.runner.mode}")
-    if cfg.actor.num_ranks > 1:
-        p.append(f"actor.num_ranks: algorithm.name={a.name} trains on one actor rank for now, got {cfg.actor.num_ranks}")
+    if a.overlap and cfg.cluster.placement == "colocated":
+        p.append("cluster.placement: colocated rollout workers act with the actor's own module, which "
+                 "algorithm.overlap trains while they act; use disaggregated (or leave it unset), or "
+                 "algorithm.overlap=false")
+    if cfg.actor.strategy == "fsdp":
+        p.append(f"actor.strategy: algorithm.name={a.name} keeps its small actor, critics and temperature whole on "
+                 f"every actor rank and all-reduces their gradients (ddp); fsdp is not supported, use ddp")
+    if cfg.actor.num_ranks > 1 and a.batch_size % cfg.actor.num_ranks:
+        p.append(f"algorithm.batch_size: each of actor.num_ranks={cfg.actor.num_ranks} ranks draws an equal share of "
+                 f"every batch from its own replay, so batch_size must be a multiple of it, got {a.batch_size}")
     if a.critic_warmup_iterations:
         p.append(f"algorithm.critic_warmup_iterations: algorithm.name={a.name} starts its critics with "
                  f"algorithm.learning_starts instead; set 0, got {a.critic_warmup_iterations}")
@@ -179,7 +187,7 @@ def _actor_rank_problems(cfg: Config) -> list[str]:
         p.append(f"actor.num_ranks: env.num_envs={cfg.env.num_envs} does not split evenly over "
                  f"cluster.num_rollout_workers={c.num_rollout_workers}, so the actor ranks would get unequal shares")
     parts = a.num_ranks * a.grad_accumulation_steps
-    if parts > 1 and not p:
+    if parts > 1 and not p and cfg.algorithm.name != "sac":  # sac splits its replay batches (_sac_problems)
         rows = cfg.env.num_envs * cfg.rollout.chunk_steps  # chunk steps in one rollout epoch
         per_minibatch, rest = divmod(rows, cfg.algorithm.num_minibatches)
         if rest or per_minibatch % parts:

@@ -70,6 +70,12 @@ def dropped_envs(envs: EnvGroup, failure: WorkerFailure, fresh: dict[int, int], 
     return sum(ranges[r][1] - ranges[r][0] for r in failure.ranks - fresh.keys())
 
 
+def overlaps(cfg: Config) -> bool:
+    """Whether rollouts run while the actor trains (``runner.mode: async``, or an off-policy algorithm with
+    ``algorithm.overlap``), so the rollout workers need a copy of the policy of their own."""
+    return cfg.runner.mode == "async" or (is_off_policy(cfg.algorithm.name) and cfg.algorithm.overlap)
+
+
 def start_env_group(cfg: Config, backend: Backend, env_cfg: EnvConfig, section: str, seed: int,
                     video: VideoConfig | None = None, stages: int = 1) -> EnvGroup:
     """Env workers over ``env_cfg``; ``video`` makes them render and record eval videos.
@@ -302,8 +308,8 @@ class Workers:
         actor = start_actor_group(cfg, backend, spec)
         # Colocated needs the actor in this process: the local backend (the config loader refuses
         # placement=colocated with backend=ray).
-        # Async runs train the actor while rollout workers act: they need their own copy.
-        colocated = isinstance(backend, LocalBackend) and c.placement != "disaggregated" and cfg.runner.mode == "sync"
+        # Async runs and overlapped off-policy runs train the actor while rollout workers act: they need their own copy.
+        colocated = isinstance(backend, LocalBackend) and c.placement != "disaggregated" and not overlaps(cfg)
         shared = actor.workers[0].policy if colocated else None
         inbox = backend.channel("weights") if cfg.runner.mode == "async" else None
         rollout = start_rollout_group(cfg, backend, spec, train, evaluation, shared, inbox)
