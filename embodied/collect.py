@@ -9,10 +9,13 @@ env worker resets its envs (env ``i`` of the round's batch to seed ``experiment.
 the episodes run so far, so run episode ``k`` always starts from seed ``experiment.seed + k``),
 lets their experts (``embodied.envs.experts``, closed loop per sub-step) play chunks of
 ``policy.action_chunk`` sub-steps until every episode ends, and hands back the episodes. Only
-successful ones are kept unless ``keep_failed``. Nothing is written until the end, and then into a
-temp folder beside ``out`` renamed when complete, so an interrupted collect leaves no dataset behind,
-and a full disk leaves none either (``DiskFullError`` names ``out``, the space free and, for
-embodied's format, the space needed). A killed collect can leave that temp folder
+successful ones are kept unless ``keep_failed``. Kept episodes are written as they come
+(``dataset_writer``: a record batch every ``BATCH_MB`` of rows, a new Arrow file every ``SHARD_MB``;
+``lerobot_writer``: episode by episode), so memory holds a round and a batch, never the dataset
+(an 8,000-episode image collect that kept them all ran out of 24 GB). They go into a temp folder
+beside ``out`` renamed only when complete, so an interrupted collect leaves no dataset behind, and a
+full disk leaves none either (``DiskFullError`` names ``out``, the space free and, for embodied's
+format, about the space needed). A killed collect can leave that temp folder
 (``<out>.tmp<pid>``); the next collect over the same ``out`` removes it before it starts. An ``out``
 that holds a dataset is replaced only with ``overwrite``, and only once the new one is complete.
 

@@ -27,10 +27,18 @@ env kwargs, chunk length C, action dimension A and bounds, state dimension, imag
 instructions, episode and success counts, the expert, the seed and what created the folder.
 The folder is written under a temporary name and renamed when complete (``atomic_dir``): an
 interrupted write, or one that fills the disk (``DiskFullError``, naming the folder), leaves nothing behind.
+
+Writing streams (``dataset_writer``, ``DatasetWriter``): episodes are taken one at a time, every
+``BATCH_MB`` of rows become an Arrow record batch (numpy buffers wrapped as Arrow arrays,
+``arrow_array``, never Python objects) appended to the current file, and a file that holds
+``SHARD_MB`` is closed for the next. The files, ``state.json`` and ``dataset_info.json`` are those
+``Dataset.save_to_disk`` writes for that many shards, so readers see no difference between a
+dataset written in one file and one written in many, and older folders read as before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import Iterable, Iterator, Sized
@@ -201,74 +209,89 @@ def episode_bytes(ep: DemoEpisode) -> int:
     return sum(a.nbytes for a in (*ep.obs.values(), ep.actions, ep.executed, ep.rewards))
 
 
-# Rows (their arrays' bytes) buffered before they go to a new Arrow file. A flush holds them, their columns
-# and the Arrow offsets of the image lists (Array3D stores an int32 offset per pixel row and per pixel:
-# 1.33 bytes per image byte, which is also why the files are ~2.3x the images): ~3.3x this at most.
-SHARD_MB = 128.0
+# Rows (their arrays' bytes) held in memory before they are written as one Arrow record batch. Writing holds
+# them, their columns and the Arrow offsets of the image lists (Array3D stores an int32 offset per pixel
+# row and per pixel: 1.33 bytes per image byte, which is also why the files are ~2.3x the images).
+BATCH_MB = 32.0
+SHARD_MB = 500.0  # an Arrow file full at this size, the next batch opens a new one (save_to_disk's max_shard_size)
 
 
 class DatasetWriter:
-    """Episodes written into a dataset folder as they come: every ~``shard_mb`` (default ``SHARD_MB``) of rows
-    into a new Arrow file.
+    """Episodes written into a dataset folder as they come: every ~``batch_mb`` of rows an Arrow record batch,
+    appended to the current Arrow file until it holds ``shard_mb``, then a new file (defaults ``BATCH_MB``,
+    ``SHARD_MB``, read when the writer is made).
 
-    Open it with ``dataset_writer`` (a temp folder renamed when complete). Memory holds one shard of
+    Open it with ``dataset_writer`` (a temp folder renamed when complete). Memory holds one batch of
     episodes and its columns, however many episodes the dataset gets. The folder is the one
     ``Dataset.save_to_disk`` writes with that many shards (``data-0000i-of-0000n.arrow``, ``state.json``,
     ``dataset_info.json``), so ``datasets.load_from_disk`` and ``DemoDataset`` read it as before.
     """
 
-    def __init__(self, folder: Path, meta: Meta, shard_mb: float | None = None) -> None:
+    def __init__(self, folder: Path, meta: Meta, shard_mb: float | None = None, batch_mb: float | None = None) -> None:
         shard_mb = SHARD_MB if shard_mb is None else shard_mb
-        if not shard_mb > 0:
-            raise ValueError(f"shard_mb must be > 0, got {shard_mb}")
+        batch_mb = BATCH_MB if batch_mb is None else batch_mb
+        for name, value in (("shard_mb", shard_mb), ("batch_mb", batch_mb)):
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
         self.folder, self.layout, self.features = folder, meta, features(meta)
-        self.shard_bytes = shard_mb * 2**20
+        self.shard_bytes, self.batch_bytes = shard_mb * 2**20, batch_mb * 2**20
         self.tally = Tally()
-        self.shards: list[str] = []  # Arrow files written, in order
-        self.bytes = 0  # bytes of the rows given so far (written or pending)
+        self.shards: list[str] = []  # Arrow files opened, in order
+        self.arrow_bytes = 0  # Arrow bytes of the batches made so far (what they take on disk, uncompressed)
         self.finished = False
         self._pending: list[DemoEpisode] = []
         self._pending_bytes = 0
         self._written_episodes = 0
+        self._file: Any = None  # the open Arrow file's datasets.ArrowWriter
+        self._file_bytes = 0
 
     def add(self, ep: DemoEpisode) -> None:
-        """Take one episode; a full shard goes to disk."""
+        """Take one episode; a full batch goes to disk."""
         if self.finished:
             raise RuntimeError("DatasetWriter.add after finish")
         self._pending.append(ep)
-        size = episode_bytes(ep)
-        self._pending_bytes += size
-        self.bytes += size
+        self._pending_bytes += episode_bytes(ep)
         self.tally.add(ep)
-        if self._pending_bytes >= self.shard_bytes:
+        if self._pending_bytes >= self.batch_bytes:
             self.flush()
 
     def flush(self) -> None:
-        """Write the pending episodes as the next Arrow file (``data-<i>.arrow``, renamed by ``finish``)."""
+        """Write the pending episodes as a record batch of the current Arrow file (``data-<i>.arrow``, renamed
+        by ``finish``), opening a new one when it is full."""
+        import pyarrow as pa
         from datasets.arrow_writer import ArrowWriter
-        from datasets.config import DEFAULT_MAX_BATCH_SIZE
 
         if not self._pending:
             return
-        import pyarrow as pa
-
         cols = columns(self._pending, self.layout, self._written_episodes)
         schema = self.features.arrow_schema
         table = pa.Table.from_arrays([arrow_array(cols[f.name], f.type) for f in schema], schema=schema)
-        del cols
-        # Record batches of ~100 MB at most, as save_to_disk writes them (a reader loads whole batches).
-        rows = max(table.num_rows, 1)
-        batch = max(1, min(DEFAULT_MAX_BATCH_SIZE, int(100 * 2**20 * rows / max(table.nbytes, 1))))
-        name = f"data-{len(self.shards):05d}.arrow"
-        writer = ArrowWriter(features=self.features, path=str(self.folder / name), writer_batch_size=batch)
-        try:
-            writer.write_table(table)
-            writer.finalize()
-        finally:
-            writer.close()
-        self.shards.append(name)
+        self.arrow_bytes += table.nbytes
+        if self._file is None:
+            self.shards.append(f"data-{len(self.shards):05d}.arrow")
+            self._file = ArrowWriter(features=self.features, path=str(self.folder / self.shards[-1]))
+            self._file_bytes = 0
+        self._file.write_table(table, writer_batch_size=table.num_rows)
+        self._file_bytes += table.nbytes
         self._written_episodes += len(self._pending)
         self._pending, self._pending_bytes = [], 0
+        if self._file_bytes >= self.shard_bytes:
+            self._close_file()
+
+    def _close_file(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            try:
+                file.finalize()
+            finally:
+                file.close()
+
+    def abort(self) -> None:
+        """Drop the open Arrow file after a failed write (its folder is about to be removed)."""
+        file, self._file = self._file, None
+        if file is not None:
+            with contextlib.suppress(Exception):  # a full disk fails the close too; the first error is the one
+                file.close()
 
     def finish(self, meta: Meta) -> None:
         """Write what is pending, name the files as ``datasets`` does, then ``state.json``,
@@ -283,6 +306,7 @@ class DatasetWriter:
             raise ValueError(f"meta.json of {str(self.folder)!r} describes other columns than were written")
         self.tally.check(meta, self.folder)
         self.flush()
+        self._close_file()
         n = len(self.shards)
         files = []
         for i, name in enumerate(self.shards):
@@ -302,14 +326,15 @@ class DatasetWriter:
 
 
 @contextmanager
-def dataset_writer(out: Path, meta: Meta, shard_mb: float | None = None,
+def dataset_writer(out: Path, meta: Meta, shard_mb: float | None = None, batch_mb: float | None = None,
                    expected_episodes: int | None = None) -> Iterator[DatasetWriter]:
     """A ``DatasetWriter`` into a temp folder beside ``out``, renamed onto ``out`` when the block ends after
     ``finish``; on any error (or Ctrl-C) the temp folder goes and nothing is left.
 
     ``meta`` gives the columns (``features(meta)``); its counts are ``finish``'s. A full disk raises
-    ``DiskFullError`` naming ``out``, the space free and about how much the rows need (those given so far,
-    scaled to ``expected_episodes`` when the caller knows how many are coming).
+    ``DiskFullError`` naming ``out``, the space free and about how much the rows need (the Arrow bytes per
+    episode of the batches made so far, times ``expected_episodes`` when the caller knows how many are
+    coming, else times the episodes given).
 
         with dataset_writer(out, meta) as writer:
             for ep in episodes:
@@ -320,10 +345,14 @@ def dataset_writer(out: Path, meta: Meta, shard_mb: float | None = None,
     writer: DatasetWriter | None = None
     try:
         with atomic_dir(out) as tmp:
-            writer = DatasetWriter(tmp, meta, shard_mb)
-            yield writer
-            if not writer.finished:
-                raise RuntimeError(f"dataset {str(out)!r}: the writer was not finished; nothing was written")
+            writer = DatasetWriter(tmp, meta, shard_mb, batch_mb)
+            try:
+                yield writer
+                if not writer.finished:
+                    raise RuntimeError(f"dataset {str(out)!r}: the writer was not finished; nothing was written")
+            except BaseException:
+                writer.abort()  # let go of the open file before the temp folder goes
+                raise
     except OSError as exc:
         if disk_full(exc, out):  # the Arrow files hold the rows uncompressed: their size is what it needs
             raise disk_full_error("dataset", out, exc, _needed(writer, expected_episodes)) from exc
@@ -331,23 +360,25 @@ def dataset_writer(out: Path, meta: Meta, shard_mb: float | None = None,
 
 
 def _needed(writer: DatasetWriter | None, expected_episodes: int | None) -> int | None:
-    if writer is None or not writer.tally.episodes:
+    """About the bytes the whole dataset takes on disk, from the batches made before the disk filled."""
+    converted = writer._written_episodes + len(writer._pending) if writer is not None else 0
+    if writer is None or not writer.arrow_bytes or not converted:
         return None
-    if expected_episodes is None:
-        return writer.bytes
-    return int(writer.bytes / writer.tally.episodes * max(expected_episodes, writer.tally.episodes))
+    return int(writer.arrow_bytes / converted * max(expected_episodes or 0, writer.tally.episodes))
 
 
-def write_dataset(out: Path, episodes: Iterable[DemoEpisode], meta: Meta, shard_mb: float | None = None) -> Path:
+def write_dataset(out: Path, episodes: Iterable[DemoEpisode], meta: Meta, shard_mb: float | None = None,
+                  batch_mb: float | None = None) -> Path:
     """Write ``episodes`` and ``meta.json`` into the folder ``out`` atomically (nothing is left on failure),
-    a new Arrow file every ~``shard_mb`` of rows (``dataset_writer``: an iterator is never held whole).
+    a batch of ~``batch_mb`` of rows at a time, a new Arrow file every ``shard_mb`` (``dataset_writer``: an
+    iterator is never held whole).
 
     A full disk raises ``DiskFullError`` naming ``out``, the space free and about how much the rows need.
     """
     expected = len(episodes) if isinstance(episodes, Sized) else None
     if expected == 0:
         raise ValueError(f"no episodes to write to {str(out)!r}")
-    with dataset_writer(Path(out), meta, shard_mb, expected) as writer:
+    with dataset_writer(Path(out), meta, shard_mb, batch_mb, expected) as writer:
         for ep in episodes:
             writer.add(ep)
         writer.finish(meta)

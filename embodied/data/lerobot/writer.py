@@ -20,6 +20,8 @@ Cameras are encoded as LeRobot's writer encodes them by default: AV1 (libsvtav1,
 12), yuv420p, a keyframe every 2 frames, all episodes of a camera one after the other in one mp4
 (a new file past ``video_mb``; data parquet files past ``data_mb``, one row group per episode).
 ``meta/embodied.json`` keeps what LeRobot has no field for (env, expert, seeds, successes).
+Episodes are written one at a time as they come (``lerobot_writer``, ``LeRobotWriter``; ``collect``
+hands each over as its round ends), keeping only a small record per episode for ``meta/``.
 Everything is written into a temp folder renamed when complete: a killed write leaves nothing, and one
 that fills the disk leaves nothing either and raises ``DiskFullError`` naming the folder.
 """

@@ -68,11 +68,12 @@ def test_a_dataset_in_several_shards_reads_back_as_the_one_file_and_the_save_to_
     meta = meta_of(eps)
     reference = save_to_disk_reference(tmp_path / "reference", eps, meta)
     one = write_dataset(tmp_path / "one", eps, meta)
-    shard_mb = 3 * sum(episode_bytes(e) for e in eps) / len(eps) / 2**20  # about three episodes a shard
-    many = write_dataset(tmp_path / "many", iter(eps), meta, shard_mb=shard_mb)  # an iterator: never listed
+    mean_mb = sum(episode_bytes(e) for e in eps) / len(eps) / 2**20
+    # A batch about every episode, a new file every few: an iterator, so the writer never has them all.
+    many = write_dataset(tmp_path / "many", iter(eps), meta, shard_mb=3 * mean_mb, batch_mb=mean_mb)
     assert arrow_files(one) == ["data-00000-of-00001.arrow"]
     files = arrow_files(many)
-    assert 8 <= len(files) <= 15 and files == [f"data-{i:05d}-of-{len(files):05d}.arrow" for i in range(len(files))]
+    assert 3 <= len(files) < 30 and files == [f"data-{i:05d}-of-{len(files):05d}.arrow" for i in range(len(files))]
     ref_rows = datasets.load_from_disk(str(reference))
     ref_table = ref_rows.with_format("arrow")[:]
     ref_data = DemoDataset(reference)
@@ -97,7 +98,7 @@ def test_a_dataset_in_several_shards_reads_back_as_the_one_file_and_the_save_to_
                                   np.concatenate([e.obs["wrist_images"] for e in eps]))
 
 
-def test_the_writer_goes_to_disk_a_shard_at_a_time_and_holds_no_more(tmp_path, monkeypatch):
+def test_the_writer_goes_to_disk_a_batch_at_a_time_and_holds_no_more(tmp_path, monkeypatch):
     from datasets.arrow_writer import ArrowWriter
 
     eps = episodes(24, seed=1)
@@ -110,27 +111,29 @@ def test_the_writer_goes_to_disk_a_shard_at_a_time_and_holds_no_more(tmp_path, m
         return original(self, table, *args, **kwargs)
 
     monkeypatch.setattr(ArrowWriter, "write_table", counted)
-    with dataset_writer(tmp_path / "d", meta_of(eps), shard_mb=4 * size / 2**20) as writer:
+    with dataset_writer(tmp_path / "d", meta_of(eps), batch_mb=4 * size / 2**20) as writer:
         for ep in eps:
             writer.add(ep)
-            assert sum(episode_bytes(e) for e in writer._pending) < 4 * size  # a full shard went to disk
+            assert sum(episode_bytes(e) for e in writer._pending) < 4 * size  # a full batch went to disk
         writer.finish(writer.tally.meta(meta_of(eps)))
     assert len(written) >= total / (5 * size) > 1 and sum(written) == sum(e.length for e in eps)
-    assert len(arrow_files(tmp_path / "d")) == len(written) and read_meta(tmp_path / "d").episodes == 24
+    assert arrow_files(tmp_path / "d") == ["data-00000-of-00001.arrow"] and read_meta(tmp_path / "d").episodes == 24
 
 
 def test_an_unfinished_or_miscounted_write_leaves_nothing(tmp_path):
     eps = episodes(3)
     with pytest.raises(RuntimeError, match="the writer was not finished"):
-        with dataset_writer(tmp_path / "d", meta_of(eps), shard_mb=1e-6) as writer:
+        with dataset_writer(tmp_path / "d", meta_of(eps), shard_mb=1e-6, batch_mb=1e-6) as writer:
             for ep in eps:
-                writer.add(ep)  # each one a shard on disk already
+                writer.add(ep)  # each one in a file of its own on disk already
     with pytest.raises(ValueError, match="would say episodes 4 \\(written: 3\\)"):
         write_dataset(tmp_path / "d", eps, dataclasses.replace(meta_of(eps), episodes=4))
     with pytest.raises(ValueError, match="no episodes to write"):
         write_dataset(tmp_path / "d", iter([]), meta_of(eps))
     with pytest.raises(ValueError, match="shard_mb must be > 0"):
         write_dataset(tmp_path / "d", eps, meta_of(eps), shard_mb=0)
+    with pytest.raises(ValueError, match="batch_mb must be > 0"):
+        write_dataset(tmp_path / "d", eps, meta_of(eps), batch_mb=-1)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -157,15 +160,16 @@ def test_collect_holds_a_round_and_a_shard_of_episodes_not_the_dataset(tmp_path,
 
     monkeypatch.setattr(env_worker, "DemoEpisode", Tracked)
     monkeypatch.setattr(env_worker.EnvWorker, "collect_round", counted)
-    # Reach episodes here are 1-3 chunk steps of 124 bytes: a 1000-byte shard holds at most 8 of them.
-    monkeypatch.setattr(fmt, "SHARD_MB", 1000 / 2**20)
+    # Reach episodes here are 1-3 chunk steps of 124 bytes: a 1000-byte batch holds at most 8 of them.
+    monkeypatch.setattr(fmt, "BATCH_MB", 1000 / 2**20)
+    monkeypatch.setattr(fmt, "SHARD_MB", 3000 / 2**20)
     cfg = load_config(None, ["env.id=Reach-v0", "env.num_envs=4", "policy.action_chunk=4", "env.max_episode_steps=30"])
     report = collect(cfg, episodes=40, out=tmp_path / "d", data_format=data_format)
     assert report.episodes == 40 and report.attempted >= 40 and len(seen) >= 10
-    # One round (4 envs) just written, and a shard pending (arrow only); the old collect held all 36 here.
+    # One round (4 envs) just written, and a batch pending (arrow only); the old collect held all 36 here.
     assert max(seen) <= (4 + 8 if data_format == "arrow" else 4), seen
     if data_format == "arrow":
-        assert len(arrow_files(tmp_path / "d")) >= 4
+        assert len(arrow_files(tmp_path / "d")) >= 2
         data = DemoDataset(tmp_path / "d")
         assert len(set(data.episode_indices.tolist())) == 40 and len(data) == report.rows == data.meta.rows
         assert list(dict.fromkeys(load_seeds(tmp_path / "d"))) == list(range(cfg.experiment.seed,
