@@ -88,7 +88,7 @@ def lerobot_writer(out: Path, meta: Meta, fps: int, codec: VideoCodec = AV1,
             try:
                 yield writer
                 if not writer.finished:
-                    raise RuntimeError(f"LeRobot dataset {str(out)!r}: the writer was not finished; nothing was written")
+                    raise RuntimeError(f"LeRobot dataset {str(out)!r}: the writer was not finished; nothing written")
             except BaseException:
                 writer.abort()  # let go of the open files before the temp folder goes
                 raise
