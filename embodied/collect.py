@@ -9,10 +9,13 @@ env worker resets its envs (env ``i`` of the round's batch to seed ``experiment.
 the episodes run so far, so run episode ``k`` always starts from seed ``experiment.seed + k``),
 lets their experts (``embodied.envs.experts``, closed loop per sub-step) play chunks of
 ``policy.action_chunk`` sub-steps until every episode ends, and hands back the episodes. Only
-successful ones are kept unless ``keep_failed``. Nothing is written until the end, and then into a
-temp folder beside ``out`` renamed when complete, so an interrupted collect leaves no dataset behind,
-and a full disk leaves none either (``DiskFullError`` names ``out``, the space free and, for
-embodied's format, the space needed). A killed collect can leave that temp folder
+successful ones are kept unless ``keep_failed``. Kept episodes are written as they come
+(``dataset_writer``: a record batch every ``BATCH_MB`` of rows, a new Arrow file every ``SHARD_MB``;
+``lerobot_writer``: episode by episode), so memory holds a round and a batch, never the dataset
+(an 8,000-episode image collect that kept them all ran out of 24 GB). They go into a temp folder
+beside ``out`` renamed only when complete, so an interrupted collect leaves no dataset behind, and a
+full disk leaves none either (``DiskFullError`` names ``out``, the space free and, for embodied's
+format, about the space needed). A killed collect can leave that temp folder
 (``<out>.tmp<pid>``); the next collect over the same ``out`` removes it before it starts. An ``out``
 that holds a dataset is replaced only with ``overwrite``, and only once the new one is complete.
 
@@ -25,18 +28,24 @@ frequency (``env_factory.control_frequency``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from embodied import __version__
 from embodied.atomic import remove_stale_temps
 from embodied.config import Config, ConfigError, EnvConfig
 from embodied.data.demonstrations import Format, detect_format
-from embodied.data.format import IMAGE_KEYS, DemoEpisode, Meta, write_dataset
+from embodied.data.format import IMAGE_KEYS, DatasetWriter, DemoEpisode, Meta, dataset_writer
 from embodied.placement import make_backend
 from embodied.registry import ENVS
+
+if TYPE_CHECKING:
+    from embodied.data.lerobot.writer import LeRobotWriter
+    from embodied.policy import PolicySpec
 
 MAX_ATTEMPTS_PER_EPISODE = 20  # an expert that keeps failing stops the collection at 20x the episodes asked
 
@@ -121,46 +130,40 @@ def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False,
     chunk = cfg.policy.action_chunk if fps is None else 1  # LeRobot rows are control steps
     chunk_steps = math.ceil(env_cfg.max_episode_steps / chunk)
     backend = make_backend(cfg.cluster)
-    kept: list[DemoEpisode] = []
     attempted = successes = 0
-    try:
-        group = start_env_group(cfg, backend, env_cfg, "collect", cfg.experiment.seed).group
-        spec = backend.wait(group.call("spec"))[0]
-        expert = backend.wait(group.call("expert_name"))[0]
-        with tqdm(total=episodes, desc=f"collect {env_cfg.id}", unit="episode", dynamic_ncols=True) as bar:
-            while len(kept) < episodes and attempted < MAX_ATTEMPTS_PER_EPISODE * episodes:
-                parts = backend.wait(group.call("collect_round", chunk, chunk_steps, cfg.experiment.seed + attempted,
-                                                  noise))
-                found = [ep for part in parts for ep in part]  # env order = seed order
-                attempted += env_cfg.num_envs
-                successes += sum(ep.success for ep in found)
-                new = [ep for ep in found if keep_failed or ep.success][: episodes - len(kept)]
-                kept += new
-                bar.update(len(new))
-                bar.set_postfix(expert_success=f"{successes}/{attempted}")
-        backend.wait(group.call("close"))
-    finally:
-        backend.shutdown()
-    if not kept:
-        raise CollectError(f"the expert succeeded in none of {attempted} episodes of {env_cfg.id}; nothing written "
-                           "(--all keeps failed episodes)")
-    first = kept[0].obs
-    meta = Meta(
-        env_id=env_cfg.id, obs_mode=env_cfg.obs_mode, max_episode_steps=env_cfg.max_episode_steps,
-        action_chunk=chunk, action_dim=spec.action_dim, action_low=[float(x) for x in spec.action_low],
-        action_high=[float(x) for x in spec.action_high], state_dim=spec.state_dim,
-        image_shapes={k: list(first[k].shape[1:]) for k in IMAGE_KEYS if k in first},
-        episodes=len(kept), successes=sum(ep.success for ep in kept), episodes_attempted=attempted,
-        successes_attempted=successes, rows=sum(ep.length for ep in kept), expert=expert, seed=cfg.experiment.seed,
-        tasks=sorted({ep.task for ep in kept}), env_kwargs=dict(env_cfg.kwargs),
-        created_by=f"{created_by} (embodied {__version__})", action_noise=noise,
-    )
-    if fps is None:
-        write_dataset(out, kept, meta)
-    else:
-        from embodied.data.lerobot import write_lerobot
-
-        write_lerobot(out, kept, meta, fps)
+    with contextlib.ExitStack() as stack:  # the dataset writer, opened on the first kept episode
+        writer: DatasetWriter | LeRobotWriter | None = None
+        try:
+            group = start_env_group(cfg, backend, env_cfg, "collect", cfg.experiment.seed).group
+            spec = backend.wait(group.call("spec"))[0]
+            expert = backend.wait(group.call("expert_name"))[0]
+            with tqdm(total=episodes, desc=f"collect {env_cfg.id}", unit="episode", dynamic_ncols=True) as bar:
+                kept = 0
+                while kept < episodes and attempted < MAX_ATTEMPTS_PER_EPISODE * episodes:
+                    parts = backend.wait(group.call("collect_round", chunk, chunk_steps,
+                                                      cfg.experiment.seed + attempted, noise))
+                    found = [ep for part in parts for ep in part]  # env order = seed order
+                    attempted += env_cfg.num_envs
+                    successes += sum(ep.success for ep in found)
+                    new = [ep for ep in found if keep_failed or ep.success][: episodes - kept]
+                    if new and writer is None:
+                        layout = dataset_layout(env_cfg, chunk, spec, expert, new[0], cfg.experiment.seed, noise,
+                                                f"{created_by} (embodied {__version__})")
+                        writer = stack.enter_context(open_writer(out, layout, fps, episodes))
+                    for ep in new:  # written as they come: memory holds a round and a shard, not the dataset
+                        writer.add(ep)
+                    kept += len(new)
+                    bar.update(len(new))
+                    bar.set_postfix(expert_success=f"{successes}/{attempted}")
+            backend.wait(group.call("close"))
+        finally:
+            backend.shutdown()
+        if writer is None:
+            raise CollectError(f"the expert succeeded in none of {attempted} episodes of {env_cfg.id}; nothing "
+                               "written (--all keeps failed episodes)")
+        meta = dataclasses.replace(writer.tally.meta(layout), episodes_attempted=attempted,
+                                   successes_attempted=successes)
+        writer.finish(meta)
     return CollectReport(out, meta.episodes, attempted, successes, meta.rows, time.perf_counter() - t0, meta,
                          data_format, removed, replaced)
 
@@ -184,6 +187,28 @@ def check_out(out: Path, overwrite: bool) -> bool:
         raise ConfigError(f"--out {str(out)!r} exists and holds a dataset ({found}); choose a new folder, or pass "
                           "--overwrite to replace it (the old one stays until the new one is complete)")
     return True
+
+
+def dataset_layout(env_cfg: EnvConfig, chunk: int, spec: PolicySpec, expert: str, first: DemoEpisode, seed: int,
+                   noise: float, created_by: str) -> Meta:
+    """The ``Meta`` of the collection before any episode is counted: what fixes the columns (chunk, action
+    and state dimensions, the image shapes of ``first``) and the provenance; ``Tally.meta`` adds the counts."""
+    return Meta(env_id=env_cfg.id, obs_mode=env_cfg.obs_mode, max_episode_steps=env_cfg.max_episode_steps,
+                action_chunk=chunk, action_dim=spec.action_dim, action_low=[float(x) for x in spec.action_low],
+                action_high=[float(x) for x in spec.action_high], state_dim=spec.state_dim,
+                image_shapes={k: list(first.obs[k].shape[1:]) for k in IMAGE_KEYS if k in first.obs},
+                episodes=0, successes=0, episodes_attempted=0, successes_attempted=0, rows=0, expert=expert,
+                seed=seed, tasks=[], env_kwargs=dict(env_cfg.kwargs), created_by=created_by, action_noise=noise)
+
+
+def open_writer(out: Path, layout: Meta, fps: int | None,
+                expected_episodes: int) -> contextlib.AbstractContextManager[DatasetWriter | LeRobotWriter]:
+    """The atomic writer of ``out``: embodied's Arrow format, or (``fps`` given) a LeRobot folder at ``fps``."""
+    if fps is None:
+        return dataset_writer(out, layout, expected_episodes=expected_episodes)
+    from embodied.data.lerobot.writer import lerobot_writer
+
+    return lerobot_writer(out, layout, fps)
 
 
 def lerobot_fps(env_cfg: EnvConfig) -> int:

@@ -23,7 +23,8 @@ from embodied.data.lerobot.layout import SUPPORTED_VERSIONS, Feature, LeRobotErr
 from embodied.data.lerobot.mapping import KNOWN_NAMES
 from embodied.data.lerobot.reader import LeRobotDemos
 from embodied.data.lerobot.video import AV1, FrameError, VideoCodec
-from embodied.data.lerobot.writer import FEATURE_NAMES, FileLimits, write_lerobot
+from embodied.data.lerobot.writer import FEATURE_NAMES, FileLimits, LeRobotWriter, lerobot_writer, write_lerobot
 
 __all__ = ["AV1", "FEATURE_NAMES", "KNOWN_NAMES", "SUPPORTED_VERSIONS", "Feature", "FileLimits", "FrameError",
-           "LeRobotDemos", "LeRobotError", "LeRobotInfo", "VideoCodec", "write_lerobot"]
+           "LeRobotDemos", "LeRobotError", "LeRobotInfo", "LeRobotWriter", "VideoCodec", "lerobot_writer",
+           "write_lerobot"]

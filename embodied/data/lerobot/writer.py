@@ -20,6 +20,8 @@ Cameras are encoded as LeRobot's writer encodes them by default: AV1 (libsvtav1,
 12), yuv420p, a keyframe every 2 frames, all episodes of a camera one after the other in one mp4
 (a new file past ``video_mb``; data parquet files past ``data_mb``, one row group per episode).
 ``meta/embodied.json`` keeps what LeRobot has no field for (env, expert, seeds, successes).
+Episodes are written one at a time as they come (``lerobot_writer``, ``LeRobotWriter``; ``collect``
+hands each over as its round ends), keeping only a small record per episode for ``meta/``.
 Everything is written into a temp folder renamed when complete: a killed write leaves nothing, and one
 that fills the disk leaves nothing either and raises ``DiskFullError`` naming the folder.
 """
@@ -29,6 +31,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+from collections.abc import Iterable, Iterator, Sized
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from embodied.atomic import atomic_dir, disk_full, disk_full_error
-from embodied.data.format import DemoEpisode, Meta
+from embodied.data.format import DemoEpisode, Meta, Tally, arrow_array
 from embodied.data.lerobot import stats
 from embodied.data.lerobot.layout import (CHUNKS_SIZE, DATA_PATH, EPISODES_PATH, INDEX_FEATURES, INFO_PATH,
                                           STATS_PATH, TASKS_PATH, V3, VIDEO_PATH)
@@ -58,65 +62,104 @@ class FileLimits:
     chunks_size: int = CHUNKS_SIZE  # files per chunk-NNN folder
 
 
-def write_lerobot(out: Path, episodes: list[DemoEpisode], meta: Meta, fps: int, codec: VideoCodec = AV1,
+def write_lerobot(out: Path, episodes: Iterable[DemoEpisode], meta: Meta, fps: int, codec: VideoCodec = AV1,
                   limits: FileLimits = FileLimits()) -> Path:
-    """Write ``episodes`` (recorded at action chunk 1) into the folder ``out`` atomically."""
-    if not episodes:
+    """Write ``episodes`` (recorded at action chunk 1) into the folder ``out`` atomically, one at a time
+    (``lerobot_writer``: an iterator is never held whole)."""
+    if isinstance(episodes, Sized) and not len(episodes):
         raise ValueError(f"no episodes to write to {str(out)!r}")
-    chunked = [ep for ep in episodes if ep.actions.shape[1] != 1]
-    if chunked:
-        raise ValueError(f"LeRobot rows are control steps: record the episodes with action chunk 1, not "
-                         f"{chunked[0].actions.shape[1]}")
-    cameras = [k for k in (MAIN_IMAGES, WRIST_IMAGES) if k in meta.obs_keys]
-    tasks = {task: i for i, task in enumerate(dict.fromkeys(ep.task for ep in episodes))}
-    features = _features(meta, episodes[0])
-    try:
-        with atomic_dir(Path(out)) as tmp:
-            data = _DataFiles(tmp, features, limits)
-            videos = {k: _VideoFiles(tmp, FEATURE_NAMES[k], fps, codec, limits) for k in cameras}
-            try:
-                records = _write_episodes(episodes, data, videos, tasks, fps, meta)
-            except BaseException:
-                for files in (data, *videos.values()):  # let go of the open files before the temp folder goes
-                    files.abort()
-                raise
-            for key in cameras:
-                features[FEATURE_NAMES[key]]["info"] = codec.feature_info(probe(videos[key].first_path))
-            _write_meta(tmp, records, tasks, features, fps, meta, episodes, limits)
-    except OSError as exc:
-        if disk_full(exc, Path(out)):  # how much the videos need is not known before they are encoded
-            raise disk_full_error("LeRobot dataset", Path(out), exc) from exc
-        raise
+    with lerobot_writer(Path(out), meta, fps, codec, limits) as writer:
+        for ep in episodes:
+            writer.add(ep)
+        writer.finish(meta)
     return Path(out)
 
 
-def _write_episodes(episodes: list[DemoEpisode], data: _DataFiles, videos: dict[str, _VideoFiles],
-                    tasks: dict[str, int], fps: int, meta: Meta) -> list[tuple[dict[str, Any], dict[str, stats.Stats]]]:
-    """Each episode's rows into the data files and its frames into the videos (closed at the end); per
-    episode its ``meta/episodes`` record and stats."""
-    records, first = [], 0
-    for e, ep in enumerate(episodes):
-        columns = _columns(ep, e, first, tasks[ep.task], fps, meta)
-        record = {"episode_index": e, "tasks": [ep.task], "length": ep.length, **data.write(columns, first)}
-        for key, files in videos.items():
+@contextmanager
+def lerobot_writer(out: Path, meta: Meta, fps: int, codec: VideoCodec = AV1,
+                   limits: FileLimits = FileLimits()) -> Iterator[LeRobotWriter]:
+    """A ``LeRobotWriter`` into a temp folder beside ``out``, renamed onto ``out`` when the block ends after
+    ``finish``; on any error (or Ctrl-C) its open files are dropped and the temp folder goes. A full disk
+    raises ``DiskFullError`` naming ``out`` (how much the videos need is not known before they are encoded)."""
+    out = Path(out)
+    try:
+        with atomic_dir(out) as tmp:
+            writer = LeRobotWriter(tmp, meta, fps, codec, limits)
+            try:
+                yield writer
+                if not writer.finished:
+                    raise RuntimeError(f"LeRobot dataset {str(out)!r}: the writer was not finished; nothing written")
+            except BaseException:
+                writer.abort()  # let go of the open files before the temp folder goes
+                raise
+    except OSError as exc:
+        if disk_full(exc, out):
+            raise disk_full_error("LeRobot dataset", out, exc) from exc
+        raise
+
+
+class LeRobotWriter:
+    """Episodes written into a LeRobot folder as they come: rows into the data parquet files, frames into the
+    camera mp4s, a small record per episode kept for ``meta/``. Memory holds one episode and the encoders'
+    state, however many episodes the folder gets. Open it with ``lerobot_writer``."""
+
+    def __init__(self, folder: Path, meta: Meta, fps: int, codec: VideoCodec = AV1,
+                 limits: FileLimits = FileLimits()) -> None:
+        self.folder, self.layout, self.fps, self.codec, self.limits = folder, meta, fps, codec, limits
+        self.cameras = [k for k in (MAIN_IMAGES, WRIST_IMAGES) if k in meta.obs_keys]
+        self.features = _features(meta)
+        self.data = _DataFiles(folder, self.features, limits)
+        self.videos = {k: _VideoFiles(folder, FEATURE_NAMES[k], fps, codec, limits) for k in self.cameras}
+        self.tasks: dict[str, int] = {}  # task -> task_index, in order of first appearance
+        self.records: list[tuple[dict[str, Any], dict[str, stats.Stats]]] = []  # per episode: meta/episodes row, stats
+        self.tally = Tally()
+        self.finished = False
+
+    def add(self, ep: DemoEpisode) -> None:
+        """Write one episode's rows and frames."""
+        if ep.actions.shape[1] != 1:
+            raise ValueError(f"LeRobot rows are control steps: record the episodes with action chunk 1, not "
+                             f"{ep.actions.shape[1]}")
+        for key in self.cameras:
+            if list(ep.obs[key].shape[1:]) != list(self.layout.image_shapes[key]):
+                raise ValueError(f"episode {self.tally.episodes}: {key} are {ep.obs[key].shape[1:]}, the dataset's "
+                                 f"{tuple(self.layout.image_shapes[key])}")
+        e, first = self.tally.episodes, self.tally.rows
+        task = self.tasks.setdefault(ep.task, len(self.tasks))
+        columns = _columns(ep, e, first, task, self.fps, self.layout)
+        record = {"episode_index": e, "tasks": [ep.task], "length": ep.length, **self.data.write(columns, first)}
+        for key, files in self.videos.items():
             record |= files.write(ep.obs[key])
-        episode_stats = _episode_stats(columns, {FEATURE_NAMES[k]: ep.obs[k] for k in videos})
-        records.append((record, episode_stats))
-        first += ep.length
-    data.close()
-    for files in videos.values():
-        files.close()
-    return records
+        self.records.append((record, _episode_stats(columns, {FEATURE_NAMES[k]: ep.obs[k] for k in self.videos})))
+        self.tally.add(ep)
+
+    def finish(self, meta: Meta) -> None:
+        """Close the data and video files, then write ``meta/`` (``meta`` must count what was written)."""
+        if not self.tally.episodes:
+            raise ValueError(f"no episodes to write to {str(self.folder)!r}")
+        self.tally.check(meta, self.folder)
+        self.data.close()
+        for files in self.videos.values():
+            files.close()
+        for key in self.cameras:
+            self.features[FEATURE_NAMES[key]]["info"] = self.codec.feature_info(probe(self.videos[key].first_path))
+        _write_meta(self.folder, self.records, self.tasks, self.features, self.fps, meta, self.tally, self.limits)
+        self.finished = True
+
+    def abort(self) -> None:
+        """Drop the open files after a failed write (the folder is about to be removed)."""
+        for files in (self.data, *self.videos.values()):
+            files.abort()
 
 
-def _features(meta: Meta, episode: DemoEpisode) -> dict[str, dict[str, Any]]:
+def _features(meta: Meta) -> dict[str, dict[str, Any]]:
     """``features`` of ``meta/info.json``: ours, then LeRobot's index columns."""
     out: dict[str, dict[str, Any]] = {}
     if meta.state_dim:
         out[FEATURE_NAMES[STATES]] = {"dtype": "float32", "shape": [meta.state_dim], "names": None}
     for key in (MAIN_IMAGES, WRIST_IMAGES):
         if key in meta.obs_keys:
-            out[FEATURE_NAMES[key]] = {"dtype": "video", "shape": list(episode.obs[key].shape[1:]),
+            out[FEATURE_NAMES[key]] = {"dtype": "video", "shape": list(meta.image_shapes[key]),
                                        "names": ["height", "width", "channels"], "info": {}}
     out[FEATURE_NAMES["actions"]] = {"dtype": "float32", "shape": [meta.action_dim], "names": None}
     out["next.reward"] = {"dtype": "float32", "shape": [1], "names": None}
@@ -171,7 +214,7 @@ class _DataFiles:
             self._path = self.root / DATA_PATH.format(chunk_index=self.chunk, file_index=self.file)
             self._path.parent.mkdir(parents=True, exist_ok=True)
             self._writer = pq.ParquetWriter(self._path, self.schema, compression="snappy", use_dictionary=True)
-        arrays = [_arrow(columns[name], field.type) for name, field in zip(self.schema.names, self.schema)]
+        arrays = [arrow_array(columns[name], field.type) for name, field in zip(self.schema.names, self.schema)]
         self._writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
         n = len(columns["index"])
         return {"data/chunk_index": self.chunk, "data/file_index": self.file, "dataset_from_index": first,
@@ -226,8 +269,7 @@ class _VideoFiles:
 
 
 def _write_meta(root: Path, records: list[tuple[dict[str, Any], dict[str, stats.Stats]]], tasks: dict[str, int],
-                features: dict[str, dict[str, Any]], fps: int, meta: Meta, episodes: list[DemoEpisode],
-                limits: FileLimits) -> None:
+                features: dict[str, dict[str, Any]], fps: int, meta: Meta, tally: Tally, limits: FileLimits) -> None:
     """``meta/``: episodes parquet, tasks parquet, stats.json, info.json, embodied.json."""
     import pandas as pd
     import pyarrow as pa
@@ -245,16 +287,14 @@ def _write_meta(root: Path, records: list[tuple[dict[str, Any], dict[str, stats.
         root / TASKS_PATH)
     total = stats.to_json({name: stats.aggregate([s[name] for _, s in records]) for name in records[0][1]})
     (root / STATS_PATH).write_text(json.dumps(total, indent=4) + "\n")
-    frames = sum(ep.length for ep in episodes)
-    info = {"codebase_version": V3, "fps": fps, "features": features, "total_episodes": len(episodes),
-            "total_frames": frames, "total_tasks": len(tasks), "chunks_size": limits.chunks_size,
+    info = {"codebase_version": V3, "fps": fps, "features": features, "total_episodes": tally.episodes,
+            "total_frames": tally.rows, "total_tasks": len(tasks), "chunks_size": limits.chunks_size,
             "data_files_size_in_mb": max(1, round(limits.data_mb)),
             "video_files_size_in_mb": max(1, round(limits.video_mb)),
             "data_path": DATA_PATH, "video_path": VIDEO_PATH if any(f["dtype"] == "video" for f in features.values())
-            else None, "robot_type": meta.env_id, "splits": {"train": f"0:{len(episodes)}"}}
+            else None, "robot_type": meta.env_id, "splits": {"train": f"0:{tally.episodes}"}}
     (root / INFO_PATH).write_text(json.dumps(info, indent=4) + "\n")
-    provenance = {"meta": dataclasses.asdict(meta), "episode_seeds": [ep.seed for ep in episodes],
-                  "episode_success": [bool(ep.success) for ep in episodes]}
+    provenance = {"meta": dataclasses.asdict(meta), "episode_seeds": tally.seeds, "episode_success": tally.success}
     (root / EMBODIED_PATH).write_text(json.dumps(provenance, indent=1) + "\n")
 
 
@@ -270,12 +310,3 @@ def _hf_features(features: dict[str, dict[str, Any]]) -> Any:
         shape = tuple(spec["shape"])
         out[name] = Value(spec["dtype"]) if shape == (1,) else Sequence(Value(spec["dtype"]), length=shape[0])
     return Features(out)
-
-
-def _arrow(values: np.ndarray, arrow_type: Any) -> Any:
-    import pyarrow as pa
-
-    if pa.types.is_fixed_size_list(arrow_type):
-        flat = pa.array(np.ascontiguousarray(values).reshape(-1), type=arrow_type.value_type)
-        return pa.FixedSizeListArray.from_arrays(flat, arrow_type.list_size)
-    return pa.array(values, type=arrow_type)

@@ -122,14 +122,13 @@ def test_a_task_without_an_expert_fails_before_any_worker_listing_those_with_one
 
 
 def test_an_interrupted_write_leaves_no_dataset(tmp_path, monkeypatch):
-    import datasets
+    from embodied.data.format import DatasetWriter
 
-    def interrupted(self, path, *args, **kwargs):
-        original(self, path, *args, **kwargs)  # the rows are all there, meta.json is not yet
+    def interrupted(self, meta):
+        self.flush()  # the rows are all there, meta.json is not yet
         raise KeyboardInterrupt
 
-    original = datasets.Dataset.save_to_disk
-    monkeypatch.setattr(datasets.Dataset, "save_to_disk", interrupted)
+    monkeypatch.setattr(DatasetWriter, "finish", interrupted)
     with pytest.raises(KeyboardInterrupt):
         collect(load_config(None, ["env.id=Reach-v0", *SMALL]), episodes=2, out=tmp_path / "reach")
     assert list(tmp_path.iterdir()) == []  # neither the dataset nor its temp folder

@@ -34,16 +34,16 @@ def dead_pid() -> int:
 
 
 def test_a_full_disk_writing_embodieds_format_leaves_nothing_and_names_the_path(tmp_path, monkeypatch, capsys):
-    import datasets
+    from datasets.arrow_writer import ArrowWriter
 
-    def fills_the_disk(self, path, *args, **kwargs):
-        calls.append(path)
-        with open(os.path.join(path, "data-00000-of-00001.arrow"), "wb") as f:
+    def fills_the_disk(self, table, *args, **kwargs):
+        calls.append(self._path)
+        with open(self._path, "wb") as f:
             f.write(b"\0" * 4096)  # part of the rows, then the disk is full
-        raise full_disk(path)
+        raise full_disk(self._path)
 
     calls: list[str] = []
-    monkeypatch.setattr(datasets.Dataset, "save_to_disk", fills_the_disk)
+    monkeypatch.setattr(ArrowWriter, "write_table", fills_the_disk)
     out = tmp_path / "reach"
     with pytest.raises(DiskFullError) as caught:
         collect(load_config(None, REACH), episodes=2, out=out)
@@ -125,18 +125,16 @@ def test_a_collect_over_the_temp_folders_of_killed_ones_removes_them_and_writes(
 KILLED_MID_WRITE = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    import datasets
     from embodied.config import load_config
     from embodied.collect import collect
+    from embodied.data.format import DatasetWriter
 
-    original = datasets.Dataset.save_to_disk
-
-    def slow(self, path, *args, **kwargs):
-        original(self, path, *args, **kwargs)
+    def slow(self, meta):
+        self.flush()
         Path(sys.argv[2]).touch()  # the rows are written, meta.json is not: now kill me
         time.sleep(600)
 
-    datasets.Dataset.save_to_disk = slow
+    DatasetWriter.finish = slow
     collect(load_config(None, sys.argv[3:]), episodes=2, out=Path(sys.argv[1]))
 """)
 
