@@ -128,6 +128,9 @@ class AlgorithmConfig:
     init_alpha: float = 0.1  # sac: initial entropy temperature (then tuned)
     target_entropy: float | None = None  # sac: entropy the temperature steers to (null: -C * A)
     checkpoint_replay: bool = True  # sac: save the replay buffer in checkpoints (false: resume is not exact)
+    # sac on images (DrQ): every update batch's images, obs and next_obs, are shifted at random by up to this many
+    # pixels (replicate-padded, cropped back); 0 disables. Only images the policy reads (policy.type=cnn_sac).
+    image_shift: int = 4
     # RLPD (Ball et al. 2023) on sac: demonstrations in a second replay, sampled beside online replay.
     demos: str | None = None  # sac: demonstrations folder (`embodied collect` or LeRobot) filling the demo replay
     demo_ratio: float = 0.5  # sac with demos: share of each batch drawn from the demo replay (RLPD's symmetric 0.5)
