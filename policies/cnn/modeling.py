@@ -119,14 +119,14 @@ class CNNObservations:
             if STATES not in obs:
                 raise KeyError(f"policy.type={self.policy_type} was built for states but the observation has only "
                                f"{sorted(obs)}")
-            inputs[STATES] = torch.from_numpy(np.array(obs[STATES], dtype=np.float32))  # a copy, as images
+            inputs[STATES] = torch.from_numpy(np.array(np.asarray(obs[STATES]), dtype=np.float32))  # a copy, as images
         return inputs
 
     def _images(self, obs: Obs, key: str) -> torch.Tensor:
         if key not in obs:
             raise KeyError(f"policy.type={self.policy_type} was built for {key!r} but the observation has only "
                            f"{sorted(obs)}")
-        images = np.array(obs[key], copy=True)  # a copy: env buffers may be reused after this step
+        images = np.array(np.asarray(obs[key]), copy=True)  # a copy: env buffers may be reused (asarray: replay's tensors)
         if images.dtype != np.uint8 or images.shape[1:] != self.image_shape:
             raise ValueError(f"policy.type={self.policy_type} expects {key} uint8 [B, "
                              f"{', '.join(map(str, self.image_shape))}], got {images.dtype} {list(images.shape)}")
