@@ -99,7 +99,7 @@ def polyak_update(target: Iterable[torch.Tensor], online: Iterable[torch.Tensor]
         t.lerp_(o, tau)
 
 
-IMAGE_KEYS = (MAIN_IMAGES, WRIST_IMAGES)  # the forward inputs ``algorithm.image_shift`` augments, when a policy reads them
+IMAGE_KEYS = (MAIN_IMAGES, WRIST_IMAGES)  # the inputs ``algorithm.image_shift`` shifts, where a policy reads them
 
 
 # -- the learner ------------------------------------------------------------------------------------

@@ -18,6 +18,9 @@ Images stay uint8 until the forward pass: ``act`` puts the uint8 tensors in ``fo
 (a quarter of float32's size in trajectories and on the channels) and ``evaluate`` replays them;
 the conversion to float in [0, 1] happens inside the encoder. Outputs of ``act`` and ``value``
 are on the CPU whatever device the module sits on.
+
+The encoders and the inputs they read are ``CNNObservations``, mixed into ``CNNPolicy`` and, as a module of
+their own (``CNNFeatures``), the feature encoder of the SAC policy (``policy.type: cnn_sac``, ``squashed.py``).
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ class ImageEncoder(nn.Module):
     def __init__(self, config: CNNEncoderConfig, image_shape: tuple[int, ...]) -> None:
         super().__init__()
         if len(image_shape) != 3 or image_shape[2] != 3:
-            raise ValueError(f"policy.type={config.type} expects images of shape (H, W, 3), the env gives {image_shape}")
+            raise ValueError(f"policy.type={config.type} expects images of shape (H, W, 3), the env gives "
+                             f"{image_shape}")
         layers: list[nn.Module] = []
         in_channels = 3
         for out_channels, kernel, stride in zip(config.channels, config.kernel_sizes, config.strides):
@@ -126,7 +130,8 @@ class CNNObservations:
         if key not in obs:
             raise KeyError(f"policy.type={self.policy_type} was built for {key!r} but the observation has only "
                            f"{sorted(obs)}")
-        images = np.array(np.asarray(obs[key]), copy=True)  # a copy: env buffers may be reused (asarray: replay's tensors)
+        # A copy: env buffers may be reused after this step (asarray first: replay batches are torch tensors).
+        images = np.array(np.asarray(obs[key]), copy=True)
         if images.dtype != np.uint8 or images.shape[1:] != self.image_shape:
             raise ValueError(f"policy.type={self.policy_type} expects {key} uint8 [B, "
                              f"{', '.join(map(str, self.image_shape))}], got {images.dtype} {list(images.shape)}")

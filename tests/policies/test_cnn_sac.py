@@ -158,7 +158,8 @@ def test_steps_are_exact_given_the_learner_state():
     second.load_state_dict(copy.deepcopy(first.state_dict()))  # as a checkpoint holds it, sharing no storage
     a, b = first.step(batch(2)), second.step(batch(2))
     assert a == b
-    assert all(torch.equal(v, second.target_encoder.state_dict()[k]) for k, v in first.target_encoder.state_dict().items())
+    targets = second.target_encoder.state_dict()
+    assert all(torch.equal(v, targets[k]) for k, v in first.target_encoder.state_dict().items())
 
 
 def test_replay_keeps_images_uint8():
