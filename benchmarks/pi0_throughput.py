@@ -43,6 +43,19 @@ def best_ms(fn, repeats: int) -> float:
     return 1000 * min(times)
 
 
+def paired_ms(first, second, repeats: int) -> tuple[float, float]:
+    """Best-of times of two calls run in turn (first, second, first, ...), so load that comes and goes on a shared
+    machine falls on both alike."""
+    first(), second()  # warm-up
+    a, b = [], []
+    for _ in range(repeats):
+        for fn, times in ((first, a), (second, b)):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return 1000 * min(a), 1000 * min(b)
+
+
 def sequential_logp(policy: PI0Policy, inputs: dict) -> torch.Tensor:
     """The Flow-Noise log-prob scored one expert pass per step (a fresh prefix each), for comparison."""
     chain = inputs[CHAIN]
@@ -77,9 +90,9 @@ def main(argv: list[str] | None = None) -> dict[str, list[tuple[int, float, floa
         out = policy.act(obs, deterministic=True)
         p = policy._prompt_inputs(out.forward_inputs)
         state, noise = policy._state(out.forward_inputs), out.forward_inputs[CHAIN][:, 0]
-        ours = best_ms(lambda: policy.act(obs, deterministic=True), args.repeats)
-        theirs = best_ms(lambda: policy.model.sample_actions(state=state, noise=noise, num_steps=policy.steps, **p),
-                         args.repeats)
+        ours, theirs = paired_ms(
+            lambda: policy.act(obs, deterministic=True),
+            lambda: policy.model.sample_actions(state=state, noise=noise, num_steps=policy.steps, **p), args.repeats)
         print(f"act, batch {batch:3d}: ours {ours:7.1f} ms, sample_actions {theirs:7.1f} ms, "
               f"throughput ratio {theirs / ours:.2f}x (ours includes the prompt, images and value head)")
         result["act"].append((batch, ours, theirs))
@@ -98,8 +111,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[tuple[int, float, floa
 
         with torch.no_grad():
             ratio_error = float((policy.evaluate(inputs, out.actions)[0] - out.logprobs).exp().sub(1).abs().max())
-            batched = best_ms(lambda: policy.evaluate(inputs, out.actions), args.repeats)
-            sequential = best_ms(lambda: sequential_logp(policy, inputs), args.repeats)
+            batched, sequential = paired_ms(lambda: policy.evaluate(inputs, out.actions),
+                                            lambda: sequential_logp(policy, inputs), args.repeats)
         step = best_ms(ppo_step, args.repeats)
         print(f"batch {batch:3d}: evaluate batched {batched:7.1f} ms vs one pass per step {sequential:7.1f} ms "
               f"({sequential / batched:.2f}x); PPO step {step:7.1f} ms; max|ratio-1| {ratio_error:.1e}")

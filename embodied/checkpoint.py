@@ -5,6 +5,9 @@
         policy/        for policies that export themselves (``Policy.exports_pretrained``, e.g. the VLA):
                        their ``save_pretrained`` folder, which transformers / peft open alone; then
                        ``actor.policy`` is absent from trainer.pt
+        replay/        an off-policy actor's replay buffer (``algorithm.checkpoint_replay``) as chunk files and
+                       replay.json (``embodied.replay.ReplayBuffer.save``); chunks unchanged since the
+                       previous checkpoint are hard links to its files
         manifest.json  format version, components, package versions, env id and spaces, and the
                        sha256 of every file
 
@@ -27,6 +30,7 @@ import json
 import re
 import shutil
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +42,7 @@ from embodied.atomic import DiskFullError, atomic_dir, disk_full, remove_temp_fi
 CHECKPOINT_NAME = re.compile(r"iter_\d+")  # iter_000100; temp folders (iter_000100.tmp123) never match
 TRAINER_FILE = "trainer.pt"
 POLICY_DIR = "policy"
+REPLAY_DIR = "replay"
 MANIFEST_FILE = "manifest.json"
 FORMAT_VERSION = 2  # 1: trainer.pt (+ policy/) without a manifest
 PACKAGES = ("embodied", "torch", "numpy", "gymnasium", "mujoco", "transformers", "peft")
@@ -47,15 +52,20 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be written, read or used here; the message names its path."""
 
 
-def save_checkpoint(path: Path, state: dict[str, Any], policy: Any = None) -> Path:
+def save_checkpoint(path: Path, state: dict[str, Any], policy: Any = None,
+                    write_more: Callable[[Path], None] | None = None) -> Path:
     """Write the folder ``path`` atomically: ``state`` as trainer.pt, an exporting ``policy`` under policy/,
-    and manifest.json last. A full disk raises ``DiskFullError`` naming ``path``; nothing half-written stays."""
+    whatever ``write_more(folder)`` adds to the folder being built (the replay buffer), and manifest.json last.
+    A full disk raises ``DiskFullError`` naming ``path``; nothing half-written stays, and the checkpoints
+    already there are untouched."""
     path = Path(path)
     try:
         with atomic_dir(path) as tmp:
             torch.save(state, tmp / TRAINER_FILE)
             if policy is not None and getattr(policy, "exports_pretrained", False):
                 policy.save_pretrained(tmp / POLICY_DIR)
+            if write_more is not None:
+                write_more(tmp)
             write_manifest(tmp, state)
     except (OSError, RuntimeError) as exc:
         if disk_full(exc, path):
@@ -117,8 +127,10 @@ def read_manifest(path: Path) -> dict[str, Any] | None:
 
 
 def save_policy_checkpoint(path: Path, policy: Any, optimizer: Any, version: int, spec: Any,
-                           extra: dict[str, Any], actor_extra: dict[str, Any] | None = None) -> Path:
-    """A checkpoint folder of a trained policy (RL actor or SFT): trainer state ``extra`` plus the policy.
+                           extra: dict[str, Any], actor_extra: dict[str, Any] | None = None,
+                           write_more: Callable[[Path], None] | None = None) -> Path:
+    """A checkpoint folder of a trained policy (RL actor or SFT): trainer state ``extra`` plus the policy
+    (and what ``write_more`` adds, see ``save_checkpoint``).
 
     ``actor`` holds the optimizer, the version and, unless the policy exports itself, its state
     dict; ``policy_spec`` records what the policy acts in, so ``init_from``, eval and resume can
@@ -130,7 +142,8 @@ def save_policy_checkpoint(path: Path, policy: Any, optimizer: Any, version: int
     actor: dict[str, Any] = {"optimizer": optimizer.state_dict(), "version": version, **(actor_extra or {})}
     if not policy.exports_pretrained:
         actor["policy"] = policy.state_dict()
-    return save_checkpoint(path, {**extra, "actor": actor, "policy_spec": dataclasses.asdict(spec)}, policy)
+    return save_checkpoint(path, {**extra, "actor": actor, "policy_spec": dataclasses.asdict(spec)}, policy,
+                           write_more)
 
 
 def non_finite_tensors(tensors: dict[str, Any], limit: int = 3) -> list[str]:
@@ -141,7 +154,8 @@ def non_finite_tensors(tensors: dict[str, Any], limit: int = 3) -> list[str]:
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """The trainer state of a checkpoint folder, verified; ``actor.policy_dir`` names its exported policy, if any.
+    """The trainer state of a checkpoint folder, verified; ``actor.policy_dir`` names its exported policy and
+    ``actor.replay_dir`` its replay folder, if it has them.
 
     Raises ``CheckpointError`` naming the file and what is wrong: missing, failing its checksums,
     not loadable with ``weights_only=True``, or holding non-finite weights.
@@ -166,6 +180,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             raise CheckpointError(f"{trainer}: the policy's weights are not finite ({', '.join(bad)})")
     if (trainer.parent / POLICY_DIR).is_dir() and isinstance(actor, dict):
         actor["policy_dir"] = str(trainer.parent / POLICY_DIR)
+    if (trainer.parent / REPLAY_DIR).is_dir() and isinstance(actor, dict):
+        actor["replay_dir"] = str(trainer.parent / REPLAY_DIR)
     return state
 
 

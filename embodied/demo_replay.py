@@ -27,7 +27,7 @@ from dataclasses import fields
 import numpy as np
 import torch
 
-from embodied.algorithms.sac import ReplaySample, chunk_reward
+from embodied.algorithms.sac import ReplaySample, chunk_reward, n_step_returns
 from embodied.config import ConfigError
 from embodied.data import Demonstrations, ReadOptions, open_demonstrations
 from embodied.policy import PolicySpec
@@ -112,8 +112,10 @@ def fit_demos(data: Demonstrations, spec: PolicySpec, action_chunk: int) -> list
     return keys
 
 
-def demo_replay(data: Demonstrations, obs_keys: list[str], gamma: float) -> ReplayBuffer:
-    """Every chunk transition of the demonstrations (see the module docstring) in a replay buffer of their size."""
+def demo_replay(data: Demonstrations, obs_keys: list[str], gamma: float, n_step: int = 1) -> ReplayBuffer:
+    """Every chunk transition of the demonstrations (see the module docstring) in a replay buffer of their size,
+    as ``n_step`` returns (``n_step_returns``: a window follows the episode's chunks and stops before one that is
+    left out, so it always ends on a chunk whose next obs is recorded)."""
     rows = [data[i] for i in range(len(data))]
     executed = np.stack([r.executed.numpy() for r in rows])  # [N, C]
     advance = np.ones(len(rows), dtype=np.int64) if data.chunk_rows else executed.sum(-1)
@@ -128,14 +130,19 @@ def demo_replay(data: Demonstrations, obs_keys: list[str], gamma: float) -> Repl
     if not len(keep):
         raise demos_error(ValueError(f"dataset {data.path} holds no chunk transition: each of its episodes failed "
                                      f"within one chunk (collect successful ones)"))
+    kept = np.zeros(len(rows), dtype=bool)
+    kept[keep] = True
+    following = np.where(~ends & kept[after], after, -1)  # the next chunk, where it is a transition too
     after = np.where(ends, np.arange(len(rows)), after)  # a terminal chunk's next obs is never used: its own
     obs = {k: torch.from_numpy(np.stack([np.asarray(r.obs[k]) for r in rows])) for k in obs_keys}
     reward, discount = chunk_reward(torch.from_numpy(rewards), torch.from_numpy(executed), gamma)
+    reward, discount, bootstrap, last = n_step_returns(reward, discount, torch.from_numpy(terminal),
+                                                       torch.from_numpy(following), n_step)
     index = torch.from_numpy(keep)
     replay = ReplayBuffer(len(keep))
     replay.add_transitions({k: v[index] for k, v in obs.items()}, torch.stack([r.actions for r in rows])[index],
-                           reward[index], discount[index], torch.from_numpy(~terminal)[index],
-                           {k: v[torch.from_numpy(after[keep])] for k, v in obs.items()})
+                           reward[index], discount[index], bootstrap[index],
+                           {k: v[torch.from_numpy(after)[last[index]]] for k, v in obs.items()})
     return replay
 
 

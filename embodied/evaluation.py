@@ -32,7 +32,7 @@ from embodied.checkpoint import check_env_fits, load_checkpoint
 from embodied.config import Config
 from embodied.eval_plan import env_eval_episodes
 from embodied.placement import ClusterLostError, make_backend
-from embodied.preflight import preflight
+from embodied.preflight import check_policy_fits, preflight
 from embodied.types import EpisodeStats
 from embodied.workers.group import Evaluator, Workers
 
@@ -266,6 +266,7 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int | None, out
     """
     if cfg.env.preflight:  # check-env's fast checks on one eval env, before any worker starts
         preflight(cfg.resolved_eval_env(), "eval_env", video)
+    check_policy_fits(cfg, cfg.resolved_eval_env(), "eval_env")
     state = load_checkpoint(checkpoint)
     env_id = cfg.resolved_eval_env().id
     check_env_fits(state, env_id, None, f"checkpoint {checkpoint}")  # before any worker starts

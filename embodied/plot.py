@@ -50,15 +50,28 @@ def read_metrics(path: Path) -> list[dict[str, float]]:
     return rows
 
 
-def series(rows: list[dict[str, float]], key: str) -> tuple[list[float], list[float]]:
-    """(env steps, values) of the rows where ``key`` is finite."""
+def series(rows: list[dict[str, float]], key: str, start: float | None = None) -> tuple[list[float], list[float]]:
+    """(env steps, values) of the rows where ``key`` is finite; with ``start`` (a wall-clock time, seconds since the
+    epoch) the x values are minutes since it instead, from each row's ``time``."""
     xs, ys = [], []
     for row in rows:
         value = row.get(key)
         if isinstance(value, (int, float)) and math.isfinite(value):
-            xs.append(row.get("env_steps", row.get("step", len(xs))))
+            if start is not None:
+                if "time" not in row:  # a row written before metrics carried their time
+                    continue
+                xs.append((row["time"] - start) / 60)
+            else:
+                xs.append(row.get("env_steps", row.get("step", len(xs))))
             ys.append(value)
     return xs, ys
+
+
+def run_start(run_dir: Path, rows: list[dict[str, float]]) -> float:
+    """When the run began: its ``config.yaml`` is written as the run dir is made, before any worker starts (a
+    resumed run keeps the first start, so its curve includes the pause)."""
+    config = run_dir / "config.yaml"
+    return config.stat().st_mtime if config.is_file() else rows[0].get("time", 0.0)
 
 
 def plot_run(run_dir: str | Path) -> Path:
@@ -86,8 +99,8 @@ def plot_run(run_dir: str | Path) -> Path:
 
 
 def plot_compare(run_dirs: list[str | Path], out: str | Path, baselines: list[str | Path] = ()) -> Path:
-    """Eval success (with its 95% interval) and eval return of several runs against env steps, one line
-    per run labelled by its folder name, into ``out``; returns its path.
+    """Eval success (with its 95% interval) against env steps and against wall-clock, and eval return against env
+    steps, of several runs, one line per run labelled by its folder name, into ``out``; returns its path.
 
     ``baselines``: ``eval.json`` files (from ``embodied eval``, e.g. of the SFT checkpoint RL started
     from), each drawn as a dashed level labelled with its checkpoint's run and its success rate.
@@ -103,7 +116,7 @@ def plot_compare(run_dirs: list[str | Path], out: str | Path, baselines: list[st
         rows = read_metrics(metrics)
         if not series(rows, "eval/success_rate")[0]:
             raise ValueError(f"{metrics} holds no eval rows (eval/success_rate) to compare")
-        runs.append((run_dir.name, rows))
+        runs.append((run_dir.name, rows, run_start(run_dir, rows)))
     levels = []
     for path in map(Path, baselines):
         try:
@@ -113,24 +126,30 @@ def plot_compare(run_dirs: list[str | Path], out: str | Path, baselines: list[st
                            float(report["return_mean"])))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{path}: not an eval.json of `embodied eval` ({exc!r})") from None
-    fig = Figure(figsize=(12, 4.5), layout="constrained")
+    fig = Figure(figsize=(17, 4.5), layout="constrained")
     FigureCanvasAgg(fig)
-    success, ret = fig.subplots(1, 2)
-    for name, rows in runs:
-        xs, ys = series(rows, "eval/success_rate")
-        line, = success.plot(xs, ys, marker="o", markersize=4, label=name)
-        lo, hi = (series(rows, k)[1] for k in ("eval/success_ci_low", "eval/success_ci_high"))
-        if len(lo) == len(xs) == len(hi):
-            success.fill_between(xs, lo, hi, alpha=0.15, color=line.get_color())
+    success, clock, ret = fig.subplots(1, 3)
+    for name, rows, start in runs:
+        for ax, t0 in ((success, None), (clock, start)):
+            xs, ys = series(rows, "eval/success_rate", t0)
+            line, = ax.plot(xs, ys, marker="o", markersize=4, label=name)
+            lo, hi = (series(rows, k, t0)[1] for k in ("eval/success_ci_low", "eval/success_ci_high"))
+            if len(lo) == len(xs) == len(hi):
+                ax.fill_between(xs, lo, hi, alpha=0.15, color=line.get_color())
         ret.plot(*series(rows, "eval/return"), marker="o", markersize=4, label=name)
     for name, rate, mean_return in levels:
-        success.axhline(rate, linestyle="--", color="gray", label=f"{name}: {rate:.1%}")
+        for ax in (success, clock):
+            ax.axhline(rate, linestyle="--", color="gray", label=f"{name}: {rate:.1%}")
         ret.axhline(mean_return, linestyle="--", color="gray", label=name)
-    for ax, title in ((success, "eval success rate (95% CI)"), (ret, "eval return")):
+    steps = "env steps" if all(any("env_steps" in r for r in rows) for _, rows, _ in runs) else "step"
+    for ax, title, xlabel in ((success, "eval success rate (95% CI)", steps),
+                              (clock, "eval success rate against wall-clock", "minutes since the run began"),
+                              (ret, "eval return", steps)):
         ax.set_title(title)
-        ax.set_xlabel("env steps" if all(any("env_steps" in r for r in rows) for _, rows in runs) else "step")
+        ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+    clock.set_ylim(-0.02, 1.02)
     success.set_ylim(-0.02, 1.02)
     out = Path(out)
     with atomic_path(out) as tmp:

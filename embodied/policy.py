@@ -9,28 +9,16 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
-from embodied.policy_config import PolicyConfig  # re-exported: policies and workers import it from here
+from embodied.policy_config import PolicyConfig, PolicySpec  # re-exported: policies and workers import them from here
 from embodied.registry import load_entry_point
 from embodied.types import LogprobGranularity, Obs, PolicyOutput
-
-
-@dataclass(frozen=True)
-class PolicySpec:
-    """What the env tells a policy at build time."""
-
-    state_dim: int  # S, 0 when the obs mode has no states
-    image_shape: tuple[int, ...] | None  # (H, W, 3) of main images, None without images
-    action_dim: int  # A
-    action_low: tuple[float, ...]  # per-dimension bounds of the env's action space
-    action_high: tuple[float, ...]
-    wrist_image_shape: tuple[int, ...] | None = None  # (H, W, 3) of wrist images, None without them
 
 
 class Policy(nn.Module, abc.ABC):
@@ -125,6 +113,20 @@ class Policy(nn.Module, abc.ABC):
     def load_pretrained(self, directory: str | Path) -> None:
         """Read what ``save_pretrained`` wrote (policies with ``exports_pretrained``)."""
         raise NotImplementedError(f"{type(self).__name__} keeps its weights in the trainer state dict")
+
+    def replay_observation(self, obs: Obs, acted: PolicyOutput | None = None) -> dict[str, Any]:
+        """What an off-policy replay keeps of a batch of observations (rollout workers recording them).
+
+        By default the obs's array entries as the env gave them (uint8 images stay uint8). ``acted`` is this
+        policy's ``act`` output on ``obs`` when it acted on it, so a policy that stores an encoding (DSRL: the
+        frozen policy's features) reuses what it computed rather than computing it again.
+        """
+        return {k: v for k, v in obs.items() if isinstance(v, np.ndarray)}
+
+    def replay_actions(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor) -> torch.Tensor:
+        """The actions an off-policy learner's critics score, from a trajectory's ``forward_inputs`` and executed
+        ``actions`` [T, N, C, A]: by default the chunks themselves (DSRL: the initial noise it chose)."""
+        return actions
 
     def observe(self, forward_inputs: dict[str, torch.Tensor]) -> None:
         """Update input statistics from a rollout batch [N, ...]; the actor calls it after each update.

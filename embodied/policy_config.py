@@ -1,4 +1,5 @@
-"""``PolicyConfig``, the base of every policy's configuration dataclass, and the lookup of one by name.
+"""``PolicyConfig``, the base of every policy's configuration dataclass, ``PolicySpec`` (what the env tells a
+policy), and the lookup of a configuration by name.
 
 Apart from ``embodied.policy`` (the torch interface) so that loading a config imports no torch: the
 CLI reads the config first and starts what can run beside torch's import (the wandb process).
@@ -10,6 +11,18 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from embodied.registry import POLICIES
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """What the env tells a policy at build time."""
+
+    state_dim: int  # S, 0 when the obs mode has no states
+    image_shape: tuple[int, ...] | None  # (H, W, 3) of main images, None without images
+    action_dim: int  # A
+    action_low: tuple[float, ...]  # per-dimension bounds of the env's action space
+    action_high: tuple[float, ...]
+    wrist_image_shape: tuple[int, ...] | None = None  # (H, W, 3) of wrist images, None without them
 
 
 @dataclass
@@ -29,10 +42,24 @@ class PolicyConfig:
         """What the env must give: a subset of {"states", "images"} (checked against env.obs_mode up front)."""
         return set()
 
+    def flow_noise(self) -> bool:
+        """Whether the policy turns a given initial noise into actions by a flow's Euler loop (``steer``), so that
+        ``algorithm.name=dsrl`` can steer it; the default has no such noise."""
+        return False
+
     def validate(self) -> list[str]:
         """Problems only this policy type can see, each prefixed by its field path (``policy.x``).
 
         Called by the config loader before any worker starts; the default finds none.
+        """
+        return []
+
+    def spec_problems(self, spec: PolicySpec) -> list[str]:
+        """Problems between this policy and the env's spaces (``spec``) that need no model weights, at most a
+        checkpoint's ``config.json``: dimensions above what the model takes, cameras, statistics of other sizes.
+
+        A type that overrides it is checked against one env built in the driver before any worker starts
+        (``embodied.preflight.check_policy_fits``); the default finds none and costs no env.
         """
         return []
 

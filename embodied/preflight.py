@@ -20,6 +20,8 @@ from typing import Literal
 
 from embodied.check_env import CheckResult, check_env, describe_target
 from embodied.config import Config, ConfigError, EnvConfig
+from embodied.env_factory import env_spec
+from embodied.policy_config import PolicyConfig
 from embodied.registry import ENVS
 
 
@@ -47,6 +49,17 @@ def preflight_run(cfg: Config, video: bool) -> None:
     preflight(cfg.env, "env", video and same, eval_env.vectorization)
     if not same:
         preflight(eval_env, "eval_env", video, eval_env.vectorization)
+
+
+def check_policy_fits(cfg: Config, env: EnvConfig, section: str) -> None:
+    """Raise ``ConfigError`` if ``cfg.policy`` cannot take ``env``'s spaces (``PolicyConfig.spec_problems``):
+    one env is built here for the policy types that check, none for the others."""
+    if type(cfg.policy).spec_problems is PolicyConfig.spec_problems:
+        return
+    problems = cfg.policy.spec_problems(env_spec(env))
+    if problems:
+        raise ConfigError(f"policy.type={cfg.policy.type} does not fit {section}.id {env.id!r} "
+                          f"(checked before any worker starts):\n  " + "\n  ".join(problems))
 
 
 def _same_env(a: EnvConfig, b: EnvConfig) -> bool:

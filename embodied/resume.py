@@ -39,9 +39,10 @@ def restore_run(workers: Workers, resume: ResumePoint, cfg: Config) -> None:
     restore_exact(workers, resume.state, cfg.runner.trust_checkpoint, resume.checkpoint)
     workers.restarts.load_state_dict(resume.state.get("restart_state") or {  # the restart window goes on
         "total": resume.state.get("worker_restarts", 0), "episodes_dropped": resume.state.get("episodes_dropped", 0)})
-    if resume.state.get("async_in_flight"):
-        print(f"runner.resume_from: {resume.state['async_in_flight']} rollout(s) were in flight (async) when "
-              f"{resume.checkpoint} was saved; they are not trained on", file=sys.stderr)
+    in_flight = resume.state.get("async_in_flight") or resume.state.get("rollouts_in_flight")  # async; off-policy
+    if in_flight:
+        print(f"runner.resume_from: {in_flight} rollout(s) were in flight when {resume.checkpoint} was saved; they "
+              f"are not trained on, so the resumed run is not the one that would have gone on", file=sys.stderr)
 
 
 def with_resume_command(exc: ClusterLostError | ActorLostError | FaultStop, checkpoint: Path | None,

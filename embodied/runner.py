@@ -28,10 +28,11 @@ import numpy as np
 import torch
 import yaml
 
-from embodied.algorithms import is_off_policy
+from embodied.algorithms import is_off_policy, worker_policy_config
 from embodied.atomic import DiskFullError
 from embodied.checkpoint import check_init_from, prune_checkpoints, remove_partial
 from embodied.config import Config, ConfigError, to_dict
+from embodied.config.schema import due
 from embodied.config.validate import whole_episode_problems
 from embodied.demo_replay import fit_demos, open_demos
 from embodied.env_factory import check_env_config, env_spec, episode_steps
@@ -39,7 +40,7 @@ from embodied.evaluation import PeriodicEval, episode_metrics
 from embodied.logger import MetricLogger
 from embodied.placement import ActorLostError, ClusterLostError, make_backend
 from embodied.plot import plot_run
-from embodied.preflight import preflight_run
+from embodied.preflight import check_policy_fits, preflight_run
 from embodied.q_functions import require_q_functions
 from embodied.resume import (process_rng_state, restore_run, resume_point, resume_state, signed, wandb_id_of,
                              with_resume_command)
@@ -186,7 +187,7 @@ def check_before_start(cfg: Config) -> None:
     algorithm's policy must have Q-functions (``embodied.q_functions``), and ``algorithm.demos`` must fit the env."""
     if is_off_policy(cfg.algorithm.name):
         try:
-            require_q_functions(cfg.policy, cfg.algorithm.name)
+            require_q_functions(worker_policy_config(cfg.policy, cfg.algorithm), cfg.algorithm.name)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     check_env_config(cfg.env, "env")
@@ -196,6 +197,7 @@ def check_before_start(cfg: Config) -> None:
         raise ConfigError("; ".join(problems))
     if cfg.env.preflight:
         preflight_run(cfg, video=cfg.runner.eval_video != "none")
+    check_policy_fits(cfg, cfg.env, "env")  # a pretrained model's dimensions and cameras against the env's
     if cfg.policy.init_from:
         try:
             check_init_from(cfg.policy.init_from, cfg.policy)
@@ -223,7 +225,7 @@ def iteration(it: int, iterations: Iterations, workers: Workers, cfg: Config, lo
     history.append(metrics)
     if len(history) > 2 * HISTORY_KEPT:  # a long run: ~3.6 KB an iteration would grow the driver for good
         del history[:-HISTORY_KEPT]  # (metrics.jsonl keeps every row); in blocks, so trimming costs O(1) a row
-    if due(it, cfg.runner.checkpoint_every, last) or stop.signal or logger.disk_full:
+    if cfg.runner.checkpoints_at(it) or stop.signal or logger.disk_full:
         in_flight = iterations.pause()  # async: producers at rest, so the envs saved match the counters
         checkpoint = save_checkpoint(it, workers, cfg, logger, run_dir, env_steps, process_rng_state(),
                                      resume_state(workers, warned), in_flight)
@@ -270,11 +272,6 @@ def train_iteration(workers: Workers, cfg: Config, it: int) -> tuple[dict[str, f
     metrics |= episode_metrics("env", [e for t in trajectories for e in t.episodes])
     metrics |= {"time/rollout": t1 - t0, "time/update": t2 - t1, "env_steps_per_s": steps / (t1 - t0)}
     return metrics, steps
-
-
-def due(it: int, every: int, last: int) -> bool:
-    """Every ``every`` iterations (0: never) and always at the last one."""
-    return it == last or (every > 0 and it % every == 0)
 
 
 def draw_learning_curves(run_dir: Path) -> Path | None:

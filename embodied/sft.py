@@ -36,6 +36,7 @@ from embodied.evaluation import eval_metrics
 from embodied.logger import MetricLogger
 from embodied.placement import make_backend
 from embodied.policy import Policy, build_policy
+from embodied.preflight import check_policy_fits
 from embodied.runner import draw_learning_curves, make_run_dir, save_config, seed_everything
 from embodied.workers.group import Evaluator
 
@@ -56,6 +57,7 @@ def sft(cfg: Config) -> SFTResult:
             check_init_from(cfg.policy.init_from, cfg.policy)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+    check_policy_fits(cfg, cfg.resolved_eval_env(), "eval_env")  # before any worker starts or a run dir is made
     seed_everything(cfg.experiment.seed)
     run_dir = make_run_dir(cfg)
     save_config(cfg, run_dir)

@@ -8,6 +8,7 @@ number of chunk steps in a rollout epoch.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,6 +30,11 @@ LogprobGranularity = Literal["chunk", "action", "token"]
 def obs_slice(obs: Obs, start: int, stop: int) -> Obs:
     """Rows ``start:stop`` of every entry of a batched observation."""
     return {k: v[start:stop] for k, v in obs.items()}
+
+
+def obs_rows(obs: Obs, index: np.ndarray) -> Obs:
+    """Rows ``index`` (int [K]) of every entry of a batched observation (arrays and lists alike)."""
+    return {k: v[index] if hasattr(v, "shape") else [v[int(i)] for i in index] for k, v in obs.items()}
 
 
 def obs_concat(parts: list[Obs]) -> Obs:
@@ -253,6 +259,19 @@ class PolicyOutput:
     values: torch.Tensor  # float32 [B]
     forward_inputs: dict[str, torch.Tensor]  # what ``evaluate`` needs to replay the forward pass
     version: int = -1  # weight version that produced it (stamped by the rollout worker)
+
+
+@dataclass
+class NoiseSteering:
+    """A frozen flow policy over a batch of observations, ready to act from a given initial noise (DSRL).
+
+    The policy's prefix (its backbone over images and prompt) is computed once; ``decode`` then runs the
+    flow's deterministic Euler loop (the ODE) from the noise it is given, as the policy's greedy ``act`` does
+    from the noise it draws itself.
+    """
+
+    features: torch.Tensor  # float32 [B, F]: a frozen encoding the policy computes anyway (CPU)
+    decode: Callable[[torch.Tensor], torch.Tensor]  # noise [B, Cn, An] -> env actions float32 [B, C, A] (CPU)
 
 
 @dataclass

@@ -12,12 +12,16 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
 from embodied.registry import ALGORITHMS
 from embodied.types import Trajectory
+
+if TYPE_CHECKING:
+    from embodied.config import AlgorithmConfig
+    from embodied.policy_config import PolicyConfig
 
 
 @dataclass
@@ -133,6 +137,13 @@ def is_off_policy(name: str) -> bool:
     """Whether ``algorithm.name`` trains from replay (its class says ``off_policy = True``, as SAC's does): such an
     algorithm gets the off-policy runner and actor, and rollout workers that record observations."""
     return bool(getattr(ALGORITHMS.resolve(name), "off_policy", False))
+
+
+def worker_policy_config(policy: PolicyConfig, algorithm: AlgorithmConfig) -> PolicyConfig:
+    """The policy the workers build: ``policy`` itself, or what the algorithm class wraps it in (its
+    ``policy_config``; DSRL: a noise actor over the frozen ``policy``)."""
+    wrap = getattr(ALGORITHMS.resolve(algorithm.name), "policy_config", None)
+    return policy if wrap is None else wrap(policy, algorithm)
 
 
 def flatten(traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor) -> dict[str, Any]:

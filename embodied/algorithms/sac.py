@@ -4,7 +4,9 @@ and the learner that steps a policy's actor, its Q-ensemble and the entropy temp
 A chunk ``[C, A]`` is SAC's action. Its reward is the discounted sum over the sub-steps the env really
 executed, with ``algorithm.gamma`` per *sub-step*, so the bootstrap is discounted by
 ``gamma ** executed`` (``chunk_reward``). ``final_obs`` bootstraps a truncation; a termination does not
-(the auto-reset contract, as GAE uses it).
+(the auto-reset contract, as GAE uses it). With ``algorithm.n_step`` > 1 replay stores n-step returns over
+chunks (``n_step_returns``): n consecutive chunk rewards of one env, the window stopping where its episode ends
+(a termination does not bootstrap, a truncation bootstraps from its ``final_obs``) or its rollout epoch ends.
 
 Critics (REDQ / RLPD): ``algorithm.num_critics`` Q-functions; the TD target takes the min over a random
 subset of ``algorithm.critic_subset`` of the target critics (``subset_min``); the actor maximises the
@@ -17,6 +19,7 @@ critics. Every batch's images, ``obs`` and ``next_obs`` independently, are shift
 ``algorithm.image_shift`` pixels (``embodied.algorithms.augment.random_shift``).
 
     reward, discount = chunk_reward(rewards, executed, gamma)            # [B], [B]
+    reward, discount, bootstrap, last = n_step_returns(reward, discount, terminated, following, n)  # replay's rows
     target = td_target(reward, discount, bootstrap, subset_min(q_next, 2, g), next_logprob, alpha)
     loss = critic_loss(q, target) + actor_loss(q_pi, logprob, alpha) + temperature_loss(log_alpha, logprob, -C*A)
 """
@@ -26,7 +29,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
@@ -57,6 +60,37 @@ def chunk_reward(rewards: torch.Tensor, executed: torch.Tensor, gamma: float) ->
     reward = (torch.where(executed, rewards, torch.zeros_like(rewards)) * powers).sum(-1)
     discount = gamma ** executed.sum(-1).to(rewards.dtype)
     return reward, discount
+
+
+def n_step_returns(reward: torch.Tensor, discount: torch.Tensor, terminated: torch.Tensor, following: torch.Tensor,
+                   n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n-step returns over chunk transitions: each row's reward summed with those of the (up to) n - 1 chunks
+    after it, each discounted by the chunks before it, and the bootstrap of the last chunk summed.
+
+    Args:
+        reward, discount: [M] of one chunk each (``chunk_reward``): its discounted reward and ``gamma ** executed``.
+        terminated: bool [M], the episode terminated inside the row's chunk.
+        following: int64 [M], the row of the chunk after this one in the same episode, or -1 where none is known
+            (the episode ended in this chunk, or the data stops here: a rollout epoch's last chunk step).
+        n: chunks per return (1: each row as it is).
+
+    Returns:
+        ``reward_n [M]`` (``sum_j (prod_{i<j} discount_i) reward_j`` over the window), ``discount_n [M]`` (the
+        product of the window's discounts), ``bootstrap [M]`` (False where the window's last chunk terminated; a
+        truncation bootstraps from its ``final_obs``) and ``last`` int64 [M], the row whose next obs the target
+        bootstraps from. A window stops early where ``following`` is -1.
+    """
+    reward_n, discount_n = reward.clone(), discount.clone()
+    last = torch.arange(len(reward))
+    ahead = following.clone()
+    for _ in range(n - 1):
+        extend = ahead >= 0
+        row = ahead.clamp(min=0)
+        reward_n = torch.where(extend, reward_n + discount_n * reward[row], reward_n)
+        discount_n = torch.where(extend, discount_n * discount[row], discount_n)
+        last = torch.where(extend, row, last)
+        ahead = torch.where(extend, following[row], -1)
+    return reward_n, discount_n, ~terminated[last], last
 
 
 def td_target(reward: torch.Tensor, discount: torch.Tensor, bootstrap: torch.Tensor, next_q: torch.Tensor,
@@ -139,6 +173,15 @@ class SAC:
         raise TypeError("algorithm.name=sac trains from replay (SACLearner), not through a PPO-style loss")
 
 
+class GradientSum(Protocol):
+    """What the learner asks of several actor ranks (``embodied.workers.ranks.ProcessGroup`` is one)."""
+
+    size: int
+
+    def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        """Sum the gradients of ``params`` over the ranks."""
+
+
 class SACLearner:
     """The critics, their targets, the temperature and the three optimizers around a ``QFunctionPolicy``.
 
@@ -160,7 +203,8 @@ class SACLearner:
         self.target_entropy = cfg.target_entropy if cfg.target_entropy is not None else -float(action_size)
         self.actor_params = [p for p in policy.parameters() if p.requires_grad and id(p) not in shared]
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=lr)
-        self.critic_optimizer = torch.optim.Adam([*self.critics.parameters(), *encoder_params], lr=lr)
+        self.critic_params = [*self.critics.parameters(), *encoder_params]  # the encoder trains with the critics
+        self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=lr)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=lr)
         # The augmentation's shifts, the critic subsets and the actor's noise are drawn from it (exact resume).
         self.generator = torch.Generator().manual_seed(seed)
@@ -173,10 +217,22 @@ class SACLearner:
                 inputs[key] = random_shift(inputs[key], self.cfg.image_shift, self.generator)
         return inputs
 
-    def step(self, batch: ReplaySample) -> dict[str, float]:
+    def step(self, batch: ReplaySample, ranks: GradientSum | None = None) -> dict[str, float]:
         """One gradient step of the critics (and the encoder), then the actor and alpha (CleanRL's order); the
-        logged stats. ``obs`` and ``next_obs`` are augmented independently, as DrQ does."""
+        logged stats (this batch's). ``obs`` and ``next_obs`` are augmented independently, as DrQ does.
+
+        With ``ranks`` (several actor ranks, each holding an equal share of the whole batch), every loss is
+        this share's mean divided by the number of ranks and the gradients are summed over the ranks before
+        each optimizer step: the ranks step as one would on the whole batch, and stay identical.
+        """
         c, policy = self.cfg, self.policy
+        share = 1.0 / ranks.size if ranks is not None else 1.0
+
+        def backward(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> None:
+            (loss * share).backward()
+            if ranks is not None:
+                ranks.reduce_gradients(params)
+
         alpha = self.log_alpha.exp().detach()
         inputs, next_inputs = self.inputs(batch.obs), self.inputs(batch.next_obs)
         features = self.encoder(inputs)
@@ -189,7 +245,7 @@ class SACLearner:
         q = self.critics.q_values(features, batch.actions)
         q_loss = critic_loss(q, target)
         self.critic_optimizer.zero_grad()
-        q_loss.backward()
+        backward(q_loss, self.critic_params)
         self.critic_optimizer.step()
 
         # The actor sees the features detached (stop-gradient: only the critics train the encoder). They were
@@ -199,12 +255,12 @@ class SACLearner:
         pi_loss = actor_loss(self.critics.q_values(features.detach(), actions), logprob, alpha)
         self.critics.requires_grad_(True)
         self.actor_optimizer.zero_grad()
-        pi_loss.backward()
+        backward(pi_loss, self.actor_params)
         self.actor_optimizer.step()
 
         alpha_loss = temperature_loss(self.log_alpha, logprob, self.target_entropy)
         self.alpha_optimizer.zero_grad()
-        alpha_loss.backward()
+        backward(alpha_loss, [self.log_alpha])
         self.alpha_optimizer.step()
         polyak_update([*self.target_critics.parameters(), *self.target_encoder.parameters()],
                       [*self.critics.parameters(), *self.encoder.parameters()], c.tau)

@@ -12,6 +12,10 @@ Sections (each row says what it measured; nothing here is asserted):
   stages, beside the ideal speed-up (e + p) / max(e, p) from the env's and the policy's own times;
 - **weight sync**: ``Workers.sync_weights`` on Ray against the policy's size, as a share of an
   iteration (MLP default recipe; tiny VLA with and without LoRA);
+- **SAC** (``embodied.bench.sac``): gradient updates/s at batch 256 with an ensemble of 10 LayerNorm critics
+  on the Reach MLP, and the shares of the off-policy loop's time (overlapped, the recipe's default) in which the
+  actor waits for data and the rollouts wait for weights (from the loop's ``time/actor_wait``,
+  ``time/rollout_wait``);
 - **time to 90%**: the default recipe from the command to the first eval at >= 90% success,
   start-up included, and the env steps it took.
 """
@@ -30,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied.atomic import atomic_path
+from embodied.bench.sac import sac_row
 from embodied.bench.throughput import TASK, Rate, framework_rate, native_rate, raw_rate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,12 +55,14 @@ class Sizes:
     pipeline_envs: int
     vla: bool
     time_to_target: bool
+    sac: tuple[int, int, int, int]  # SAC row: updates timed, loop iterations timed, envs, chunk steps
 
     @classmethod
     def of(cls, quick: bool) -> Sizes:
         if quick:
-            return cls((8,), (4,), (1,), 400, (), 4, 4, False, False)
-        return cls((8, 32, 128, 256), (8, 32), (1, 2, 4), 20_000, ("Push-v0", "PickPlace-v0"), 32, 16, True, True)
+            return cls((8,), (4,), (1,), 400, (), 4, 4, False, False, (8, 2, 4, 2))
+        return cls((8, 32, 128, 256), (8, 32), (1, 2, 4), 20_000, ("Push-v0", "PickPlace-v0"), 32, 16, True, True,
+                   (200, 4, 8, 8))
 
 
 @dataclass
@@ -63,6 +70,7 @@ class Report:
     throughput: list[dict[str, Any]] = field(default_factory=list)
     pipelining: list[dict[str, Any]] = field(default_factory=list)
     weight_sync: list[dict[str, Any]] = field(default_factory=list)
+    sac: list[dict[str, Any]] = field(default_factory=list)
     time_to_target: list[dict[str, Any]] = field(default_factory=list)
     machine: dict[str, Any] = field(default_factory=dict)
 
@@ -86,6 +94,7 @@ def bench(quick: bool, out: Path, chunk: int = 8) -> Report:
             import ray
 
             ray.shutdown()
+    report.sac.append(sac_row(*sizes.sac))
     if sizes.time_to_target:
         time_to_target(report)
     write(report, out)
@@ -264,6 +273,7 @@ def markdown(report: Report) -> str:
     for title, rows in (("Rollout throughput (random policy)", report.throughput),
                         ("Pipelining (rgb, local)", report.pipelining),
                         ("Weight sync (Ray)", report.weight_sync),
+                        ("SAC: updates/s and who waits (Reach MLP, local)", report.sac),
                         ("Default recipe: time to 90% eval success", report.time_to_target)):
         if not rows:
             continue

@@ -86,7 +86,7 @@ class EvalEnvConfig:
 
 @dataclass
 class AlgorithmConfig:
-    name: str = "ppo"  # training algorithm, a registered name: ppo, grpo, sac (see embodied.registry.ALGORITHMS)
+    name: str = "ppo"  # training algorithm, a registered name: ppo, grpo, sac, dsrl (see embodied.registry.ALGORITHMS)
     gamma: float = 0.99  # discount per chunk step
     gae_lambda: float = 0.95  # GAE lambda
     clip_coef: float = 0.2  # PPO ratio clip (and value clip when clip_vloss)
@@ -122,11 +122,17 @@ class AlgorithmConfig:
     critic_layernorm: bool = False  # sac: LayerNorm after every hidden layer of the critics (RLPD)
     utd_ratio: float = 1.0  # sac: gradient updates per chunk transition received (update-to-data ratio)
     sync_every: int = 1  # sac: gradient updates between weight syncs to the rollout workers
+    # sac: rollout epoch k + 1 runs while the actor makes epoch k's updates, acting with the weights from before
+    # them (embodied/offpolicy_runner.py); false: rollout and updates take turns
+    overlap: bool = True
     batch_size: int = 256  # sac: chunk transitions per gradient update
     replay_capacity: int = 100_000  # sac: chunk transitions the replay ring buffer holds (the oldest go first)
     learning_starts: int = 1_000  # sac: transitions in replay before the first gradient update
     init_alpha: float = 0.1  # sac: initial entropy temperature (then tuned)
     target_entropy: float | None = None  # sac: entropy the temperature steers to (null: -C * A)
+    # sac: chunk transitions summed into one TD target (n-step return over chunks; 1: one chunk). A window stops where
+    # its episode ends (a truncation bootstraps from final_obs) or where the rollout epoch ends.
+    n_step: int = 1
     checkpoint_replay: bool = True  # sac: save the replay buffer in checkpoints (false: resume is not exact)
     # sac on images (DrQ): every update batch's images, obs and next_obs, are shifted at random by up to this many
     # pixels (replicate-padded, cropped back); 0 disables. Only images the policy reads (policy.type=cnn_sac).
@@ -134,6 +140,14 @@ class AlgorithmConfig:
     # RLPD (Ball et al. 2023) on sac: demonstrations in a second replay, sampled beside online replay.
     demos: str | None = None  # sac: demonstrations folder (`embodied collect` or LeRobot) filling the demo replay
     demo_ratio: float = 0.5  # sac with demos: share of each batch drawn from the demo replay (RLPD's symmetric 0.5)
+    # DSRL (Wagenmaker et al. 2025; embodied.algorithms.dsrl): SAC (the fields above) over the initial noise of the
+    # frozen flow policy of the policy section, whose weights come from policy.init_from.
+    noise_scale: float = 1.0  # dsrl: the noise actor's output is tanh(u) * noise_scale, per noise entry
+    # dsrl: what the noise actor and critics see: "encoding", a frozen encoding the flow policy computes anyway (its
+    # backbone's or VLM prefix's features, which see the images and the instruction), or "states", the env's states.
+    dsrl_features: Literal["encoding", "states"] = "encoding"
+    noise_actor_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # dsrl: the noise actor's layers
+    noise_critic_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # dsrl: every critic's layers
 
 
 @dataclass
@@ -162,6 +176,11 @@ class ActorConfig:
     # checkpoints' policy/ and what init_from or `embodied eval` reads are the average; rollouts act with the live
     # weights (on-policy), kept in the checkpoint too for resume. openpi trains π0 with 0.99.
     ema_decay: float = 0.0
+
+
+def due(it: int, every: int, last: int) -> bool:
+    """Every ``every`` iterations (0: never) and always at the last one."""
+    return it == last or (every > 0 and it % every == 0)
 
 
 @dataclass
@@ -196,6 +215,10 @@ class RunnerConfig:
     # (embodied.trust): only for a run folder you trust, e.g. one you made on another machine.
     trust_checkpoint: bool = False
     plot: bool = True  # write learning_curves.png into the run dir at the end of training
+
+    def checkpoints_at(self, it: int) -> bool:
+        """Whether iteration ``it`` ends with a scheduled checkpoint (a stop signal or a full disk adds others)."""
+        return due(it, self.checkpoint_every, self.iterations)
 
 
 @dataclass

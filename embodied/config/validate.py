@@ -50,11 +50,16 @@ def _algorithm_problems(cfg: Config) -> list[str]:
         value = getattr(a, name)
         if value is not None and not value > 0:
             problems.append(f"algorithm.{name}: must be > 0, got {value}")
-    if a.name == "sac":
+    if a.name in ("sac", "dsrl"):  # dsrl is SAC over a frozen flow policy's noise
         problems += _sac_problems(cfg)
-    elif a.demos is not None:  # RLPD's demo replay lives in the off-policy actor
+    if a.name == "dsrl":
+        problems += _dsrl_problems(cfg)
+    elif a.name != "sac" and a.demos is not None:  # RLPD's demo replay lives in the off-policy actor
         problems.append(f"algorithm.demos: demonstrations fill SAC's second replay (RLPD); algorithm.name={a.name} "
                         f"does not read them (behaviour cloning is `embodied sft`); use algorithm.name=sac or unset it")
+    if a.name != "sac" and a.n_step != 1:
+        problems.append(f"algorithm.n_step: n-step returns over chunks are SAC's (PPO's and GRPO's returns are "
+                        f"GAE's); algorithm.name={a.name} needs 1, got {a.n_step}")
     if a.name != "grpo":
         return problems
     if a.group_size < 2:
@@ -89,6 +94,8 @@ def _sac_problems(cfg: Config) -> list[str]:
         p.append(f"algorithm.num_critics: must be >= 1, got {a.num_critics}")
     if not 0 < a.tau <= 1:
         p.append(f"algorithm.tau: the polyak rate must be in (0, 1], got {a.tau}")
+    if a.n_step < 1:
+        p.append(f"algorithm.n_step: chunk transitions per TD target must be >= 1, got {a.n_step}")
     if a.sync_every < 1:
         p.append(f"algorithm.sync_every: must be >= 1 gradient update, got {a.sync_every}")
     if a.learning_starts < 0:
@@ -100,8 +107,16 @@ def _sac_problems(cfg: Config) -> list[str]:
     if cfg.runner.mode != "sync":
         p.append(f"runner.mode: algorithm.name={a.name} runs its own loop (embodied.offpolicy_runner); leave "
                  f"runner.mode=sync, got {cfg.runner.mode}")
-    if cfg.actor.num_ranks > 1:
-        p.append(f"actor.num_ranks: algorithm.name={a.name} trains on one actor rank for now, got {cfg.actor.num_ranks}")
+    if a.overlap and cfg.cluster.placement == "colocated":
+        p.append("cluster.placement: colocated rollout workers act with the actor's own module, which "
+                 "algorithm.overlap trains while they act; use disaggregated (or leave it unset), or "
+                 "algorithm.overlap=false")
+    if cfg.actor.strategy == "fsdp":
+        p.append(f"actor.strategy: algorithm.name={a.name} keeps its small actor, critics and temperature whole on "
+                 f"every actor rank and all-reduces their gradients (ddp); fsdp is not supported, use ddp")
+    if cfg.actor.num_ranks > 1 and a.batch_size % cfg.actor.num_ranks:
+        p.append(f"algorithm.batch_size: each of actor.num_ranks={cfg.actor.num_ranks} ranks draws an equal share of "
+                 f"every batch from its own replay, so batch_size must be a multiple of it, got {a.batch_size}")
     if a.critic_warmup_iterations:
         p.append(f"algorithm.critic_warmup_iterations: algorithm.name={a.name} starts its critics with "
                  f"algorithm.learning_starts instead; set 0, got {a.critic_warmup_iterations}")
@@ -113,6 +128,31 @@ def _sac_problems(cfg: Config) -> list[str]:
                  f"got {a.demo_ratio}")
     if a.demos is not None and a.demos.strip() == "":
         p.append("algorithm.demos: an empty path (an unset shell variable?); leave it out or set it to null")
+    return p
+
+
+def _dsrl_problems(cfg: Config) -> list[str]:
+    """DSRL's frozen flow policy, its noise actor, and what it cannot take."""
+    a, p = cfg.algorithm, []
+    if not cfg.policy.flow_noise():
+        p.append(f"policy.type: algorithm.name=dsrl steers the initial noise of a flow-matching policy, and "
+                 f"policy.type={cfg.policy.type} as configured starts from none (a VLA needs "
+                 f"policy.action_head=flow; policy.type=pi0 has one)")
+    if not a.noise_scale > 0:
+        p.append(f"algorithm.noise_scale: the noise actor's bound tanh(u) * noise_scale must be > 0, got "
+                 f"{a.noise_scale}")
+    for name in ("noise_actor_hidden_sizes", "noise_critic_hidden_sizes"):
+        sizes = getattr(a, name)
+        if not sizes or any(v < 1 for v in sizes):
+            p.append(f"algorithm.{name}: need at least one layer, every width >= 1, got {sizes}")
+    if a.dsrl_features == "states":
+        for section, mode in (("env", cfg.env.obs_mode), ("eval_env", cfg.eval_env.obs_mode)):
+            if mode is not None and "states" not in OBS_MODE_GIVES[mode]:
+                p.append(f"algorithm.dsrl_features: 'states' needs states, which {section}.obs_mode={mode!r} does "
+                         f"not give; use 'state+rgb' or algorithm.dsrl_features=encoding")
+    if a.demos is not None:
+        p.append("algorithm.demos: demonstrations hold env chunks, but DSRL's actions are the frozen policy's initial "
+                 "noise, which a chunk does not give (RLPD is algorithm.name=sac); unset it")
     return p
 
 
@@ -149,7 +189,7 @@ def _actor_rank_problems(cfg: Config) -> list[str]:
         p.append(f"actor.num_ranks: env.num_envs={cfg.env.num_envs} does not split evenly over "
                  f"cluster.num_rollout_workers={c.num_rollout_workers}, so the actor ranks would get unequal shares")
     parts = a.num_ranks * a.grad_accumulation_steps
-    if parts > 1 and not p:
+    if parts > 1 and not p and cfg.algorithm.name != "sac":  # sac splits its replay batches (_sac_problems)
         rows = cfg.env.num_envs * cfg.rollout.chunk_steps  # chunk steps in one rollout epoch
         per_minibatch, rest = divmod(rows, cfg.algorithm.num_minibatches)
         if rest or per_minibatch % parts:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embodied.algorithms import Algorithm, RolloutReset, is_off_policy
+from embodied.algorithms import Algorithm, RolloutReset, is_off_policy, worker_policy_config
 from embodied.channels import Channel, route, shards_for_rollout_rank
 from embodied.checkpoint import PACKAGES, package_version
 from embodied.config import Config, EnvConfig
@@ -70,6 +70,12 @@ def dropped_envs(envs: EnvGroup, failure: WorkerFailure, fresh: dict[int, int], 
     return sum(ranges[r][1] - ranges[r][0] for r in failure.ranks - fresh.keys())
 
 
+def overlaps(cfg: Config) -> bool:
+    """Whether rollouts run while the actor trains (``runner.mode: async``, or an off-policy algorithm with
+    ``algorithm.overlap``), so the rollout workers need a copy of the policy of their own."""
+    return cfg.runner.mode == "async" or (is_off_policy(cfg.algorithm.name) and cfg.algorithm.overlap)
+
+
 def start_env_group(cfg: Config, backend: Backend, env_cfg: EnvConfig, section: str, seed: int,
                     video: VideoConfig | None = None, stages: int = 1) -> EnvGroup:
     """Env workers over ``env_cfg``; ``video`` makes them render and record eval videos.
@@ -100,8 +106,9 @@ def start_rollout_group(cfg: Config, backend: Backend, spec: PolicySpec, train: 
     async runs send them new weights mid-epoch."""
     c = cfg.cluster
     record = is_off_policy(cfg.algorithm.name)  # replay stores the observations
+    policy = worker_policy_config(cfg.policy, cfg.algorithm)  # DSRL: the noise actor over the frozen policy
     return backend.create(MultiStepRolloutWorker, [
-        (r, cfg.policy, spec, train.rollout_links[r] if train else None, evaluation.rollout_links[r], shared,
+        (r, policy, spec, train.rollout_links[r] if train else None, evaluation.rollout_links[r], shared,
          c.torch_threads, cfg.experiment.seed, inbox, cfg.algorithm.max_staleness + 2, record)
         for r in range(c.num_rollout_workers)
     ], c.rollout_resources)
@@ -115,7 +122,8 @@ def start_actor_group(cfg: Config, backend: Backend, spec: PolicySpec) -> Worker
         warnings.warn("actor.strategy=fsdp with actor.num_ranks=1: there is nothing to shard over, so the one rank "
                       "holds the whole policy (as ddp); set actor.num_ranks > 1 (cluster.backend=ray) to shard",
                       stacklevel=3)
-    args = (cfg.policy, spec, cfg.algorithm, a, cfg.runner.iterations, cfg.experiment.seed, c.torch_threads)
+    policy = worker_policy_config(cfg.policy, cfg.algorithm)  # DSRL: the noise actor over the frozen policy
+    args = (policy, spec, cfg.algorithm, a, cfg.runner.iterations, cfg.experiment.seed, c.torch_threads)
     actor_class = OffPolicyActorWorker if is_off_policy(cfg.algorithm.name) else ActorWorker  # replay and SAC
     group = backend.create(actor_class, [args] * a.num_ranks, c.actor_resources)
     if a.num_ranks > 1:
@@ -300,8 +308,8 @@ class Workers:
         actor = start_actor_group(cfg, backend, spec)
         # Colocated needs the actor in this process: the local backend (the config loader refuses
         # placement=colocated with backend=ray).
-        # Async runs train the actor while rollout workers act: they need their own copy.
-        colocated = isinstance(backend, LocalBackend) and c.placement != "disaggregated" and cfg.runner.mode == "sync"
+        # Async runs and overlapped off-policy runs train the actor while rollout workers act: they need their own copy.
+        colocated = isinstance(backend, LocalBackend) and c.placement != "disaggregated" and not overlaps(cfg)
         shared = actor.workers[0].policy if colocated else None
         inbox = backend.channel("weights") if cfg.runner.mode == "async" else None
         rollout = start_rollout_group(cfg, backend, spec, train, evaluation, shared, inbox)

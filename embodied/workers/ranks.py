@@ -56,6 +56,11 @@ class Ranks:
         """Every rank's ``obj`` (picklable), in rank order."""
         return [obj]
 
+    def gather_to_main(self, obj: Any) -> list[Any] | None:
+        """Every rank's ``obj`` (picklable), in rank order, on rank 0 only (None elsewhere): what one rank writes,
+        without a copy of every rank's on every other."""
+        return [obj]
+
     def prepare(self, policy: torch.nn.Module) -> None:
         """Make the ranks' copies one model (broadcast, or shard); before the optimizer is built."""
 
@@ -124,6 +129,11 @@ class ProcessGroup(Ranks):
     def gather_objects(self, obj: Any) -> list[Any]:
         out: list[Any] = [None] * self.size
         self.dist.all_gather_object(out, obj)
+        return out
+
+    def gather_to_main(self, obj: Any) -> list[Any] | None:
+        out: list[Any] | None = [None] * self.size if self.is_main else None
+        self.dist.gather_object(obj, out, dst=0)
         return out
 
     def prepare(self, policy: torch.nn.Module) -> None:

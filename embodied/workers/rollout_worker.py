@@ -15,7 +15,7 @@ from embodied.checkpoint import load_policy_state
 from embodied.numerics import NonFinitePolicyError, non_finite_outputs
 from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.types import (ChunkStepResult, EpisodeStats, Obs, PeerFailure, PeerFailureError, PolicyOutput,
-                            RolloutSummary, Trajectory, obs_concat, obs_slice)
+                            RolloutSummary, Trajectory, obs_concat, obs_rows, obs_slice)
 from embodied.workers.link import Link
 
 
@@ -112,7 +112,7 @@ class MultiStepRolloutWorker:
             recorded = [(out, result, self._final_values(result)) for out, result in steps]
         trajectory = self._trajectory(recorded, self.policy.value(obs).float())
         if self.record_observations:
-            trajectory.observations, trajectory.next_observations = _observations(first, [r for _, r in steps])
+            trajectory.observations, trajectory.next_observations = _observations(self.policy, first, steps, obs)
         with self._held_lock:
             self.held[epoch] = trajectory
             while len(self.held) > self.hold_epochs:
@@ -255,23 +255,33 @@ class MultiStepRolloutWorker:
         )
 
 
-def _observations(first: Obs, results: list[ChunkStepResult]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """The obs each chunk step acted on and the obs after it ([T, N, ...] each, array entries only): after a
-    done, the episode's ``final_obs`` (the auto-reset obs is what the next step acts on)."""
-    acted = [first] + [r.obs for r in results[:-1]]
-    after = []
-    for r in results:
-        nxt = dict(r.obs)
-        if r.final_obs is not None and r.dones.any():
-            nxt = {k: np.where(r.dones.reshape(-1, *[1] * (np.ndim(v) - 1)), r.final_obs[k], v)
-                   for k, v in nxt.items() if isinstance(v, np.ndarray)}
-        after.append(nxt)
+def _observations(policy: Policy, first: Obs, steps: list[tuple[PolicyOutput, ChunkStepResult]],
+                  last: Obs) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """What replay keeps (``Policy.replay_observation``) of the obs each chunk step acted on and of the obs after
+    it ([T, N, ...] each): after a done, of the episode's ``final_obs`` (the auto-reset obs is what the next step
+    acts on). ``last`` is the obs after the last step; only it and the final obs are recorded without an act."""
+    outs, results = [out for out, _ in steps], [result for _, result in steps]
+    seen = [first] + [r.obs for r in results[:-1]]
+    acted = [_tensors(policy.replay_observation(obs, out)) for obs, out in zip(seen, outs, strict=True)]
+    after = acted[1:] + [_tensors(policy.replay_observation(last))]
+    for t, r in enumerate(results):
+        done = np.flatnonzero(np.asarray(r.dones))
+        if r.final_obs is not None and len(done):
+            final = _tensors(policy.replay_observation(obs_rows(r.final_obs, done)))
+            after[t] = {k: v.clone().index_put_((torch.as_tensor(done),), final[k].to(v.dtype))
+                        for k, v in after[t].items()}
+    return ({k: torch.stack([o[k] for o in acted]) for k in acted[0]},
+            {k: torch.stack([o[k] for o in after]) for k in after[0]})
 
-    def stack(seq: list[Obs]) -> dict[str, torch.Tensor]:
-        return {k: torch.from_numpy(np.stack([np.asarray(o[k]) for o in seq]))
-                for k, v in seq[0].items() if isinstance(v, np.ndarray)}
 
-    return stack(acted), stack(after)
+def _tensors(record: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """A replay record's entries as CPU tensors (numpy arrays copied when read-only, as Ray hands them over)."""
+    out = {}
+    for key, value in record.items():
+        if isinstance(value, np.ndarray):
+            value = torch.from_numpy(value if value.flags.writeable else value.copy())
+        out[key] = torch.as_tensor(value).cpu()
+    return out
 
 
 def _get(link: Link, shard: Shard) -> Any:

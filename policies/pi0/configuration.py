@@ -9,15 +9,13 @@ offline, ``tiny.py``). What the model predicts is a chunk of ``chunk_size`` acti
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from embodied.policy_config import PolicyConfig
+from embodied.policies.pi0.folders import TINY_NAMES, TINY_PREFIX, pi0_folder_problem, read_config_json
+from embodied.policy_config import PolicyConfig, PolicySpec
 
-TINY_PREFIX = "tiny:"
-TINY_NAMES = ("pi0-tiny",)
 FLOW_LOGPROBS = ("sde", "noise")
 
 
@@ -48,6 +46,10 @@ class PI0PolicyConfig(PolicyConfig):
 
     model_class: ClassVar[str] = "embodied.policies.pi0.modeling:PI0Policy"
     architecture_fields: ClassVar[tuple[str, ...]] = ("use_states",)
+
+    def flow_noise(self) -> bool:
+        """π0's chunks come from its flow's Euler loop (DSRL steers its initial noise)."""
+        return True
 
     def required_observations(self) -> set[str]:
         return {"images", "states"} if self.use_states else {"images"}
@@ -100,25 +102,44 @@ class PI0PolicyConfig(PolicyConfig):
         return p
 
 
-def read_config_json(path: Path) -> dict[str, Any] | None:
-    """A folder's ``config.json`` as a dict (None when absent or unreadable)."""
-    try:
-        return json.loads((path / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
+    def spec_problems(self, spec: PolicySpec) -> list[str]:
+        """The env's action and state dimensions against the checkpoint's ``max_action_dim`` / ``max_state_dim``, its
+        cameras against ``policy.max_cameras``, and the normalization statistics' sizes against the env's; read from
+        the checkpoint's ``config.json`` and statistics file, without loading weights."""
+        from embodied.policies.pi0.pretrained import resolve_model_path
+        from embodied.policies.pi0.processing import folder_stats, load_stats
+
+        folder = resolve_model_path(self.model_path)
+        config = read_config_json(folder) or {}
+        where = f"policy.model_path {self.model_path!r}"
+        p = size_problems(self, spec, int(config.get("max_action_dim", 32)), int(config.get("max_state_dim", 32)),
+                          where)
+        try:
+            if self.norm_stats:
+                stats, source = load_stats(Path(self.norm_stats).expanduser(), self.norm_stats), "policy.norm_stats"
+            else:
+                stats, source = folder_stats(folder), where
+            if stats is not None:
+                stats.check(spec.state_dim if self.use_states else 0, spec.action_dim, source)
+        except (OSError, ValueError, KeyError) as exc:
+            p.append(str(exc))
+        return p
 
 
-def pi0_folder_problem(path: Path) -> tuple[str | None, int | None]:
-    """(what is wrong with ``path`` as a π0 folder or None, the chunk_size its config declares)."""
-    where = f"policy.model_path: {str(path)!r}"
-    if not path.is_dir():
-        return f"{where} is not a folder (a PI0ForConditionalGeneration save_pretrained folder, a LeRobot π0 " \
-               "folder, or tiny:pi0-tiny)", None
-    config = read_config_json(path)
-    if config is None:
-        return f"{where} has no readable config.json", None
-    kind = config.get("model_type") or config.get("type")
-    if kind != "pi0":
-        return (f"{where} is not a π0: its config.json says {('model_type' if 'model_type' in config else 'type')}="
-                f"{kind!r} (policy.type=vla reads image-text-to-text backbones)"), None
-    return None, config.get("chunk_size", 50)
+def size_problems(config: PI0PolicyConfig, spec: PolicySpec, max_action_dim: int, max_state_dim: int,
+                  where: str) -> list[str]:
+    """What of the env does not fit a π0 of these padded dimensions, or ``policy.max_cameras``."""
+    p: list[str] = []
+    if spec.image_shape is None:
+        p.append("policy.type=pi0 needs images: set env.obs_mode to 'rgb' or 'state+rgb'")
+    if spec.action_dim > max_action_dim:
+        p.append(f"env action dimension {spec.action_dim} exceeds max_action_dim {max_action_dim} of {where}")
+    state_dim = spec.state_dim if config.use_states else 0
+    if state_dim > max_state_dim:
+        p.append(f"env state dimension {state_dim} exceeds max_state_dim {max_state_dim} of {where} (or set "
+                 "policy.use_states=false)")
+    cameras = 1 + int(config.use_wrist_image and spec.wrist_image_shape is not None)
+    if cameras > config.max_cameras:
+        p.append(f"policy.max_cameras: the env gives {cameras} cameras (main and wrist), more than "
+                 f"{config.max_cameras}; raise it or set policy.use_wrist_image=false")
+    return p

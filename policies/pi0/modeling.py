@@ -41,11 +41,12 @@ from torch import nn
 
 from embodied.policies.flow_logprob import (CHAIN, STEP, Velocity, make_flow_logprob, sample_chain,
                                             score_chain)
-from embodied.policies.pi0.configuration import PI0PolicyConfig
+from embodied.policies.pi0.configuration import PI0PolicyConfig, size_problems
 from embodied.policies.pi0.pretrained import load_pi0, parameter_split, resolve_model_path, seed_vlm
 from embodied.policies.pi0.processing import STD_EPS, NormStats, PI0Inputs, fitted_stats, folder_stats, load_stats
 from embodied.policy import Policy, PolicySpec
-from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, Obs, PolicyOutput
+from embodied.types import (MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, NoiseSteering, Obs,
+                            PolicyOutput)
 
 HEADS_FILE = "heads.pt"  # value head and Flow-Noise's std head (a plain state dict)
 POLICY_FILE = "embodied_policy.json"  # the policy config and the base model, for people and tools
@@ -82,8 +83,6 @@ class PI0Policy(Policy):
         from embodied.policies.vla.tiny import quiet_transformers
 
         quiet_transformers()
-        if spec.image_shape is None:
-            raise ValueError("policy.type=pi0 needs images: set env.obs_mode to 'rgb' or 'state+rgb'")
         self.config, self.spec = config, spec
         self.device_ = resolve_device(config.device)
         self.dtype_ = {"float32": torch.float32, "bfloat16": torch.bfloat16}[config.dtype]
@@ -135,19 +134,12 @@ class PI0Policy(Policy):
 
     def _check_sizes(self, config: PI0PolicyConfig, spec: PolicySpec) -> None:
         where = f"policy.model_path {config.model_path!r}"
-        if spec.action_dim > self.max_action_dim:
-            raise ValueError(f"env action dimension {spec.action_dim} exceeds {where}'s max_action_dim "
-                             f"{self.max_action_dim}")
-        if self.state_dim > self.max_state_dim:
-            raise ValueError(f"env state dimension {self.state_dim} exceeds {where}'s max_state_dim "
-                             f"{self.max_state_dim} (or set policy.use_states=false)")
+        problems = size_problems(config, spec, self.max_action_dim, self.max_state_dim, where)
         if config.action_chunk > self.chunk_size:
-            raise ValueError(f"policy.action_chunk: {config.action_chunk} executed actions, but {where} predicts "
-                             f"chunks of {self.chunk_size} (its chunk_size)")
-        cameras = 1 + int(self.use_wrist)
-        if cameras > config.max_cameras:
-            raise ValueError(f"policy.max_cameras: the env gives {cameras} cameras (main and wrist), more than "
-                             f"{config.max_cameras}; raise it or set policy.use_wrist_image=false")
+            problems.append(f"policy.action_chunk: {config.action_chunk} executed actions, but {where} predicts "
+                            f"chunks of {self.chunk_size} (its chunk_size)")
+        if problems:
+            raise ValueError("; ".join(problems))
 
     def _initial_stats(self, config: PI0PolicyConfig, spec: PolicySpec) -> NormStats:
         if config.norm_stats:
@@ -243,6 +235,34 @@ class PI0Policy(Policy):
     @torch.no_grad()
     def value(self, obs: Obs) -> torch.Tensor:
         return self._value(self._prefix(self.forward_inputs(obs))).cpu()
+
+    def flow_noise_shape(self) -> tuple[int, int]:
+        """The part of π0's initial noise [chunk_size, max_action_dim] that DSRL steers: the executed chunk
+        positions and the env's action dimensions [action_chunk, A]."""
+        return self.chunk, self.action_dim
+
+    def flow_feature_size(self) -> int:
+        """F of ``steer(obs).features``: the VLM's hidden size plus the states used."""
+        return int(self.model.config.vlm_config.text_config.hidden_size) + self.state_dim
+
+    @torch.no_grad()
+    def steer(self, obs: Obs) -> NoiseSteering:
+        """DSRL: the VLM prefix over ``obs`` once; its features (what the value head reads: the masked mean of the
+        prefix's last hidden states, and the normalized state when the policy uses states) and the ODE from a given
+        noise [B, action_chunk, A]. The rest of π0's noise (the padded action dimensions, the positions past
+        ``action_chunk``) is 0, the mode of its N(0, I) prior: the chunk is then a function of the steered noise
+        alone, as the critics assume, and 0 is where π0's greedy loop is most likely to start."""
+        prefix = self._prefix(self.forward_inputs(obs))
+        features = torch.cat([self._pooled(prefix), prefix.state.float()[:, :self.state_dim]], -1)
+
+        @torch.no_grad()
+        def actions(noise: torch.Tensor) -> torch.Tensor:
+            full = torch.zeros(noise.shape[0], self.chunk_size, self.max_action_dim, device=self.device_)
+            full[:, :self.chunk, :self.action_dim] = noise.to(self.device_, torch.float32)
+            chain = sample_chain(self._velocity(prefix), full, self.steps, self.logprob, True, self.scored)
+            return self.env_actions(chain.actions).cpu()
+
+        return NoiseSteering(features.cpu(), actions)
 
     def supervised_loss(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor,
                         executed: torch.Tensor) -> torch.Tensor:
@@ -343,10 +363,13 @@ class PI0Policy(Policy):
             return self.model.action_out_proj(features).float(), features
         return velocity
 
-    def _value(self, prefix: Prefix) -> torch.Tensor:
+    def _pooled(self, prefix: Prefix) -> torch.Tensor:
+        """The masked mean of the prefix's last hidden states [B, H] (float32)."""
         mask = prefix.mask.float()[..., None]
-        pooled = (prefix.hidden.float() * mask).sum(1) / mask.sum(1).clamp_min(1.0)
-        return self.value_head(torch.cat([pooled, prefix.state.float()], -1)).squeeze(-1)
+        return (prefix.hidden.float() * mask).sum(1) / mask.sum(1).clamp_min(1.0)
+
+    def _value(self, prefix: Prefix) -> torch.Tensor:
+        return self.value_head(torch.cat([self._pooled(prefix), prefix.state.float()], -1)).squeeze(-1)
 
     # -- checkpoints -------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from embodied.policies.pi0.configuration import TINY_NAMES, TINY_PREFIX, read_config_json
+from embodied.policies.pi0.folders import TINY_NAMES, TINY_PREFIX, read_config_json
 
 # LeRobot's Gemma variants (openpi's get_config): the VLM's language model and the action expert.
 VARIANTS: dict[str, dict[str, int]] = {

@@ -58,6 +58,10 @@ class VLAConfig(PolicyConfig):
         """Action bins of the token heads (and of the action tokenizer's normalization for the others)."""
         return 256 if self.action_bins is None else self.action_bins
 
+    def flow_noise(self) -> bool:
+        """Only the flow head starts its chunks from a noise (DSRL steers it)."""
+        return self.action_head == "flow"
+
     def required_observations(self) -> set[str]:
         return {"images", "states"} if self.use_states else {"images"}
 

@@ -32,6 +32,7 @@ the velocity against ``noise - action`` per action entry, masked past the episod
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -188,6 +189,17 @@ class FlowHead(ActionHead):
         out = sample_chain(self._velocity(self.expert.encode_prefix(prefix)), noise, self.steps, self.logprob,
                            deterministic)
         return HeadOutput(out.actions, out.logprobs, out.entropy, prefix.hidden[-1][:, -1], out.record)
+
+    def steer(self, backbone: Backbone) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+        """The prefix once, for DSRL: the last prompt token's hidden state [B, H] (what the value head reads), and
+        the ODE from a given noise [B, C, A] to a normalized chunk, exactly ``act(deterministic=True)``'s loop."""
+        prefix = backbone.prefix()
+        velocity = self._velocity(self.expert.encode_prefix(prefix))
+
+        def decode(noise: torch.Tensor) -> torch.Tensor:
+            return sample_chain(velocity, noise, self.steps, self.logprob, deterministic=True).actions
+
+        return prefix.hidden[-1][:, -1], decode
 
     def evaluate(self, backbone: Backbone, actions: torch.Tensor, inputs: dict[str, torch.Tensor]) -> HeadOutput:
         """Log-probs of the recorded chain (``actions`` are its last sample, so they are not read)."""

@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from embodied.policy import Policy, PolicySpec
-from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, Obs, PolicyOutput
+from embodied.types import (MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, NoiseSteering, Obs,
+                            PolicyOutput)
 from embodied.policies.vla.action_tokenizer import ActionTokenizer, stats_bounds
 from embodied.policies.vla.configuration import VLAConfig
 from embodied.policies.vla.flow import ExpertShape, FlowHead
@@ -190,6 +191,30 @@ class VLAPolicy(Policy):
     def evaluate(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor):
         out = self.head.evaluate(self._backbone(forward_inputs), self._head_actions(actions), forward_inputs)
         return out.logprobs.float(), out.entropy.float(), self._value(out.prompt_hidden)
+
+    def flow_noise_shape(self) -> tuple[int, int]:
+        """The flow head's initial noise [C, A] (normalized action units), which DSRL steers."""
+        return self.chunk, self.action_dim
+
+    def flow_feature_size(self) -> int:
+        """F of ``steer(obs).features``: the backbone's hidden size."""
+        return int(self.backbone.config.get_text_config().hidden_size)
+
+    @torch.no_grad()
+    def steer(self, obs: Obs) -> NoiseSteering:
+        """DSRL: the backbone over ``obs`` once; its features (the last prompt token's final hidden state, which
+        sees the images, the instruction and the state token) and the flow head's ODE from a given noise."""
+        if not isinstance(self.head, FlowHead):
+            raise ValueError(f"policy.action_head={self.config.action_head} starts from no noise that DSRL could "
+                             "steer; use policy.action_head=flow")
+        features, decode = self.head.steer(self._backbone(self.forward_inputs(obs)))
+
+        @torch.no_grad()
+        def actions(noise: torch.Tensor) -> torch.Tensor:
+            x = decode(noise.to(self.device_, torch.float32))
+            return self.action_tokenizer.denormalize(x.double()).float().cpu()
+
+        return NoiseSteering(features.float().cpu(), actions)
 
     def supervised_loss(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor,
                         executed: torch.Tensor) -> torch.Tensor:

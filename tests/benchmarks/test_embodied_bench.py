@@ -31,7 +31,10 @@ def test_quick_bench_writes_a_table_json_and_png_of_every_section(tmp_path, caps
     assert pipe["steps_per_s_1_stage"] > 0 and pipe["steps_per_s_2_stages"] > 0 and pipe["ideal_speedup"] >= 1
     (sync,) = report["weight_sync"]
     assert sync["bytes_sent"] > 0 and 0 < sync["share_of_iteration"] < 1
+    (sac,) = report["sac"]
+    assert sac["critics"] == 10 and sac["batch_size"] == 256 and sac["updates_per_s"] > 0
+    assert 0 <= sac["actor_waits_for_data"] <= 1 and 0 <= sac["rollouts_wait_for_weights"] <= 1
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
-    assert "## Rollout throughput" in printed and "## Weight sync (Ray)" in printed
+    assert "## Rollout throughput" in printed and "## Weight sync (Ray)" in printed and "## SAC:" in printed
     assert printed.count("\n") > 15 and (tmp_path / "bench.md").read_text().startswith("# embodied bench (quick")

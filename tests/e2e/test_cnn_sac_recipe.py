@@ -3,6 +3,7 @@ encoder trained and its target copy following, and a stopped-and-resumed run tha
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -33,7 +34,9 @@ def test_short_cnn_sac_run_trains_the_encoder_through_the_critics(tmp_path):
             assert math.isfinite(metrics[key]), (key, metrics[key])
     assert 0.0 <= result.final_eval["eval/success_rate"] <= 1.0
     actor = load_checkpoint(result.checkpoint)["actor"]
-    assert actor["replay"]["storage"]["obs/main_images"].dtype == torch.uint8  # replay keeps the pixels uint8
+    fields = json.loads((result.checkpoint / "replay" / "replay.json").read_text())["fields"]
+    assert fields["obs/main_images"] == {"dtype": "uint8", "shape": [32, 32, 3]}  # pixels stay uint8 in the chunk files
+    assert fields["next_obs/main_images"]["dtype"] == "uint8"
     policy, target = actor["policy"], actor["sac"]["target_encoder"]
     assert set(target) == {k.removeprefix("features.") for k in policy if k.startswith("features.")}
     conv = "encoder.convs.0.weight"

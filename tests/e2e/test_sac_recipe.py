@@ -3,13 +3,16 @@ checkpoint, and a stopped-and-resumed run that ends on the weights of one run in
 
 from __future__ import annotations
 
+import errno
+import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
 
-from embodied.checkpoint import load_checkpoint
+from embodied.atomic import DiskFullError
+from embodied.checkpoint import find_checkpoint, load_checkpoint
 from embodied.config import load_config
 from embodied.runner import train
 
@@ -30,11 +33,17 @@ def test_short_sac_run(tmp_path):
             assert math.isfinite(metrics[key]), (key, metrics[key])
         assert metrics["sac/updates"] == 16  # utd_ratio 1 x 4 envs x 4 chunk steps
     assert [m["replay/size"] for m in result.history] == [16, 32, 48, 64]
+    # Overlap: epoch 2 ran during update 1 with the weights from before it (16 updates stale); iteration 2 ends in a
+    # checkpoint, so epoch 3 started after it with fresh weights; epoch 4 ran during update 3.
+    assert [m["sac/staleness"] for m in result.history] == [0, 16, 0, 16]
+    assert [m["sac/overlap"] for m in result.history] == [1, 0, 1, 0]
     q_means = [m["sac/q_mean"] for m in result.history]
     assert len(set(q_means)) == 4, q_means  # the critics learn
     assert 0.0 <= result.final_eval["eval/success_rate"] <= 1.0
     actor = load_checkpoint(result.checkpoint)["actor"]
-    assert actor["version"] == 64 and actor["replay"]["size"] == 64
+    replay = json.loads((result.checkpoint / "replay" / "replay.json").read_text())
+    assert actor["version"] == 64 and actor["replay_dir"] == str(result.checkpoint / "replay")
+    assert replay["size"] == 64 and sum(c["rows"] for c in replay["chunks"]) == 64
     assert set(actor["sac"]) >= {"critics", "target_critics", "log_alpha", "critic_optimizer"}
 
 
@@ -47,12 +56,89 @@ def weights(result) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-def test_resumed_sac_run_equals_one_run(tmp_path):
-    one_go = train(load_config(RECIPE, [*SHORT, f"experiment.output_dir={tmp_path / 'one'}"]))
-    first = train(load_config(RECIPE, [*SHORT, "runner.iterations=2", f"experiment.output_dir={tmp_path / 'two'}"]))
-    resumed = train(load_config(RECIPE, [*SHORT, f"experiment.output_dir={tmp_path / 'two'}",
+@pytest.mark.parametrize("overlap, n_step", [("true", 3), ("false", 1)])
+def test_resumed_sac_run_equals_one_run(tmp_path, overlap, n_step):
+    short = [*SHORT, f"algorithm.overlap={overlap}", f"algorithm.n_step={n_step}"]
+    one_go = train(load_config(RECIPE, [*short, f"experiment.output_dir={tmp_path / 'one'}"]))
+    first = train(load_config(RECIPE, [*short, "runner.iterations=2", f"experiment.output_dir={tmp_path / 'two'}"]))
+    resumed = train(load_config(RECIPE, [*short, f"experiment.output_dir={tmp_path / 'two'}",
                                          f"runner.resume_from={first.run_dir}"]))
     a, b = weights(one_go), weights(resumed)
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]
     assert [m["sac/q_loss"] for m in one_go.history[2:]] == [m["sac/q_loss"] for m in resumed.history]
+
+
+@pytest.mark.slow
+def test_two_actor_ranks_on_ray_train_overlapped(tmp_path, ray_session):
+    """SAC end to end on Ray: two actor ranks (gloo), each with its rollout rank's share of replay (n-step rows), and
+    the next epoch overlapping the updates; the ranks end on the same weights, which the checkpoint holds with each
+    rank's replay as chunk files; resumed from it, the run ends on the weights of the run in one go."""
+    ranks = [*SHORT, "cluster.backend=ray", "actor.num_ranks=2", "cluster.num_rollout_workers=2", "algorithm.n_step=2"]
+    result = train(load_config(RECIPE, [*ranks, "runner.iterations=2", f"experiment.output_dir={tmp_path / 'two'}"]))
+    assert len(result.history) == 2
+    assert [m["replay/size"] for m in result.history] == [16, 32]  # both ranks' shares
+    assert [m["sac/updates"] for m in result.history] == [16, 16]
+    assert [m["sac/overlap"] for m in result.history] == [1, 0] and result.history[1]["sac/staleness"] == 16
+    actor = load_checkpoint(result.checkpoint)["actor"]
+    assert actor["version"] == 32 and len(actor["rank_shares"]) == 2
+    assert not any("replay" in share for share in actor["rank_shares"])  # not in trainer.pt: as chunk files
+    shares = [json.loads((result.checkpoint / "replay" / f"rank_{r}" / "replay.json").read_text()) for r in (0, 1)]
+    assert [share["size"] for share in shares] == [16, 16]
+    resumed = train(load_config(RECIPE, [*ranks, f"experiment.output_dir={tmp_path / 'two'}",
+                                         f"runner.resume_from={result.run_dir}"]))
+    one_go = train(load_config(RECIPE, [*ranks, f"experiment.output_dir={tmp_path / 'one'}"]))
+    a, b = weights(one_go), weights(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]
+    assert [m["sac/q_loss"] for m in one_go.history[2:]] == [m["sac/q_loss"] for m in resumed.history]
+
+
+@pytest.mark.slow
+def test_a_stop_the_schedule_did_not_foresee_records_the_overlapped_epoch(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from embodied.workers.offpolicy_actor import OffPolicyActorWorker
+
+    real_update = OffPolicyActorWorker.update
+
+    def update_then_stop(self, trajectories, iteration):
+        out = real_update(self, trajectories, iteration)
+        if iteration == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # graceful stop after this iteration, whose next epoch already runs
+        return out
+
+    monkeypatch.setattr(OffPolicyActorWorker, "update", update_then_stop)
+    result = train(load_config(RECIPE, [*SHORT, "runner.checkpoint_every=0", f"experiment.output_dir={tmp_path}"]))
+    assert result.interrupted == "SIGTERM" and len(result.history) == 2
+    saved = load_checkpoint(result.checkpoint)
+    assert saved["iteration"] == 2 and saved["env_steps"] == 2 * 4 * 4 * 4  # the epoch in flight is not counted
+    assert saved["rollouts_in_flight"] == 1 and result.discarded == 1
+
+
+@pytest.mark.slow
+def test_a_full_disk_while_checkpointing_replay_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    """keep_checkpoints=1: the failed write of iteration 4's replay names the path and deletes nothing; the run
+    resumes from iteration 2's checkpoint and ends on one run's weights."""
+    from embodied import replay as replay_module
+
+    write = replay_module._write_chunk
+
+    def full_on_the_second_checkpoint(path, parts):
+        if "iter_000004" in str(path.parent.parent):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        write(path, parts)
+
+    monkeypatch.setattr(replay_module, "_write_chunk", full_on_the_second_checkpoint)
+    cfg = load_config(RECIPE, [*SHORT, "runner.keep_checkpoints=1", f"experiment.output_dir={tmp_path / 'two'}"])
+    with pytest.raises(DiskFullError, match=r"no space left on device writing checkpoint \S*iter_000004"):
+        train(cfg)
+    run_dir = next((tmp_path / "two").iterdir())
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["iter_000002"]
+    assert find_checkpoint(run_dir).name == "iter_000002"
+    monkeypatch.undo()
+    resumed = train(load_config(RECIPE, [*SHORT, f"experiment.output_dir={tmp_path / 'two'}",
+                                         f"runner.resume_from={run_dir}"]))
+    one_go = train(load_config(RECIPE, [*SHORT, f"experiment.output_dir={tmp_path / 'one'}"]))
+    a, b = weights(one_go), weights(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]

@@ -138,6 +138,23 @@ def test_demo_replay_holds_the_chunk_transitions_sac_computes(demos):
     np.testing.assert_array_equal(st["actions"][3].numpy(), ep1.actions[0])
 
 
+def test_demo_replay_in_n_steps_follows_each_episode_and_stops_before_a_dropped_chunk(demos):
+    replay = demo_replay(DemoDataset(demos), ["states"], gamma=0.9, n_step=3)
+    ep0, ep1 = episode(0, 3, True), episode(1, 2, False)
+    one = [chunk_reward(torch.tensor(e.rewards[t])[None], torch.tensor(e.executed[t])[None], 0.9)
+           for e, t in ((ep0, 0), (ep0, 1), (ep0, 2), (ep1, 0))]
+    st = replay.storage
+    # ep0 row 0: chunks 0, 1, 2; the last terminates (a success), so no bootstrap
+    (r0, d0), (r1, d1), (r2, d2), (r3, d3) = [(float(r), float(d)) for r, d in one]
+    assert float(st["reward"][0]) == pytest.approx(r0 + d0 * r1 + d0 * d1 * r2)
+    assert float(st["discount"][0]) == pytest.approx(d0 * d1 * d2) and not st["bootstrap"][0]
+    assert float(st["reward"][1]) == pytest.approx(r1 + d1 * r2) and not st["bootstrap"][1]
+    # ep1 row 0: its next chunk (the failure's last) is left out, so the window is one chunk and bootstraps
+    assert float(st["reward"][3]) == pytest.approx(r3) and float(st["discount"][3]) == pytest.approx(d3)
+    assert st["bootstrap"][3]
+    np.testing.assert_array_equal(st["next_obs/states"][3].numpy(), ep1.obs["states"][1])
+
+
 class FrameDemos:
     """A per-frame source with no rewards recorded (as a LeRobot folder): chunks of C=2 frames."""
 

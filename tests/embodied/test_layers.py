@@ -33,8 +33,8 @@ LAYERS: list[tuple[str, list[str]]] = [
                                                    "embodied.preflight"]),
     ("workers", ["embodied.workers"]),
     ("runs: training, resume, eval, SFT, collection, benchmarks",
-     ["embodied.evaluation", "embodied.runner", "embodied.async_runner", "embodied.offpolicy_runner", "embodied.resume", "embodied.sft",
-      "embodied.collect", "embodied.bench"]),
+     ["embodied.evaluation", "embodied.runner", "embodied.async_runner", "embodied.offpolicy_runner",
+      "embodied.rollout_producer", "embodied.resume", "embodied.sft", "embodied.collect", "embodied.bench"]),
     ("entry point", ["embodied.cli"]),
 ]
 LAYER_OF = {component: i for i, (_, components) in enumerate(LAYERS) for component in components}

@@ -16,7 +16,7 @@ from embodied.plot import PLOT_FILE, plot_run, read_metrics, series
 def write_metrics(run_dir, iterations: int = 10, eval_every: int = 5) -> None:
     rows = []
     for it in range(1, iterations + 1):
-        row = {"step": it, "env_steps": 1000 * it, "env/success_rate": it / iterations, "env/return": -10 + it,
+        row = {"step": it, "time": 1000.0 + 30 * it, "env_steps": 1000 * it, "env/success_rate": it / iterations, "env/return": -10 + it,
                "env/episode_len": 50 - it, "train/policy_loss": -0.01 * it, "train/value_loss": 10 / it,
                "env_steps_per_s": 5000.0 + it, "env/episodes": 3.0}
         if it % eval_every == 0:
@@ -90,9 +90,25 @@ def test_embodied_plot_of_several_runs_compares_their_evals(tmp_path, capsys):
     assert main(["plot", str(a), str(b), "--out", str(out), "--baseline", str(baseline)]) == 0
     assert capsys.readouterr().out.strip() == str(out)
     image = np.asarray(Image.open(out).convert("RGB"))
-    assert image.shape == (450, 1200, 3) and image.std() > 10
+    assert image.shape == (450, 1700, 3) and image.std() > 10
     assert main(["plot", str(a), str(bare), "--out", str(tmp_path / "x.png")]) == 2
     assert "no_evals/metrics.jsonl holds no eval rows" in capsys.readouterr().err
     assert main(["plot", str(a), "--baseline", str(tmp_path / "ppo" / "metrics.jsonl"), "--out", str(tmp_path / "x.png")]) == 2
     assert "metrics.jsonl: not an eval.json of `embodied eval`" in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_the_comparison_has_a_wall_clock_axis_from_when_each_run_began(tmp_path):
+    """Minutes since the run dir was made (its config.yaml), so runs of different speeds share one time axis."""
+    import os
+
+    write_metrics(tmp_path)
+    (tmp_path / "config.yaml").write_text("experiment: {}\n")
+    os.utime(tmp_path / "config.yaml", (1000.0, 1000.0))
+    from embodied.plot import run_start
+
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert run_start(tmp_path, rows) == 1000.0
+    minutes, values = series(rows, "eval/success_rate", run_start(tmp_path, rows))
+    assert minutes == [2.5, 5.0] and values == [0.5, 1.0]  # iterations 5 and 10, 30 s each
+    assert series([{"eval/success_rate": 1.0}], "eval/success_rate", 0.0) == ([], [])  # no time: left out

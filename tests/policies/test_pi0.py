@@ -382,6 +382,46 @@ def test_sizes_beyond_the_checkpoint_are_refused_naming_the_field(spec, fields, 
         PI0Policy(PI0PolicyConfig(**({"action_chunk": 3} | fields)), spec)
 
 
+@pytest.mark.parametrize("fields,overrides,message", [
+    ({"max_action_dim": 2}, [], "env action dimension 4 exceeds max_action_dim 2 of policy.model_path"),
+    ({"max_state_dim": 3}, ["policy.use_states=true", "env.obs_mode=state+rgb"],
+     "env state dimension \\d+ exceeds .*max_state_dim 3"),
+    ({}, ["policy.max_cameras=1"], "policy.max_cameras: the env gives 2 cameras"),
+])
+def test_the_env_is_checked_against_the_checkpoint_before_any_worker_or_weights(fields, overrides, message,
+                                                                                  tmp_path, monkeypatch):
+    """train, sft and eval read the checkpoint's config.json against one env's spaces before starting anything:
+    the folder holds no weights, so reaching the model would fail otherwise."""
+    from embodied import evaluation, runner, sft
+
+    folder = tmp_path / "pi0"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "pi0", "chunk_size": 4} | fields))
+    cfg = pick_color(f"policy.model_path={folder}", "env.preflight=false", *overrides, tmp_path=tmp_path)
+    monkeypatch.setattr(runner, "Workers", None)  # starting any worker would fail loudly
+    with pytest.raises(ConfigError, match=f"(?s)policy.type=pi0 does not fit env.id 'PickColor-v0'.*{message}"):
+        runner.check_before_start(cfg)
+    monkeypatch.setattr(sft, "open_dataset", lambda cfg: None)
+    monkeypatch.setattr(sft, "make_run_dir", None)
+    with pytest.raises(ConfigError, match=f"(?s)does not fit eval_env.id 'PickColor-v0'.*{message}"):
+        sft.sft(cfg)
+    with pytest.raises(ConfigError, match=message):
+        evaluation.evaluate_checkpoint(cfg, tmp_path / "nothing", 2, tmp_path / "eval")
+    assert not list(tmp_path.glob("pick_color*")), "no run dir is made"
+
+
+def test_statistics_of_other_sizes_than_the_env_are_named_before_any_worker(tmp_path):
+    from embodied.runner import check_before_start
+
+    stats = tmp_path / "norm_stats.json"
+    stats.write_text(json.dumps({"state_mean": [], "state_std": [], "action_mean": [0.0] * 7,
+                                 "action_std": [1.0] * 7, "source": "test"}))
+    cfg = pick_color(f"policy.norm_stats={stats}", "env.preflight=false", tmp_path=tmp_path)
+    with pytest.raises(ConfigError, match="policy.norm_stats: the normalization statistics .* have 7 action "
+                                          "dimensions, the env's action space has 4"):
+        check_before_start(cfg)
+
+
 def test_bfloat16_acts_replays_and_learns():
     policy = make(dtype="bfloat16", flow_logprob="noise")
     assert policy.model.model.vlm.language_model.layers[0].self_attn.q_proj.weight.dtype == torch.bfloat16

@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
-from embodied.algorithms.sac import (actor_loss, chunk_reward, critic_loss, polyak_update, subset_min, td_target,
-                                     temperature_loss)
+from embodied.algorithms.sac import (actor_loss, chunk_reward, critic_loss, n_step_returns, polyak_update,
+                                     subset_min, td_target, temperature_loss)
+from embodied.replay import following_rows
 
 
 def random_chunks(B=6, C=4, seed=0):
@@ -39,6 +40,53 @@ def test_chunk_reward_ignores_unexecuted_entries():
     executed = torch.tensor([[True, True, False]])
     reward, discount = chunk_reward(rewards, executed, 0.5)
     assert float(reward) == pytest.approx(1.0 + 0.5 * 2.0) and float(discount) == pytest.approx(0.25)
+
+
+def random_rollout(T=7, N=3, C=3, seed=0):
+    """[T, N, C] rewards and executed prefixes of a rollout epoch with auto-reset; episodes end in some chunks
+    (``dones``), some of them by termination."""
+    g = torch.Generator().manual_seed(seed)
+    rewards = torch.randn(T, N, C, generator=g, dtype=torch.float64)
+    dones = torch.rand(T, N, generator=g) < 0.3
+    terminated = dones & (torch.rand(T, N, generator=g) < 0.5)
+    lengths = torch.where(dones, torch.randint(1, C + 1, (T, N), generator=g), C)  # an episode ends mid-chunk
+    executed = torch.arange(C) < lengths[..., None]
+    return torch.where(executed, rewards, 0.0), executed, dones, terminated
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("n", [1, 2, 3, 10])
+def test_n_step_returns_match_a_loop_over_sub_steps(seed, n):
+    rewards, executed, dones, terminated = random_rollout(seed=seed)
+    T, N, C = rewards.shape
+    gamma = 0.9
+    reward, discount = chunk_reward(rewards, executed, gamma)
+    reward_n, discount_n, bootstrap, last = n_step_returns(reward.reshape(-1), discount.reshape(-1),
+                                                           terminated.reshape(-1), following_rows(dones), n)
+    for t in range(T):
+        for e in range(N):
+            total, factor, step = 0.0, 1.0, t
+            while True:  # chunk by chunk, sub-step by sub-step
+                for k in range(C):
+                    if executed[step, e, k]:
+                        total += factor * float(rewards[step, e, k])
+                        factor *= gamma
+                if dones[step, e] or step == T - 1 or step - t + 1 == n:
+                    break
+                step += 1
+            row = t * N + e
+            assert float(reward_n[row]) == pytest.approx(total), (t, e)
+            assert float(discount_n[row]) == pytest.approx(factor), (t, e)
+            assert int(last[row]) == step * N + e  # bootstrap from this chunk's next obs (final_obs if it ended)
+            assert bool(bootstrap[row]) == (not terminated[step, e])  # a truncation still bootstraps
+
+
+def test_one_step_returns_are_the_chunks_themselves():
+    rewards, executed, dones, terminated = random_rollout(seed=1)
+    reward, discount = chunk_reward(rewards, executed, 0.99)
+    out = n_step_returns(reward.reshape(-1), discount.reshape(-1), terminated.reshape(-1), following_rows(dones), 1)
+    assert torch.equal(out[0], reward.reshape(-1)) and torch.equal(out[1], discount.reshape(-1))
+    assert torch.equal(out[2], ~terminated.reshape(-1)) and torch.equal(out[3], torch.arange(reward.numel()))
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -256,3 +256,62 @@ def test_a_grpo_group_straddling_rollout_ranks_is_refused_with_several_actor_ran
         load_config("configs/reach_mlp_ppo.yaml", ["cluster.backend=ray", "actor.num_ranks=2", "algorithm.name=grpo",
                                                    "cluster.num_rollout_workers=2", "env.num_envs=12",
                                                    "algorithm.group_size=4", "algorithm.num_minibatches=1"])
+
+
+@pytest.mark.slow
+def test_two_gloo_sac_ranks_hold_their_own_replay_and_stay_identical(ray_session, tmp_path):
+    """SAC on two ranks: each rank's replay holds its own rollout rank's share, both make the updates the UTD ratio
+    owes for what both received, and the all-reduced gradients keep the actor, critics and temperature identical;
+    a checkpoint gathers both shares, writes each as the chunk files of replay/rank_K/ and resumes each into its own
+    rank."""
+    import json
+
+    import ray
+
+    from embodied.checkpoint import load_checkpoint
+    from embodied.config import load_config
+    from embodied.placement import RayBackend
+    from embodied.workers.group import start_actor_group
+    from tests.embodied.test_offpolicy import RECIPE, SPEC, TINY, transitions
+
+    cfg = load_config(RECIPE, [*TINY, "cluster.backend=ray", "actor.num_ranks=2", "cluster.num_rollout_workers=2",
+                               "algorithm.utd_ratio=0.5", "algorithm.n_step=2"])
+    backend = RayBackend(cfg.cluster)
+    groups = [start_actor_group(cfg, backend, SPEC) for _ in range(2)]  # the run, and one resumed from its checkpoint
+    group, resumed = groups
+    try:
+        before = backend.wait(group.call("state"))[0]
+        first = [[transitions(T=2, seed=1)], [transitions(T=2, seed=2)]]  # 6 transitions per rank
+        metrics = backend.wait(group.call_each("update", [(share, 1) for share in first]))
+        assert metrics[0] == metrics[1]  # the whole batch's numbers on every rank
+        assert metrics[0]["sac/transitions_received"] == 12 and metrics[0]["replay/size"] == 12
+        assert metrics[0]["sac/updates"] == 6  # 0.5 x 12, learning_starts=6 reached by both ranks together
+        states = backend.wait(group.call("state"))
+        first_rank, second_rank = states
+        for key, value in first_rank["policy"].items():
+            assert torch.equal(value, second_rank["policy"][key]), key
+        for name in ("critics", "target_critics"):
+            for key, value in first_rank["sac"][name].items():
+                assert torch.equal(value, second_rank["sac"][name][key]), (name, key)
+        assert torch.equal(first_rank["sac"]["log_alpha"], second_rank["sac"]["log_alpha"])
+        assert any(not torch.equal(v, states[0]["policy"][k]) for k, v in before["policy"].items())  # it trained
+        shares = states[0]["rank_shares"]
+        assert [s["replay"]["size"] for s in shares] == [6, 6]
+        states_seen = [s["replay"]["storage"]["obs/states"] for s in shares]
+        assert not torch.equal(*states_seen)  # each rank its own rollout rank's transitions
+
+        path = str(tmp_path / "ckpt")
+        backend.wait(group.call("save_checkpoint", path, {"iteration": 1}))
+        saved = load_checkpoint(path)["actor"]
+        assert not any("replay" in share for share in saved["rank_shares"])  # not in trainer.pt: chunk files
+        on_disk = [json.loads((tmp_path / "ckpt" / "replay" / f"rank_{r}" / "replay.json").read_text()) for r in (0, 1)]
+        assert [m["size"] for m in on_disk] == [6, 6]
+        backend.wait(resumed.call("load_state", saved))
+        second = [[transitions(T=1, seed=3)], [transitions(T=1, seed=4)]]
+        going_on = backend.wait(group.call_each("update", [(share, 2) for share in second]))
+        again = backend.wait(resumed.call_each("update", [(share, 2) for share in second]))
+        assert going_on == again  # each rank resumed its own replay share and streams
+    finally:
+        for g in groups:
+            for actor in g.actors:
+                ray.kill(actor)
