@@ -6,7 +6,7 @@
 
 One rollout batch (``--envs`` envs x ``--steps`` chunk steps, acted by the initial policy) is trained on
 by one rank (an ``ActorWorker`` on a Ray actor, like every rank) and by N ranks of one gloo process group
-(``embodied.workers.group.start_actor_group``, rollout rank r's share on actor rank r mod N), with the same
+(``embodied.workers.launch.start_actor_group``, rollout rank r's share on actor rank r mod N), with the same
 PPO settings. "update" is the median wall-clock of ``update`` (all ranks, as the runner waits for them);
 "sync" the median of ``weights`` (rank 0's trainable state gathered, as a weight sync asks for it). Each
 rank runs one torch thread; on a machine with fewer cores than ranks, N ranks cannot be faster than one.
@@ -78,7 +78,7 @@ def measure(cfg: Config, spec: PolicySpec, trajectories: list[Trajectory], repea
     import ray
 
     from embodied.placement import RayBackend
-    from embodied.workers.group import start_actor_group
+    from embodied.workers.launch import start_actor_group
 
     backend = RayBackend(ClusterConfig(backend="ray"))
     group = start_actor_group(cfg, backend, spec)

@@ -103,7 +103,7 @@ def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False,
 
     from tqdm import tqdm
 
-    from embodied.workers.group import start_env_group
+    from embodied.workers.launch import start_env_group
 
     t0 = time.perf_counter()
     out = Path(out)

@@ -34,7 +34,8 @@ from embodied.eval_plan import env_eval_episodes
 from embodied.placement import ClusterLostError, make_backend
 from embodied.preflight import check_policy_fits, preflight
 from embodied.types import EpisodeStats
-from embodied.workers.group import Evaluator, Workers
+from embodied.workers.evaluator import Evaluator
+from embodied.workers.group import Workers
 
 Z_95 = 1.959964  # two-sided 95% normal quantile
 PERIODIC_BAR_DELAY_S = 5.0  # a periodic eval shows its bar only once it has run this long

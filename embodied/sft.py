@@ -38,7 +38,7 @@ from embodied.placement import make_backend
 from embodied.policy import Policy, build_policy
 from embodied.preflight import check_policy_fits
 from embodied.runner import draw_learning_curves, make_run_dir, save_config, seed_everything
-from embodied.workers.group import Evaluator
+from embodied.workers.evaluator import Evaluator
 
 
 @dataclass

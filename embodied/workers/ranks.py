@@ -3,7 +3,7 @@
 ``ActorWorker`` trains through a ``Ranks`` object and never counts ranks itself. ``Ranks()`` is one rank
 alone: every collective is the identity and nothing changes from a single-process actor. ``ProcessGroup``
 joins a process group (gloo on the CPU, nccl on GPUs; rendezvous at the TCP address that rank 0 picked,
-see ``embodied.workers.group.start_actor_group``) and applies the strategy:
+see ``embodied.workers.launch.start_actor_group``) and applies the strategy:
 
 - ``ddp``: every rank holds the whole policy (rank 0's initial weights broadcast to all); after a
   minibatch's backward passes, the gradients are summed over the ranks in one coalesced all-reduce.

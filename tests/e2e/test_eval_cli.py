@@ -13,7 +13,7 @@ import pytest
 from embodied.cli import main
 from embodied.config import load_config
 from embodied.runner import train
-from embodied.workers.group import EVAL_SEED_OFFSET
+from embodied.workers.launch import EVAL_SEED_OFFSET
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "configs" / "reach_mlp_ppo.yaml"

@@ -9,7 +9,8 @@ from embodied.eval_plan import EvalPlan, env_eval_episodes, spread
 from embodied.placement import LocalBackend
 from embodied.registry import POLICIES
 from embodied.types import EvalEpisode
-from embodied.workers.group import Evaluator, Workers
+from embodied.workers.evaluator import Evaluator
+from embodied.workers.group import Workers
 from tests.toy_envs import EpisodeSetEnv
 
 POLICIES.register("echo", "tests.toy_policies:EchoConfig")

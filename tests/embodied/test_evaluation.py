@@ -24,7 +24,8 @@ from embodied.policy import build_policy
 from embodied.registry import ENVS, POLICIES
 from embodied.runner import train
 from embodied.types import EpisodeStats
-from embodied.workers.group import EVAL_SEED_OFFSET, Evaluator
+from embodied.workers.evaluator import Evaluator
+from embodied.workers.launch import EVAL_SEED_OFFSET
 
 POLICIES.register("echo", "tests.toy_policies:EchoConfig")
 COUNTING = "tests.toy_envs:CountingEnv"

@@ -179,7 +179,7 @@ def test_a_batched_simulator_records_eval_videos_from_its_render(tmp_path):
     """No record() needed: one frame after reset and one per chunk step, the terminal frame last."""
     from embodied.config import load_config
     from embodied.placement import LocalBackend
-    from embodied.workers.group import Evaluator
+    from embodied.workers.evaluator import Evaluator
 
     cfg = load_config(None, ["env.id=tests.toy_batched:PointMassBatch", "env.num_envs=3", "env.max_episode_steps=6",
                              "policy.action_chunk=2", "policy.hidden_sizes=[8]", "logger.video.size=32",

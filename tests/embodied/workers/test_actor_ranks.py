@@ -117,7 +117,7 @@ def test_averages_of_parts_add_up_to_the_whole_mean():
 @pytest.mark.parametrize("kind", sorted(CASES))
 def test_two_gloo_ranks_take_the_single_rank_step(kind, ray_session):
     from embodied.placement import RayBackend
-    from embodied.workers.group import start_actor_group
+    from embodied.workers.launch import start_actor_group
 
     trajectories = shares(kind)
     single = ActorWorker(*actor_args(kind))
@@ -176,7 +176,7 @@ def test_fsdp_ranks_take_the_single_rank_step_and_checkpoint_in_the_one_process_
     (gathered), which resumes into one rank and back into two."""
     from embodied.checkpoint import load_checkpoint
     from embodied.placement import RayBackend
-    from embodied.workers.group import start_actor_group
+    from embodied.workers.launch import start_actor_group
 
     trajectories = shares(kind)
     single = ActorWorker(*actor_args(kind))
@@ -237,7 +237,7 @@ def test_more_actor_ranks_than_the_cluster_has_cpus_for_is_refused_before_any_wo
 def test_fsdp_on_one_rank_warns_that_nothing_is_sharded():
     from embodied.config import load_config
     from embodied.placement import LocalBackend
-    from embodied.workers.group import start_actor_group
+    from embodied.workers.launch import start_actor_group
 
     cfg = load_config("configs/reach_mlp_ppo.yaml", ["actor.strategy=fsdp"])
     backend = LocalBackend()
@@ -271,7 +271,7 @@ def test_two_gloo_sac_ranks_hold_their_own_replay_and_stay_identical(ray_session
     from embodied.checkpoint import load_checkpoint
     from embodied.config import load_config
     from embodied.placement import RayBackend
-    from embodied.workers.group import start_actor_group
+    from embodied.workers.launch import start_actor_group
     from tests.embodied.test_offpolicy import RECIPE, SPEC, TINY, transitions
 
     cfg = load_config(RECIPE, [*TINY, "cluster.backend=ray", "actor.num_ranks=2", "cluster.num_rollout_workers=2",

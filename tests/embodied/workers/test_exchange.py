@@ -9,7 +9,8 @@ import torch
 from embodied.config import load_config
 from embodied.placement import LocalBackend, RayBackend
 from embodied.registry import POLICIES
-from embodied.workers.group import EVAL_SEED_OFFSET, Workers
+from embodied.workers.group import Workers
+from embodied.workers.launch import EVAL_SEED_OFFSET
 
 POLICIES.register("echo", "tests.toy_policies:EchoConfig")
 SEED = 100

@@ -19,7 +19,8 @@ from embodied.config import ConfigError, load_config
 from embodied.placement import LocalBackend
 from embodied.types import EnvError
 from embodied.workers.faults import WorkerFailure
-from embodied.workers.group import FRESH_SEED_OFFSET, Workers
+from embodied.workers.group import Workers
+from embodied.workers.launch import FRESH_SEED_OFFSET
 from embodied.workers.restarts import RestartBudget, RestartRateError
 
 REPLAY = "tests.toy_envs:ReplayFaultEnv"
@@ -150,7 +151,7 @@ def test_same_fault_compares_worker_env_place_and_error_but_not_addresses():
 def start_evaluator(backend: LocalBackend, fail_seed: int):
     """4 eval envs over 2 env workers of ``ReplayFaultEnv`` failing after a reset with ``fail_seed``; the echo policy."""
     from embodied.registry import POLICIES
-    from embodied.workers.group import Evaluator
+    from embodied.workers.evaluator import Evaluator
 
     POLICIES.register("echo", "tests.toy_policies:EchoConfig", overwrite=True)
     cfg = load_config(None, [f"env.id={REPLAY}", "env.num_envs=4", "eval_env.num_envs=4", "env.max_episode_steps=5",
@@ -167,7 +168,7 @@ def test_an_eval_fault_that_replays_leaves_those_episodes_out_and_keeps_the_fixe
     round is redone once exactly, then worker 0 plays from fresh seeds: its episodes 0 and 1 are left out
     (listed in ``dropped``); episodes 2-5 are those of an eval without the fault."""
     from embodied.evaluation import EvalReport, EvalSummary, format_table, per_task
-    from embodied.workers.group import EVAL_SEED_OFFSET
+    from embodied.workers.launch import EVAL_SEED_OFFSET
 
     backend = LocalBackend()
     try:
