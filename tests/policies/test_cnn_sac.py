@@ -193,3 +193,31 @@ def test_bad_config_names_the_field():
         make(dataclasses.replace(SPEC, image_shape=None, wrist_image_shape=None))
     assert load_config(RECIPE, ["algorithm.image_shift=0"]).algorithm.image_shift == 0
 
+
+
+def test_joining_actor_ranks_starts_every_learner_copy_from_rank_0(monkeypatch):
+    """join_group broadcasts each module the learner keeps a copy of: the policy (the encoder inside it), the critics,
+    their targets and the target encoder, which is deep-copied from this rank's encoder before the group exists."""
+    from embodied.workers import offpolicy_actor
+
+    prepared: list[torch.nn.Module] = []
+
+    class Recorder:
+        def __init__(self, *args) -> None:
+            pass
+
+        def prepare(self, module: torch.nn.Module) -> None:
+            prepared.append(module)
+
+    monkeypatch.setattr(offpolicy_actor, "ProcessGroup", Recorder)
+    cfg = load_config(RECIPE, ["policy.channels=[8, 16]", "policy.kernel_sizes=[8, 4]", "policy.strides=[4, 2]",
+                               "policy.image_features=16", "policy.hidden_sizes=[16]",
+                               "policy.critic_hidden_sizes=[16]", "algorithm.batch_size=4"])
+    spec = dataclasses.replace(SPECS["rgb"], action_low=(-1.0,) * SPECS["rgb"].action_dim,
+                               action_high=(1.0,) * SPECS["rgb"].action_dim)
+    worker = offpolicy_actor.OffPolicyActorWorker(cfg.policy, spec, cfg.algorithm, cfg.actor, 1, seed=0)
+    worker.join_group(1, 2, "127.0.0.1:0")
+    learner = worker.learner
+    assert [id(m) for m in prepared] == [id(m) for m in (worker.policy, learner.critics, learner.target_critics,
+                                                         learner.target_encoder)]
+    assert any(True for _ in learner.target_encoder.parameters())  # a CNN's: weights to broadcast
