@@ -68,8 +68,9 @@ class OffPolicyActorWorker(ActorWorker):
 
     def join_group(self, rank: int, size: int, address: str) -> None:
         """Become rank ``rank`` of ``size`` (``ActorWorker.join_group``, data parallel): the actor (its feature
-        encoder included), critics, target critics, target encoder and temperature start as rank 0's, and this rank samples its own replay share with its own
-        streams. The optimizers stay the learner's (the tensors are the same objects, now equal on every rank)."""
+        encoder included), critics, target critics, target encoder and temperature start as rank 0's, and this rank
+        samples its own replay share with its own streams. The optimizers stay the learner's (the tensors are the
+        same objects, now equal on every rank)."""
         self.ranks = ProcessGroup(rank, size, address, self.cfg.dist_backend, self.cfg.strategy)
         learner = self.learner
         self.ranks.prepare(self.policy)
