@@ -1,9 +1,14 @@
 """What SAC asks of a policy: ``QFunctionPolicy``, a small protocol beside ``embodied.policy.Policy``.
 
 A policy that has it offers a tanh-squashed Gaussian over action chunks (``sample_with_logprob``), the
-features its actor and critics see (``features``), and builds its own Q-ensemble (``build_critics``): the
-critics are shaped by the policy (an MLP's over states, a CNN's over its encoder) but trained and held by
-the learner (``embodied.algorithms.sac.SACLearner``), so they never travel to rollout workers.
+module that turns its forward inputs into the features its actor and critics see (``feature_encoder``), and
+builds its own Q-ensemble (``build_critics``): the critics are shaped by the policy (an MLP's over states, a
+CNN's over its image encoder) but trained and held by the learner (``embodied.algorithms.sac.SACLearner``), so
+they never travel to rollout workers.
+
+The feature encoder is shared as DrQ and RLPD share theirs: its parameters live in the policy (rollouts act
+through them, weight sync sends them) but only the critics' loss trains them; the actor sees its features
+detached (stop-gradient), and the TD target reads a polyak copy of it beside the target critics.
 A policy without it is refused by name before any worker starts (``require_q_functions``).
 """
 
@@ -31,8 +36,10 @@ class QEnsemble(Protocol):
 class QFunctionPolicy(Protocol):
     """The methods SAC needs beside ``Policy``'s (``act`` samples the same tanh-Gaussian; greedy acts its mean)."""
 
-    def features(self, forward_inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """What the actor and the critics see of an observation: [B, F]."""
+    @property
+    def feature_encoder(self) -> nn.Module:
+        """A module mapping ``forward_inputs(obs)`` to what the actor and the critics see of it: [B, F]. Its
+        parameters (none for states, an image encoder for a CNN) are trained by the critics' loss only."""
 
     def sample_with_logprob(self, features: torch.Tensor,
                             generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,8 +54,8 @@ class QFunctionPolicy(Protocol):
 def require_q_functions(policy: PolicyConfig, algorithm: str) -> None:
     """Raise ``ValueError`` naming ``policy.type`` if the policy class it builds lacks ``QFunctionPolicy``."""
     cls = load_entry_point(type(policy).model_class)
-    missing = [name for name in ("features", "sample_with_logprob", "build_critics") if not hasattr(cls, name)]
+    missing = [name for name in ("feature_encoder", "sample_with_logprob", "build_critics") if not hasattr(cls, name)]
     if missing:
         raise ValueError(f"algorithm.name={algorithm} needs a policy with Q-functions and a tanh-Gaussian action "
                          f"(QFunctionPolicy: {', '.join(missing)}); policy.type={policy.type} has none "
-                         f"(policy.type=mlp_sac has them)")
+                         f"(policy.type=mlp_sac over states and cnn_sac over images have them)")

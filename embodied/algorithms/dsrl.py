@@ -117,6 +117,13 @@ def build_frozen(config: PolicyConfig, spec: PolicySpec) -> Policy:
     return policy.requires_grad_(False).eval()
 
 
+class RecordedFeatures(nn.Module):
+    """Forward inputs -> the features recorded in them, float32 [B, F]: DSRL's feature encoder, with no parameters."""
+
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return inputs[FEATURES].float()
+
+
 class DSRLPolicy(Policy):
     """A tanh-Gaussian noise actor over a frozen flow policy; implements ``embodied.q_functions.QFunctionPolicy``
     in noise space (module docstring). Its module tree, so its parameters, state dict, optimizer and weight sync,
@@ -145,6 +152,7 @@ class DSRLPolicy(Policy):
         noise_space = PolicySpec(state_dim=size, image_shape=None, action_dim=dim, action_low=(-s,) * dim,
                                  action_high=(s,) * dim)  # mlp_sac scales its tanh into the bounds: tanh(u) * s
         self.actor = build_policy(actor_config, noise_space)
+        self.recorded = RecordedFeatures()
 
     @property
     def frozen(self) -> Policy:
@@ -164,8 +172,11 @@ class DSRLPolicy(Policy):
 
     # -- QFunctionPolicy: the noise actor's ---------------------------------------------------------
 
-    def features(self, forward_inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return forward_inputs[FEATURES].float()
+    @property
+    def feature_encoder(self) -> nn.Module:
+        """The recorded features as they are: the frozen policy computed them while acting, so nothing here trains
+        (the learner's stop-gradient and target copy of it are no-ops, as for ``mlp_sac``'s states)."""
+        return self.recorded
 
     def sample_with_logprob(self, features: torch.Tensor,
                             generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,6 +13,11 @@ subset of ``algorithm.critic_subset`` of the target critics (``subset_min``); th
 ensemble mean. Target critics follow the online ones by polyak averaging (``polyak_update``, ``tau``).
 The temperature alpha is tuned so the policy's entropy stays near ``target_entropy`` (default ``-C * A``).
 
+Pixels (DrQ, RLPD): the policy's ``feature_encoder`` (a CNN's image encoder) is trained by the critics' loss
+alone; the actor sees its features detached, and the TD target reads a polyak copy of it beside the target
+critics. Every batch's images, ``obs`` and ``next_obs`` independently, are shifted at random by up to
+``algorithm.image_shift`` pixels (``embodied.algorithms.augment.random_shift``).
+
     reward, discount = chunk_reward(rewards, executed, gamma)            # [B], [B]
     reward, discount, bootstrap, last = n_step_returns(reward, discount, terminated, following, n)  # replay's rows
     target = td_target(reward, discount, bootstrap, subset_min(q_next, 2, g), next_logprob, alpha)
@@ -28,8 +33,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
+from embodied.algorithms.augment import random_shift
 from embodied.algorithms.base import Averages, LossOutput, RolloutReset
-from embodied.types import Trajectory
+from embodied.types import MAIN_IMAGES, WRIST_IMAGES, Trajectory
 
 if TYPE_CHECKING:
     from embodied.config import AlgorithmConfig
@@ -127,6 +133,9 @@ def polyak_update(target: Iterable[torch.Tensor], online: Iterable[torch.Tensor]
         t.lerp_(o, tau)
 
 
+IMAGE_KEYS = (MAIN_IMAGES, WRIST_IMAGES)  # the inputs ``algorithm.image_shift`` shifts, where a policy reads them
+
+
 # -- the learner ------------------------------------------------------------------------------------
 
 
@@ -184,18 +193,33 @@ class SACLearner:
         self.policy, self.cfg = policy, cfg
         self.critics = policy.build_critics(cfg.num_critics, cfg.critic_layernorm)  # type: ignore[attr-defined]
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
+        # The policy's feature encoder (DrQ/RLPD): trained by the critics' loss alone, seen detached by the actor;
+        # the TD target reads a polyak copy of it, as it reads the target critics (none of it for states).
+        self.encoder: torch.nn.Module = policy.feature_encoder  # type: ignore[attr-defined]
+        self.target_encoder = copy.deepcopy(self.encoder).requires_grad_(False)
+        encoder_params = [p for p in self.encoder.parameters() if p.requires_grad]
+        shared = {id(p) for p in encoder_params}
         self.log_alpha = torch.tensor(float(cfg.init_alpha)).log().requires_grad_(True)
         self.target_entropy = cfg.target_entropy if cfg.target_entropy is not None else -float(action_size)
-        self.actor_params = [p for p in policy.parameters() if p.requires_grad]
+        self.actor_params = [p for p in policy.parameters() if p.requires_grad and id(p) not in shared]
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=lr)
-        self.critic_params = list(self.critics.parameters())
+        self.critic_params = [*self.critics.parameters(), *encoder_params]  # the encoder trains with the critics
         self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=lr)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=lr)
-        self.generator = torch.Generator().manual_seed(seed)  # the critic subsets and the actor's noise drawn
+        # The augmentation's shifts, the critic subsets and the actor's noise are drawn from it (exact resume).
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def inputs(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The policy's forward inputs of a replay batch, its images shifted at random (``algorithm.image_shift``)."""
+        inputs = self.policy.forward_inputs(obs)
+        for key in IMAGE_KEYS:
+            if key in inputs and self.cfg.image_shift:
+                inputs[key] = random_shift(inputs[key], self.cfg.image_shift, self.generator)
+        return inputs
 
     def step(self, batch: ReplaySample, ranks: GradientSum | None = None) -> dict[str, float]:
-        """One gradient step of the critics, then the actor and alpha (CleanRL's order); the logged stats (this
-        batch's).
+        """One gradient step of the critics (and the encoder), then the actor and alpha (CleanRL's order); the
+        logged stats (this batch's). ``obs`` and ``next_obs`` are augmented independently, as DrQ does.
 
         With ``ranks`` (several actor ranks, each holding an equal share of the whole batch), every loss is
         this share's mean divided by the number of ranks and the gradients are summed over the ranks before
@@ -210,23 +234,25 @@ class SACLearner:
                 ranks.reduce_gradients(params)
 
         alpha = self.log_alpha.exp().detach()
-        features = policy.features(policy.forward_inputs(batch.obs))  # type: ignore[attr-defined]
+        inputs, next_inputs = self.inputs(batch.obs), self.inputs(batch.next_obs)
+        features = self.encoder(inputs)
         with torch.no_grad():
-            next_features = policy.features(policy.forward_inputs(batch.next_obs))  # type: ignore[attr-defined]
             next_actions, next_logprob = policy.sample_with_logprob(  # type: ignore[attr-defined]
-                next_features, self.generator)
-            next_q = subset_min(self.target_critics.q_values(next_features, next_actions), c.critic_subset,
-                                self.generator)
+                self.encoder(next_inputs), self.generator)
+            next_q = subset_min(self.target_critics.q_values(self.target_encoder(next_inputs), next_actions),
+                                c.critic_subset, self.generator)
             target = td_target(batch.reward, batch.discount, batch.bootstrap, next_q, next_logprob, alpha)
-        q = self.critics.q_values(features.detach(), batch.actions)
+        q = self.critics.q_values(features, batch.actions)
         q_loss = critic_loss(q, target)
         self.critic_optimizer.zero_grad()
         backward(q_loss, self.critic_params)
         self.critic_optimizer.step()
 
-        actions, logprob = policy.sample_with_logprob(features, self.generator)  # type: ignore[attr-defined]
+        # The actor sees the features detached (stop-gradient: only the critics train the encoder). They were
+        # computed before the critic step, so they lag it by one step: DrQ recomputes them, one more encoder pass.
+        actions, logprob = policy.sample_with_logprob(features.detach(), self.generator)  # type: ignore[attr-defined]
         self.critics.requires_grad_(False)  # the actor's loss moves the actor only
-        pi_loss = actor_loss(self.critics.q_values(features, actions), logprob, alpha)
+        pi_loss = actor_loss(self.critics.q_values(features.detach(), actions), logprob, alpha)
         self.critics.requires_grad_(True)
         self.actor_optimizer.zero_grad()
         backward(pi_loss, self.actor_params)
@@ -236,7 +262,8 @@ class SACLearner:
         self.alpha_optimizer.zero_grad()
         backward(alpha_loss, [self.log_alpha])
         self.alpha_optimizer.step()
-        polyak_update(self.target_critics.parameters(), self.critics.parameters(), c.tau)
+        polyak_update([*self.target_critics.parameters(), *self.target_encoder.parameters()],
+                      [*self.critics.parameters(), *self.encoder.parameters()], c.tau)
         return {"sac/q_loss": q_loss.item(), "sac/actor_loss": pi_loss.item(), "sac/alpha": alpha.item(),
                 "sac/entropy": -logprob.detach().mean().item(), "sac/q_mean": q.detach().mean().item(),
                 "sac/target_mean": target.mean().item()}
@@ -244,6 +271,7 @@ class SACLearner:
     def state_dict(self) -> dict[str, Any]:
         """What exact resume needs of the learner (the actor's weights and optimizer travel as the policy's)."""
         return {"critics": self.critics.state_dict(), "target_critics": self.target_critics.state_dict(),
+                "target_encoder": self.target_encoder.state_dict(),
                 "log_alpha": self.log_alpha.detach().clone(), "actor_optimizer": self.actor_optimizer.state_dict(),
                 "critic_optimizer": self.critic_optimizer.state_dict(),
                 "alpha_optimizer": self.alpha_optimizer.state_dict(), "generator": self.generator.get_state()}
@@ -251,6 +279,7 @@ class SACLearner:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.critics.load_state_dict(state["critics"])
         self.target_critics.load_state_dict(state["target_critics"])
+        self.target_encoder.load_state_dict(state.get("target_encoder", {}))  # saved without one: states (no weights)
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         self.actor_optimizer.load_state_dict(state["actor_optimizer"])

@@ -134,6 +134,9 @@ class AlgorithmConfig:
     # its episode ends (a truncation bootstraps from final_obs) or where the rollout epoch ends.
     n_step: int = 1
     checkpoint_replay: bool = True  # sac: save the replay buffer in checkpoints (false: resume is not exact)
+    # sac on images (DrQ): every update batch's images, obs and next_obs, are shifted at random by up to this many
+    # pixels (replicate-padded, cropped back); 0 disables. Only images the policy reads (policy.type=cnn_sac).
+    image_shift: int = 4
     # RLPD (Ball et al. 2023) on sac: demonstrations in a second replay, sampled beside online replay.
     demos: str | None = None  # sac: demonstrations folder (`embodied collect` or LeRobot) filling the demo replay
     demo_ratio: float = 0.5  # sac with demos: share of each batch drawn from the demo replay (RLPD's symmetric 0.5)

@@ -102,6 +102,8 @@ def _sac_problems(cfg: Config) -> list[str]:
         p.append(f"algorithm.learning_starts: must be >= 0, got {a.learning_starts}")
     if not a.init_alpha > 0:
         p.append(f"algorithm.init_alpha: the temperature must be > 0, got {a.init_alpha}")
+    if a.image_shift < 0:
+        p.append(f"algorithm.image_shift: the random shift's pixels must be >= 0 (0 disables it), got {a.image_shift}")
     if cfg.runner.mode != "sync":
         p.append(f"runner.mode: algorithm.name={a.name} runs its own loop (embodied.offpolicy_runner); leave "
                  f"runner.mode=sync, got {cfg.runner.mode}")

@@ -67,14 +67,16 @@ class OffPolicyActorWorker(ActorWorker):
         self.owed = 0.0  # gradient updates owed by the UTD ratio, not yet made (a fraction carries over)
 
     def join_group(self, rank: int, size: int, address: str) -> None:
-        """Become rank ``rank`` of ``size`` (``ActorWorker.join_group``, data parallel): the actor, critics, target
-        critics and temperature start as rank 0's, and this rank samples its own replay share with its own
-        streams. The optimizers stay the learner's (the tensors are the same objects, now equal on every rank)."""
+        """Become rank ``rank`` of ``size`` (``ActorWorker.join_group``, data parallel): the actor (its feature
+        encoder included), critics, target critics, target encoder and temperature start as rank 0's, and this rank
+        samples its own replay share with its own streams. The optimizers stay the learner's (the tensors are the
+        same objects, now equal on every rank)."""
         self.ranks = ProcessGroup(rank, size, address, self.cfg.dist_backend, self.cfg.strategy)
         learner = self.learner
         self.ranks.prepare(self.policy)
         self.ranks.prepare(learner.critics)
         self.ranks.prepare(learner.target_critics)
+        self.ranks.prepare(learner.target_encoder)  # a copy of this rank's own initial encoder until now
         stream = self.seed + RANK_SEED_STRIDE * rank  # replay rows, critic subsets and actor noise differ per rank
         self.generator.manual_seed(stream)
         learner.generator.manual_seed(stream)

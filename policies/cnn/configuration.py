@@ -1,4 +1,5 @@
-"""Configuration of the Gaussian CNN policy (``policy.type: cnn``)."""
+"""Configuration of the CNN policies: the Gaussian actor-critic for PPO (``policy.type: cnn``) and the
+tanh-Gaussian actor with a Q-ensemble for SAC (``policy.type: cnn_sac``), over one image encoder."""
 
 from __future__ import annotations
 
@@ -6,24 +7,22 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from embodied.policy_config import PolicyConfig
+from embodied.policies.mlp.configuration import squashed_head_problems
 
 
 @dataclass
-class CNNConfig(PolicyConfig):
-    type: str = "cnn"  # registered policy name
+class CNNEncoderConfig(PolicyConfig):
+    """The image (and state) encoder both CNN policies build (``embodied.policies.cnn.modeling.CNNFeatures``)."""
+
     channels: list[int] = field(default_factory=lambda: [32, 64, 64])  # output channels of each conv layer
     kernel_sizes: list[int] = field(default_factory=lambda: [8, 4, 3])  # square kernel of each conv layer
     strides: list[int] = field(default_factory=lambda: [4, 2, 1])  # stride of each conv layer
     image_features: int = 256  # width of the linear layer after the convs (per camera)
     state_features: int = 64  # width of the two-layer state MLP (when the env gives states)
-    hidden_sizes: list[int] = field(default_factory=lambda: [256])  # widths of the actor and critic heads
     use_wrist_images: bool = True  # also encode wrist_images (same encoder) when the env provides them
-    init_log_std: float = -0.5  # initial log standard deviation of every action dimension
 
     def required_observations(self) -> set[str]:
         return {"images"}
-
-    model_class: ClassVar[str] = "embodied.policies.cnn.modeling:CNNPolicy"
 
     def validate(self) -> list[str]:
         """Conv lists of one length, positive sizes."""
@@ -34,10 +33,46 @@ class CNNConfig(PolicyConfig):
                      + ", ".join(f"{len(v)}" for v in lists.values()))
         if not self.channels:
             p.append("policy.channels: need at least one conv layer")
-        for name, values in {**lists, "hidden_sizes": self.hidden_sizes}.items():
+        for name, values in lists.items():
             if any(v < 1 for v in values):
                 p.append(f"policy.{name}: every entry must be >= 1, got {values}")
         for name in ("image_features", "state_features"):
             if getattr(self, name) < 1:
                 p.append(f"policy.{name}: must be >= 1, got {getattr(self, name)}")
         return p
+
+
+@dataclass
+class CNNConfig(CNNEncoderConfig):
+    type: str = "cnn"  # registered policy name
+    hidden_sizes: list[int] = field(default_factory=lambda: [256])  # widths of the actor and critic heads
+    init_log_std: float = -0.5  # initial log standard deviation of every action dimension
+
+    model_class: ClassVar[str] = "embodied.policies.cnn.modeling:CNNPolicy"
+
+    def validate(self) -> list[str]:
+        """The encoder's checks; positive head widths."""
+        p = super().validate()
+        if any(v < 1 for v in self.hidden_sizes):
+            p.append(f"policy.hidden_sizes: every entry must be >= 1, got {self.hidden_sizes}")
+        return p
+
+
+@dataclass
+class SquashedCNNConfig(CNNEncoderConfig):
+    """A tanh-squashed Gaussian over the CNN encoder with a Q-ensemble, for SAC/RLPD on images (DrQ's shape)."""
+
+    type: str = "cnn_sac"  # registered policy name
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # widths of the actor's hidden layers
+    critic_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # widths of every critic's layers
+    log_std_min: float = -5.0  # the actor's log-std is squashed into [log_std_min, log_std_max] (CleanRL's bounds)
+    log_std_max: float = 2.0  # upper bound of the actor's log-std
+
+    model_class: ClassVar[str] = "embodied.policies.cnn.squashed:SquashedCNNPolicy"
+    architecture_fields: ClassVar[tuple[str, ...]] = ("channels", "kernel_sizes", "strides", "image_features",
+                                                      "state_features", "use_wrist_images", "hidden_sizes")
+
+    def validate(self) -> list[str]:
+        """The encoder's checks; actor and critic widths; log-std bounds in order."""
+        return super().validate() + squashed_head_problems(self.hidden_sizes, self.critic_hidden_sizes,
+                                                            self.log_std_min, self.log_std_max)

@@ -18,6 +18,9 @@ Images stay uint8 until the forward pass: ``act`` puts the uint8 tensors in ``fo
 (a quarter of float32's size in trajectories and on the channels) and ``evaluate`` replays them;
 the conversion to float in [0, 1] happens inside the encoder. Outputs of ``act`` and ``value``
 are on the CPU whatever device the module sits on.
+
+The encoders and the inputs they read are ``CNNObservations``, mixed into ``CNNPolicy`` and, as a module of
+their own (``CNNFeatures``), the feature encoder of the SAC policy (``policy.type: cnn_sac``, ``squashed.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from torch.distributions import Normal
 
 from embodied.policy import Policy, PolicySpec
 from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES, Obs, PolicyOutput
-from embodied.policies.cnn.configuration import CNNConfig
+from embodied.policies.cnn.configuration import CNNConfig, CNNEncoderConfig
 
 
 def _init(layer: nn.Module, gain: float = float(np.sqrt(2))) -> nn.Module:
@@ -52,10 +55,11 @@ def _mlp(sizes: list[int], out_gain: float) -> nn.Sequential:
 class ImageEncoder(nn.Module):
     """uint8 [B, H, W, 3] -> float32 [B, features]: convolutions, flatten, linear, ReLU."""
 
-    def __init__(self, config: CNNConfig, image_shape: tuple[int, ...]) -> None:
+    def __init__(self, config: CNNEncoderConfig, image_shape: tuple[int, ...]) -> None:
         super().__init__()
         if len(image_shape) != 3 or image_shape[2] != 3:
-            raise ValueError(f"policy.type=cnn expects images of shape (H, W, 3), the env gives {image_shape}")
+            raise ValueError(f"policy.type={config.type} expects images of shape (H, W, 3), the env gives "
+                             f"{image_shape}")
         layers: list[nn.Module] = []
         in_channels = 3
         for out_channels, kernel, stride in zip(config.channels, config.kernel_sizes, config.strides):
@@ -71,42 +75,44 @@ class ImageEncoder(nn.Module):
         return self.linear(self.convs(x))
 
 
-class CNNPolicy(Policy):
-    """Gaussian CNN policy over action chunks, with a value head on the same encoder."""
+class CNNObservations:
+    """What the CNN policies see, mixed into a module: the image encoder (``encoder``, shared by the main and wrist
+    cameras) and the state MLP (``state_encoder``, when the env gives states), the forward inputs they read from an
+    observation (uint8 images, float32 states) and the features [B, F] they make of them.
 
-    logprob_granularity = "chunk"
-    value_head_prefixes = ("critic.",)  # the image encoder is shared: warm-up leaves it
+    ``CNNPolicy`` mixes it in directly (its parameters stay named ``encoder.*``); ``CNNFeatures`` is it as a module
+    of its own, the feature encoder of ``policy.type: cnn_sac``.
+    """
 
-    def __init__(self, config: CNNConfig, spec: PolicySpec) -> None:
-        super().__init__()
+    policy_type: str  # named in errors
+    encoder: ImageEncoder
+    state_encoder: nn.Sequential
+
+    def _build_encoders(self, config: CNNEncoderConfig, spec: PolicySpec) -> int:
+        """Build the encoders for ``spec``'s observations; returns the width of the features."""
         if spec.image_shape is None:
-            raise ValueError("policy.type=cnn needs image observations (env.obs_mode 'rgb' or 'state+rgb'); "
-                             "the env gives none")
+            raise ValueError(f"policy.type={self.policy_type} needs image observations (env.obs_mode 'rgb' or "
+                             "'state+rgb'); the env gives none")
         if len(config.channels) == 0 or not len(config.channels) == len(config.kernel_sizes) == len(config.strides):
             raise ValueError("policy.channels, policy.kernel_sizes and policy.strides need one entry per conv layer")
-        self.chunk, self.action_dim = config.action_chunk, spec.action_dim
         self.image_shape = tuple(spec.image_shape)
         wrist_shape = spec.wrist_image_shape
         self.use_wrist = bool(config.use_wrist_images and wrist_shape is not None)
         if self.use_wrist and tuple(wrist_shape) != self.image_shape:
-            raise ValueError(f"policy.type=cnn encodes wrist images with the main images' encoder, so they need the "
-                             f"same shape; the env gives {tuple(wrist_shape)} and {self.image_shape} "
+            raise ValueError(f"policy.type={self.policy_type} encodes wrist images with the main images' encoder, so "
+                             f"they need the same shape; the env gives {tuple(wrist_shape)} and {self.image_shape} "
                              "(set policy.use_wrist_images=false)")
         try:
             self.encoder = ImageEncoder(config, self.image_shape)
         except RuntimeError as exc:  # the convolutions shrink the image below one pixel
-            raise ValueError(f"policy.type=cnn: the conv layers do not fit {self.image_shape} images: {exc}") from None
+            raise ValueError(f"policy.type={self.policy_type}: the conv layers do not fit {self.image_shape} images: "
+                             f"{exc}") from None
         self.state_dim = spec.state_dim
         features = config.image_features * (2 if self.use_wrist else 1)
         if self.state_dim > 0:
             self.state_encoder = _mlp([self.state_dim, config.state_features, config.state_features], float(np.sqrt(2)))
             features += config.state_features
-        out = self.chunk * self.action_dim
-        self.actor_mean = _mlp([features, *config.hidden_sizes, out], 0.01)
-        self.critic = _mlp([features, *config.hidden_sizes, 1], 1.0)
-        self.log_std = nn.Parameter(torch.full((out,), float(config.init_log_std)))
-
-    # -- inputs ---------------------------------------------------------------------------------
+        return features
 
     def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
         """The tensors the forward pass reads: uint8 images (copied), float32 states."""
@@ -115,23 +121,24 @@ class CNNPolicy(Policy):
             inputs[WRIST_IMAGES] = self._images(obs, WRIST_IMAGES)
         if self.state_dim > 0:
             if STATES not in obs:
-                raise KeyError(f"policy.type=cnn was built for states but the observation has only {sorted(obs)}")
-            inputs[STATES] = torch.from_numpy(np.array(obs[STATES], dtype=np.float32))  # a copy, as images
+                raise KeyError(f"policy.type={self.policy_type} was built for states but the observation has only "
+                               f"{sorted(obs)}")
+            inputs[STATES] = torch.from_numpy(np.array(np.asarray(obs[STATES]), dtype=np.float32))  # a copy, as images
         return inputs
 
     def _images(self, obs: Obs, key: str) -> torch.Tensor:
         if key not in obs:
-            raise KeyError(f"policy.type=cnn was built for {key!r} but the observation has only {sorted(obs)}")
-        images = np.array(obs[key], copy=True)  # a copy: env buffers may be reused after this step
+            raise KeyError(f"policy.type={self.policy_type} was built for {key!r} but the observation has only "
+                           f"{sorted(obs)}")
+        # A copy: env buffers may be reused after this step (asarray first: replay batches are torch tensors).
+        images = np.array(np.asarray(obs[key]), copy=True)
         if images.dtype != np.uint8 or images.shape[1:] != self.image_shape:
-            raise ValueError(f"policy.type=cnn expects {key} uint8 [B, {', '.join(map(str, self.image_shape))}], "
-                             f"got {images.dtype} {list(images.shape)}")
+            raise ValueError(f"policy.type={self.policy_type} expects {key} uint8 [B, "
+                             f"{', '.join(map(str, self.image_shape))}], got {images.dtype} {list(images.shape)}")
         return torch.from_numpy(images)
 
-    # -- forward --------------------------------------------------------------------------------
-
     def _features(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        device = self.log_std.device  # inputs arrive on the CPU; a no-op unless the module was moved
+        device = self.encoder.linear[0].weight.device  # inputs arrive on the CPU; a no-op unless the module moved
         images = inputs[MAIN_IMAGES].to(device)
         if self.use_wrist:  # one encoder pass over both cameras
             images = torch.cat([images, inputs[WRIST_IMAGES].to(device)])
@@ -140,6 +147,37 @@ class CNNPolicy(Policy):
         if self.state_dim > 0:
             parts.append(self.state_encoder(inputs[STATES].to(device)))
         return torch.cat(parts, dim=-1)
+
+
+class CNNFeatures(CNNObservations, nn.Module):
+    """``CNNObservations`` as a module: forward inputs -> features [B, ``out_features``]."""
+
+    def __init__(self, config: CNNEncoderConfig, spec: PolicySpec, policy_type: str) -> None:
+        super().__init__()
+        self.policy_type = policy_type
+        self.out_features = self._build_encoders(config, spec)
+
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self._features(inputs)
+
+
+class CNNPolicy(CNNObservations, Policy):
+    """Gaussian CNN policy over action chunks, with a value head on the same encoder."""
+
+    logprob_granularity = "chunk"
+    value_head_prefixes = ("critic.",)  # the image encoder is shared: warm-up leaves it
+    policy_type = "cnn"
+
+    def __init__(self, config: CNNConfig, spec: PolicySpec) -> None:
+        super().__init__()
+        self.chunk, self.action_dim = config.action_chunk, spec.action_dim
+        features = self._build_encoders(config, spec)
+        out = self.chunk * self.action_dim
+        self.actor_mean = _mlp([features, *config.hidden_sizes, out], 0.01)
+        self.critic = _mlp([features, *config.hidden_sizes, 1], 1.0)
+        self.log_std = nn.Parameter(torch.full((out,), float(config.init_log_std)))
+
+    # -- forward --------------------------------------------------------------------------------
 
     def _heads(self, inputs: dict[str, torch.Tensor]) -> tuple[Normal, torch.Tensor]:
         features = self._features(inputs)

@@ -46,12 +46,19 @@ class SquashedMLPConfig(PolicyConfig):
 
     def validate(self) -> list[str]:
         """At least one hidden layer in actor and critics, every width positive; log-std bounds in order."""
-        problems = [f"policy.{name}: need at least one layer, every width >= 1, got {sizes}"
-                    for name, sizes in (("hidden_sizes", self.hidden_sizes),
-                                        ("critic_hidden_sizes", self.critic_hidden_sizes))
-                    if not sizes or any(v < 1 for v in sizes)]
-        if not self.log_std_min < self.log_std_max:
-            problems.append(f"policy.log_std_min: must be below log_std_max={self.log_std_max}, got {self.log_std_min}")
-        return problems
+        return squashed_head_problems(self.hidden_sizes, self.critic_hidden_sizes, self.log_std_min, self.log_std_max)
 
     model_class: ClassVar[str] = "embodied.policies.mlp.squashed:SquashedMLPPolicy"
+
+
+
+def squashed_head_problems(hidden_sizes: list[int], critic_hidden_sizes: list[int], log_std_min: float,
+                           log_std_max: float) -> list[str]:
+    """What a SAC policy's config (``mlp_sac``, ``cnn_sac``) can get wrong about its actor and critic heads: at
+    least one hidden layer in each, every width positive, and the log-std bounds in order."""
+    problems = [f"policy.{name}: need at least one layer, every width >= 1, got {sizes}"
+                for name, sizes in (("hidden_sizes", hidden_sizes), ("critic_hidden_sizes", critic_hidden_sizes))
+                if not sizes or any(v < 1 for v in sizes)]
+    if not log_std_min < log_std_max:
+        problems.append(f"policy.log_std_min: must be below log_std_max={log_std_max}, got {log_std_min}")
+    return problems

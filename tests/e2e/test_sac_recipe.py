@@ -48,9 +48,11 @@ def test_short_sac_run(tmp_path):
 
 
 def weights(result) -> dict[str, torch.Tensor]:
+    """Every weight a checkpoint of a SAC run holds: the policy's, and the learner's critics and targets."""
     actor = load_checkpoint(result.checkpoint)["actor"]
-    return {**{f"policy.{k}": v for k, v in actor["policy"].items()},
-            **{f"critics.{k}": v for k, v in actor["sac"]["critics"].items()}}
+    learned = {f"{part}.{k}": v for part in ("critics", "target_critics", "target_encoder")
+               for k, v in actor["sac"][part].items()}
+    return {**{f"policy.{k}": v for k, v in actor["policy"].items()}, **learned}
 
 
 @pytest.mark.slow

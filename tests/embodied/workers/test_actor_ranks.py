@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -315,3 +316,57 @@ def test_two_gloo_sac_ranks_hold_their_own_replay_and_stay_identical(ray_session
         for g in groups:
             for actor in g.actors:
                 ray.kill(actor)
+
+
+def image_transitions(T: int, N: int, seed: int) -> Trajectory:
+    """Chunk transitions from a camera env as a rollout worker records them: uint8 images, chunks [T, N, 2, 2]."""
+    g = torch.Generator().manual_seed(seed)
+    images = torch.randint(0, 256, (T + 1, N, 32, 32, 3), generator=g, dtype=torch.uint8)
+    return Trajectory(
+        forward_inputs={"main_images": images[:-1]}, actions=torch.rand(T, N, 2, 2, generator=g) * 2 - 1,
+        logprobs=torch.zeros(T, N), values=torch.zeros(T, N), rewards=torch.randn(T, N, 2, generator=g),
+        executed=torch.ones(T, N, 2, dtype=torch.bool), dones=torch.zeros(T, N, dtype=torch.bool),
+        terminated=torch.zeros(T, N, dtype=torch.bool), final_values=torch.zeros(T, N), next_values=torch.zeros(N),
+        version=0, observations={"main_images": images[:-1]}, next_observations={"main_images": images[1:]})
+
+
+@pytest.mark.slow
+def test_two_gloo_cnn_sac_ranks_keep_the_encoder_and_its_target_identical(ray_session):
+    """cnn_sac on two ranks: the target encoder starts as rank 0's (join_group broadcasts it beside the target
+    critics), the encoder's gradients are all-reduced with the critics', and after updates on different replay shares
+    (each its own random shifts) the encoder, its target, the critics and the actor are the same on both ranks."""
+    import ray
+
+    from embodied.config import load_config
+    from embodied.placement import RayBackend
+    from embodied.workers.launch import start_actor_group
+
+    recipe = Path(__file__).resolve().parents[3] / "configs" / "reach_cnn_sac.yaml"
+    cfg = load_config(recipe, ["cluster.backend=ray", "actor.num_ranks=2", "cluster.num_rollout_workers=2",
+                               "policy.action_chunk=2", "policy.channels=[8, 16]", "policy.kernel_sizes=[8, 4]",
+                               "policy.strides=[4, 2]", "policy.image_features=16", "policy.hidden_sizes=[16]",
+                               "policy.critic_hidden_sizes=[16]", "algorithm.batch_size=4",
+                               "algorithm.learning_starts=4", "algorithm.num_critics=2", "algorithm.n_step=2"])
+    spec = PolicySpec(state_dim=0, image_shape=(32, 32, 3), action_dim=2, action_low=(-1.0,) * 2,
+                      action_high=(1.0,) * 2)
+    backend = RayBackend(cfg.cluster)
+    group = start_actor_group(cfg, backend, spec)
+    try:
+        before = backend.wait(group.call("state"))
+        for key, value in before[0]["sac"]["target_encoder"].items():
+            assert torch.equal(value, before[1]["sac"]["target_encoder"][key]), key
+        shares = [[image_transitions(T=2, N=2, seed=1)], [image_transitions(T=2, N=2, seed=2)]]
+        metrics = backend.wait(group.call_each("update", [(share, 1) for share in shares]))
+        assert metrics[0] == metrics[1] and metrics[0]["sac/updates"] == 8
+        first, second = backend.wait(group.call("state"))
+        for key, value in first["policy"].items():
+            assert torch.equal(value, second["policy"][key]), key
+        for name in ("critics", "target_critics", "target_encoder"):
+            for key, value in first["sac"][name].items():
+                assert torch.equal(value, second["sac"][name][key]), (name, key)
+        moved = before[0]["sac"]["target_encoder"]
+        assert any(not torch.equal(v, moved[k]) for k, v in first["sac"]["target_encoder"].items())  # it follows
+        assert first["rank_shares"][0]["replay"]["storage"]["obs/main_images"].dtype == torch.uint8
+    finally:
+        for actor in group.actors:
+            ray.kill(actor)

@@ -1,0 +1,50 @@
+"""Tanh-squashed Gaussian over action chunks from camera images, with a Q-ensemble: the CNN policy for SAC and RLPD
+on pixels (``policy.type: cnn_sac``), shaped as DrQ (Kostrikov et al. 2020) and RLPD's pixel agent are.
+
+- **Encoder.** The CNN policies' observation encoder (``CNNFeatures``: ``ImageEncoder``'s convolutions and linear
+  layer over ``main_images``, the same weights over ``wrist_images``, a small MLP over states when the env gives
+  them) turns the forward inputs into features [B, F]. It is the policy's ``feature_encoder``: rollouts act
+  through it and weight sync sends it, but only the critics' loss trains it; the actor sees its features
+  detached, and the TD target reads a polyak copy of it (``embodied.algorithms.sac.SACLearner``).
+- **Actor.** The shared tanh-Gaussian head (``embodied.policies.squashed.SquashedGaussianPolicy``) over the
+  features: an MLP of ``hidden_sizes``, then the mean and log-std of the whole chunk [B, C * A].
+- **Critics.** ``num_critics`` MLPs of ``critic_hidden_sizes`` over (features, flattened chunk), one batched
+  pass (``MLPQEnsemble``), LayerNorm with ``algorithm.critic_layernorm``.
+
+Images stay uint8 from the env through replay until the encoder's first line divides them by 255; the learner
+shifts them at random first (``algorithm.image_shift``, DrQ's augmentation).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from embodied.policies.cnn.configuration import SquashedCNNConfig
+from embodied.policies.cnn.modeling import CNNFeatures
+from embodied.policies.squashed import MLPQEnsemble, SquashedGaussianPolicy
+from embodied.policy import PolicySpec
+from embodied.types import Obs
+
+
+class SquashedCNNPolicy(SquashedGaussianPolicy):
+    """Tanh-Gaussian actor over a CNN encoder; implements ``embodied.q_functions.QFunctionPolicy``."""
+
+    def __init__(self, config: SquashedCNNConfig, spec: PolicySpec) -> None:
+        super().__init__()
+        self.config = config
+        self.features = CNNFeatures(config, spec, config.type)
+        self._build_actor(self.features.out_features, config.hidden_sizes, (config.log_std_min, config.log_std_max),
+                          config.action_chunk, spec)
+
+    @property
+    def feature_encoder(self) -> nn.Module:
+        return self.features
+
+    def build_critics(self, num_critics: int, layernorm: bool) -> nn.Module:
+        sizes = [self.features.out_features + self.chunk * self.action_dim, *self.config.critic_hidden_sizes, 1]
+        return MLPQEnsemble(num_critics, sizes, layernorm)
+
+    def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
+        """uint8 images (copied) and float32 states, on the CPU."""
+        return self.features.forward_inputs(obs)

@@ -1,0 +1,150 @@
+"""What the SAC policies share: the tanh-squashed Gaussian actor over action chunks and the batched Q-ensemble.
+
+One implementation with two users, the MLP over states (``policy.type: mlp_sac``, ``policies/mlp/squashed.py``)
+and the CNN over images (``policy.type: cnn_sac``, ``policies/cnn/squashed.py``). Each supplies its
+``feature_encoder`` (forward inputs -> features [B, F]); the rest is here:
+
+- ``SquashedGaussianPolicy``: an MLP trunk over the features gives the mean and log-std of a diagonal Gaussian
+  over the whole chunk [B, C * A]; a sample ``u`` is squashed by ``tanh`` and scaled into the env's action bounds.
+  Its log-prob carries the change-of-variables correction of the squash and the scale. Greedy acting takes
+  ``tanh(mean)``. It has no state-value head: ``value`` is 0 (SAC bootstraps with its critics, never with V).
+- ``MLPQEnsemble``: ``num_critics`` MLPs over (features, flattened chunk), computed in one batched pass (a batched
+  matmul over the ensemble axis), with an optional LayerNorm after every hidden layer.
+
+Together they implement ``embodied.q_functions.QFunctionPolicy``.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributions import Normal
+
+from embodied.policies.mlp.modeling import _mlp
+from embodied.policy import Policy, PolicySpec
+from embodied.types import Obs, PolicyOutput
+
+
+def squash_logprob_correction(u: torch.Tensor) -> torch.Tensor:
+    """``log(1 - tanh(u)^2)`` elementwise, in the stable form ``2 (log 2 - u - softplus(-2u))``."""
+    return 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
+
+
+class SquashedGaussianPolicy(Policy):
+    """Tanh-Gaussian actor over action chunks on top of a subclass's ``feature_encoder``.
+
+    A subclass builds its encoder, then calls ``_build_actor`` with the encoder's output width; it supplies
+    ``feature_encoder``, ``forward_inputs`` and ``build_critics``.
+    """
+
+    logprob_granularity = "chunk"
+
+    def _build_actor(self, features: int, hidden_sizes: list[int], log_std_bounds: tuple[float, float],
+                     chunk: int, spec: PolicySpec) -> None:
+        self.chunk, self.action_dim, self.log_std_bounds = chunk, spec.action_dim, log_std_bounds
+        out = chunk * spec.action_dim
+        self.trunk = _mlp([features, *hidden_sizes], nn.ReLU, np.sqrt(2))
+        self.trunk.append(nn.ReLU())
+        self.mean_head = nn.Linear(hidden_sizes[-1], out)
+        self.log_std_head = nn.Linear(hidden_sizes[-1], out)
+        low, high = np.asarray(spec.action_low, np.float32), np.asarray(spec.action_high, np.float32)
+        finite = np.isfinite(low) & np.isfinite(high)  # an unbounded dimension is squashed into [-1, 1]
+        low, high = np.where(finite, low, -1.0), np.where(finite, high, 1.0)
+        # Buffers so they travel with the state dict; one entry per chunk entry [C * A].
+        self.register_buffer("action_center", torch.as_tensor(np.tile((high + low) / 2, chunk)))
+        self.register_buffer("action_half", torch.as_tensor(np.tile((high - low) / 2, chunk)))
+
+    @property
+    @abc.abstractmethod
+    def feature_encoder(self) -> nn.Module:
+        """Forward inputs -> features [B, F] (``QFunctionPolicy``): trained by the critics' loss only."""
+
+    @abc.abstractmethod
+    def build_critics(self, num_critics: int, layernorm: bool) -> nn.Module:
+        """A fresh ``MLPQEnsemble`` over this policy's features and action chunks (``QFunctionPolicy``)."""
+
+    def _dist(self, features: torch.Tensor) -> Normal:
+        h = self.trunk(features)
+        low, high = self.log_std_bounds
+        log_std = low + 0.5 * (high - low) * (torch.tanh(self.log_std_head(h)) + 1)
+        return Normal(self.mean_head(h), log_std.exp())
+
+    def _logprob(self, dist: Normal, u: torch.Tensor) -> torch.Tensor:
+        """log-prob of the scaled ``tanh(u)`` [B] (``u`` [B, C * A])."""
+        return (dist.log_prob(u) - squash_logprob_correction(u) - self.action_half.log()).sum(-1)
+
+    def _scale(self, u: torch.Tensor) -> torch.Tensor:
+        return (self.action_center + self.action_half * torch.tanh(u)).view(-1, self.chunk, self.action_dim)
+
+    def sample_with_logprob(self, features: torch.Tensor,
+                            generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised chunk [B, C, A] and its log-prob [B] (``QFunctionPolicy``)."""
+        dist = self._dist(features)
+        noise = torch.randn(dist.mean.shape, generator=generator, dtype=dist.mean.dtype)
+        u = dist.mean + dist.stddev * noise  # reparameterised, from the learner's generator (exact resume)
+        return self._scale(u), self._logprob(dist, u)
+
+    def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
+        inputs = self.forward_inputs(obs)
+        dist = self._dist(self.feature_encoder(inputs))
+        u = dist.mean if deterministic else dist.sample()
+        return PolicyOutput(actions=self._scale(u), logprobs=self._logprob(dist, u), values=torch.zeros(len(u)),
+                            forward_inputs=inputs)
+
+    def evaluate(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor):
+        """Log-prob of ``actions`` (inverting the squash), its negation as a one-sample entropy estimate, and 0s."""
+        dist = self._dist(self.feature_encoder(forward_inputs))
+        y = ((actions.reshape(actions.shape[0], -1) - self.action_center) / self.action_half).clamp(-1 + 1e-6, 1 - 1e-6)
+        logprob = self._logprob(dist, torch.atanh(y))
+        return logprob, -logprob, torch.zeros(len(logprob))
+
+    def value(self, obs: Obs) -> torch.Tensor:
+        return torch.zeros(len(next(iter(obs.values()))))  # every obs entry is batched [B, ...] (strings a list)
+
+
+class EnsembleLinear(nn.Module):
+    """``E`` independent linear layers applied to [E, B, n_in] in one batched matmul."""
+
+    def __init__(self, ensemble: int, n_in: int, n_out: int) -> None:
+        super().__init__()
+        bound = 1.0 / math.sqrt(n_in)  # nn.Linear's default init, per member
+        self.weight = nn.Parameter(torch.empty(ensemble, n_in, n_out).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(ensemble, 1, n_out).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class MLPQEnsemble(nn.Module):
+    """``num_critics`` MLP critics Q(s, a) over ``sizes`` [in, hidden..., 1], batched over the ensemble."""
+
+    def __init__(self, num_critics: int, sizes: list[int], layernorm: bool) -> None:
+        super().__init__()
+        self.num_critics = num_critics
+        self.layers = nn.ModuleList(EnsembleLinear(num_critics, a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        # Per-member LayerNorm affine parameters [E, 1, width] (RLPD: LayerNorm keeps high-UTD critics stable).
+        self.norms = nn.ParameterList()
+        if layernorm:
+            for width in sizes[1:-1]:
+                self.norms.append(nn.Parameter(torch.ones(num_critics, 1, width)))
+                self.norms.append(nn.Parameter(torch.zeros(num_critics, 1, width)))
+
+    def q_values(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Q(s, a) of every critic: ``features`` [B, F], ``actions`` [B, C, A] -> [E, B]."""
+        x = torch.cat([features, actions.reshape(actions.shape[0], -1)], dim=-1)
+        h = x.unsqueeze(0).expand(self.num_critics, *x.shape)
+        for i, layer in enumerate(self.layers):
+            h = layer(h)
+            if i < len(self.layers) - 1:
+                if self.norms:
+                    h = F.layer_norm(h, h.shape[-1:]) * self.norms[2 * i] + self.norms[2 * i + 1]
+                h = F.relu(h)
+        return h.squeeze(-1)
+
+    def forward(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return self.q_values(features, actions)
