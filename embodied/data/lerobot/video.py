@@ -14,9 +14,11 @@ file; torchcodec wheels pin torch versions this project does not use.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -169,8 +171,27 @@ class VideoPool:
         self._readers.clear()
 
 
+@contextlib.contextmanager
+def same_scheduling() -> Iterator[None]:
+    """Put back the calling thread's scheduling policy if a call inside changed it.
+
+    libsvtav1, run as root, makes the thread that drives it ``SCHED_FIFO`` at priority 99, and every thread that
+    thread starts afterwards inherits it: torch's and llvmpipe's worker threads then spin at real-time priority,
+    starve the thread they wait for, and the process hangs (seen on a 2-core machine, in the test suite)."""
+    if not hasattr(os, "sched_getscheduler"):  # not Linux
+        yield
+        return
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        yield
+    finally:
+        if os.sched_getscheduler(0) != policy or os.sched_getparam(0) != param:
+            os.sched_setscheduler(0, policy, param)
+
+
 class VideoEncoder:
-    """Frames appended in order to one mp4 (frame ``k`` at ``k / fps`` seconds)."""
+    """Frames appended in order to one mp4 (frame ``k`` at ``k / fps`` seconds); the encoder never leaves the
+    calling thread at another scheduling policy (``same_scheduling``)."""
 
     def __init__(self, path: Path, fps: int, codec: VideoCodec = AV1) -> None:
         self.path, self.fps, self.codec = Path(path), fps, codec
@@ -183,11 +204,13 @@ class VideoEncoder:
         import av
 
         if self._container is None:
-            self._open(image.shape)
+            with same_scheduling():
+                self._open(image.shape)
         frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
         frame.pts, frame.time_base = self.frames, Fraction(1, self.fps)
-        for packet in self._stream.encode(frame):
-            self._container.mux(packet)
+        with same_scheduling():
+            for packet in self._stream.encode(frame):
+                self._container.mux(packet)
         self.frames += 1
 
     def _open(self, shape: tuple[int, ...]) -> None:
@@ -215,9 +238,10 @@ class VideoEncoder:
         """Flush the encoder and finish the file."""
         if self._container is None:
             return
-        for packet in self._stream.encode():
-            self._container.mux(packet)
-        self._container.close()
+        with same_scheduling():
+            for packet in self._stream.encode():
+                self._container.mux(packet)
+            self._container.close()
         self._container = None
 
     def abort(self) -> None:
@@ -225,7 +249,8 @@ class VideoEncoder:
         container, self._container = self._container, None
         if container is not None:
             try:
-                container.close()
+                with same_scheduling():
+                    container.close()
             except Exception:  # noqa: BLE001 - a full disk fails the trailer too; the first error is the one
                 pass
 

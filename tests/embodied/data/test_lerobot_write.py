@@ -166,3 +166,21 @@ def test_data_info_describes_both_formats_and_collect_writes_lerobot_from_the_cl
     assert "neither meta.json" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="--format must be arrow or lerobot"):
         collect(load_config(None, []), 1, tmp_path / "x", data_format="parquet")
+
+
+def test_encoding_video_leaves_the_thread_at_its_scheduling_policy(tmp_path):
+    """libsvtav1 run as root (as CI is) makes the thread that drives it SCHED_FIFO 99; the threads started after it
+    then spin at real-time priority and the test process hangs. The encoder puts the policy back."""
+    import os
+
+    import numpy as np
+
+    from embodied.data.lerobot.video import VideoEncoder
+
+    before = (os.sched_getscheduler(0), os.sched_getparam(0))
+    with VideoEncoder(tmp_path / "v.mp4", fps=10) as encoder:
+        for k in range(4):
+            encoder.add(np.full((16, 16, 3), 40 * k, dtype=np.uint8))
+            assert (os.sched_getscheduler(0), os.sched_getparam(0)) == before
+    assert (os.sched_getscheduler(0), os.sched_getparam(0)) == before
+    assert encoder.frames == 4 and (tmp_path / "v.mp4").stat().st_size > 0
