@@ -137,3 +137,14 @@ def ray_session() -> Iterator[None]:
     yield
     if started:
         ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def same_scheduling_after_each_test() -> Iterator[None]:
+    """A test that left the process's main thread at another scheduling policy (libsvtav1, run as root, makes its
+    caller SCHED_FIFO 99) would make every thread started later real-time: on 2 cores their spinning starves the
+    rest and the run hangs. Put the policy back after each test (``embodied.data.lerobot.video.same_scheduling``)."""
+    from embodied.data.lerobot.video import same_scheduling
+
+    with same_scheduling():
+        yield

@@ -39,7 +39,9 @@ def encode(path: Path, values: list[int], size: tuple[int, int] = SIZE, fps: int
 
     os.environ.setdefault("SVT_LOG", "1")  # libsvtav1 prints its configuration otherwise
     path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w") as out:
+    from embodied.data.lerobot.video import same_scheduling
+
+    with same_scheduling(), av.open(str(path), "w") as out:  # libsvtav1 would leave this thread real-time
         stream = out.add_stream("libsvtav1", rate=fps, options={"g": "2", "crf": "30", "preset": "12"})
         stream.pix_fmt, stream.height, stream.width = "yuv420p", *size
         for k, v in enumerate(values):
