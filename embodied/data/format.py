@@ -325,6 +325,19 @@ class DatasetWriter:
         self.finished = True
 
 
+@contextlib.contextmanager
+def finished_or_aborted(writer: Any, what: str) -> Iterator[None]:
+    """Around the block that fills a streaming writer (``finished`` flag, ``abort()``): leaving it without
+    ``finish`` is an error, and any error drops the writer's open files before its temp folder goes."""
+    try:
+        yield
+        if not writer.finished:
+            raise RuntimeError(f"{what}: the writer was not finished; nothing was written")
+    except BaseException:
+        writer.abort()
+        raise
+
+
 @contextmanager
 def dataset_writer(out: Path, meta: Meta, shard_mb: float | None = None, batch_mb: float | None = None,
                    expected_episodes: int | None = None) -> Iterator[DatasetWriter]:
@@ -346,13 +359,8 @@ def dataset_writer(out: Path, meta: Meta, shard_mb: float | None = None, batch_m
     try:
         with atomic_dir(out) as tmp:
             writer = DatasetWriter(tmp, meta, shard_mb, batch_mb)
-            try:
+            with finished_or_aborted(writer, f"dataset {str(out)!r}"):
                 yield writer
-                if not writer.finished:
-                    raise RuntimeError(f"dataset {str(out)!r}: the writer was not finished; nothing was written")
-            except BaseException:
-                writer.abort()  # let go of the open file before the temp folder goes
-                raise
     except OSError as exc:
         if disk_full(exc, out):  # the Arrow files hold the rows uncompressed: their size is what it needs
             raise disk_full_error("dataset", out, exc, _needed(writer, expected_episodes)) from exc

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from embodied.atomic import atomic_dir, disk_full, disk_full_error
-from embodied.data.format import DemoEpisode, Meta, Tally, arrow_array
+from embodied.data.format import DemoEpisode, Meta, Tally, arrow_array, finished_or_aborted
 from embodied.data.lerobot import stats
 from embodied.data.lerobot.layout import (CHUNKS_SIZE, DATA_PATH, EPISODES_PATH, INDEX_FEATURES, INFO_PATH,
                                           STATS_PATH, TASKS_PATH, V3, VIDEO_PATH)
@@ -85,13 +85,8 @@ def lerobot_writer(out: Path, meta: Meta, fps: int, codec: VideoCodec = AV1,
     try:
         with atomic_dir(out) as tmp:
             writer = LeRobotWriter(tmp, meta, fps, codec, limits)
-            try:
+            with finished_or_aborted(writer, f"LeRobot dataset {str(out)!r}"):
                 yield writer
-                if not writer.finished:
-                    raise RuntimeError(f"LeRobot dataset {str(out)!r}: the writer was not finished; nothing written")
-            except BaseException:
-                writer.abort()  # let go of the open files before the temp folder goes
-                raise
     except OSError as exc:
         if disk_full(exc, out):
             raise disk_full_error("LeRobot dataset", out, exc) from exc
