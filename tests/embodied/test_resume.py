@@ -156,6 +156,7 @@ def test_stop_and_resume_equals_one_run_to_the_last_bit(tmp_path, monkeypatch):
 
 @pytest.mark.ray
 def test_stop_and_resume_on_ray_equals_one_run_to_the_last_bit(tmp_path, monkeypatch, ray_session):
-    ray = ["cluster.backend=ray", "cluster.num_env_workers=2"]
-    one_go = runner.train(load_config(None, [*EXACT, *ray, f"experiment.output_dir={tmp_path / 'one'}"]))
-    assert same_weights(one_go, stop_then_resume(tmp_path / "two", monkeypatch, 2, *ray))
+    """The run in one go is on the local backend with Ray's placement (disaggregated), which gives Ray's bits."""
+    two = ["cluster.num_env_workers=2", "cluster.placement=disaggregated"]
+    one_go = runner.train(load_config(None, [*EXACT, *two, f"experiment.output_dir={tmp_path / 'one'}"]))
+    assert same_weights(one_go, stop_then_resume(tmp_path / "two", monkeypatch, 2, "cluster.backend=ray", *two))

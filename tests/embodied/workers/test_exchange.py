@@ -37,22 +37,15 @@ def make_backend(request, name: str):
     return made
 
 
-@pytest.fixture(params=["local", pytest.param("ray", marks=pytest.mark.ray)])
-def backend(request):
-    """Each backend; Ray actors start slowly here, so only the key tests take both."""
-    return make_backend(request, request.param)
-
-
 @pytest.fixture
 def local_backend(request):
     return make_backend(request, "local")
 
 
-@pytest.mark.parametrize("backend_name, num_envs, env_ranks, rollout_ranks", [
-    ("local", 7, 2, 3), ("local", 5, 1, 2), ("local", 6, 3, 1), pytest.param("ray", 7, 2, 3, marks=pytest.mark.ray),
-])
-def test_each_env_gets_its_own_actions_back(request, backend_name, num_envs, env_ranks, rollout_ranks):
-    workers = start(make_backend(request, backend_name), num_envs, env_ranks, rollout_ranks)
+@pytest.mark.parametrize("num_envs, env_ranks, rollout_ranks", [(7, 2, 3), (5, 1, 2), (6, 3, 1)])
+def test_each_env_gets_its_own_actions_back(local_backend, num_envs, env_ranks, rollout_ranks):
+    """On Ray: ``test_two_pipeline_stages...[ray]`` gets the local trajectories, so the same rows, back."""
+    workers = start(local_backend, num_envs, env_ranks, rollout_ranks)
     workers.sync_weights()
     trajectories = workers.take_trajectories(workers.rollout(chunk_steps=4))
     rewards = np.concatenate([t.rewards.numpy() for t in trajectories], axis=1)  # [T, N, C]
@@ -81,9 +74,15 @@ def test_epochs_continue_where_the_last_one_stopped(local_backend):
     workers.close()
 
 
-def test_eval_uses_fixed_seeds_apart_from_training(backend):
-    workers = start(backend, num_envs=4, env_ranks=2, rollout_ranks=1)
+def test_eval_uses_fixed_seeds_apart_from_training(local_backend):
+    workers = start(local_backend, num_envs=4, env_ranks=2, rollout_ranks=1)
     workers.sync_weights()
+    check_eval_seeds(workers)
+    workers.close()
+
+
+def check_eval_seeds(workers: Workers) -> None:
+    """Six eval episodes on 4 eval envs; ``workers`` have synced weights."""
     episodes = workers.evaluate(episodes=6)  # two rounds of 4 eval envs, the last two fillers dropped
     assert len(episodes) == 6
     # Reward per sub-step = the env's first reset seed, from the eval range, same for both rounds.
@@ -91,18 +90,31 @@ def test_eval_uses_fixed_seeds_apart_from_training(backend):
     base = SEED + EVAL_SEED_OFFSET
     assert returns == sorted([base + i for i in range(4)] + [base, base + 1])
     assert sorted(e.episode_return for e in workers.evaluate(episodes=6)) == sorted(e.episode_return for e in episodes)
+
+
+def test_weight_versions_reach_the_rollout_workers(local_backend):
+    workers = start(local_backend, num_envs=2, env_ranks=1, rollout_ranks=2)
+    check_weight_versions(workers)
     workers.close()
 
 
-def test_weight_versions_reach_the_rollout_workers(backend):
-    workers = start(backend, num_envs=2, env_ranks=1, rollout_ranks=2)
+@pytest.mark.ray
+def test_on_ray_weight_versions_reach_the_rollout_workers_and_eval_uses_fixed_seeds(request):
+    """The two checks above on one set of Ray workers (their start is most of the time here)."""
+    workers = start(make_backend(request, "ray"), num_envs=4, env_ranks=2, rollout_ranks=2)
+    check_weight_versions(workers)
+    check_eval_seeds(workers)  # the echo policy's actions are the envs' seeds whatever its weights
+    workers.close()
+
+
+def check_weight_versions(workers: Workers) -> None:
+    """Version 0, an update, version 1 in every rollout worker's trajectories."""
     assert workers.sync_weights() == 0
     trajectories = workers.rollout(chunk_steps=1)
     metrics = workers.update(trajectories, iteration=1)
     assert np.isfinite(metrics["train/value_loss"])
     assert workers.sync_weights() == 1
     assert {t.version for t in workers.rollout(chunk_steps=1)} == {1}
-    workers.close()
 
 
 @pytest.mark.parametrize("backend_name, num_envs, env_ranks, rollout_ranks", [
@@ -110,8 +122,11 @@ def test_weight_versions_reach_the_rollout_workers(backend):
 ])
 def test_two_pipeline_stages_give_the_same_trajectories_as_one(request, backend_name, num_envs, env_ranks,
                                                               rollout_ranks):
+    """On Ray, the two stages are compared with one stage on the local backend: the same rows, and so also the
+    check that each env gets its own actions back there."""
     def run(stages: int):
-        workers = start(make_backend(request, backend_name), num_envs, env_ranks, rollout_ranks, stages=stages)
+        name = "local" if stages == 1 else backend_name
+        workers = start(make_backend(request, name), num_envs, env_ranks, rollout_ranks, stages=stages)
         workers.sync_weights()
         trajectories = [*workers.take_trajectories(workers.rollout(chunk_steps=4)),
                         *workers.take_trajectories(workers.rollout(chunk_steps=3))]
