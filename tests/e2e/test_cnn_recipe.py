@@ -1,4 +1,5 @@
-"""The CNN recipe (Push from images), shortened, on both backends: it trains, and `embodied eval` reloads it."""
+"""The CNN recipe (Push from images), shortened: it trains, and `embodied eval` reloads it. (Images over Ray's
+channels and a policy's weight sync to a Ray rollout worker are the tiny VLA's Ray test, ``test_vla_recipe``.)"""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ RECIPE = Path(__file__).resolve().parents[2] / "configs" / "push_cnn_ppo.yaml"
 SHORT = ["runner.iterations=2", "env.num_envs=4", "eval_env.num_envs=2", "runner.eval_episodes=2",
          "rollout.chunk_steps=4", "env.max_episode_steps=12", "runner.eval_every=0", "runner.checkpoint_every=0",
          "logger.backends=[]", "logger.progress_bar=false", "runner.plot=false"]
-RAY = ["cluster.backend=ray", "cluster.num_env_workers=2", "cluster.num_rollout_workers=1"]
 
 
 def initial_parameters(cfg) -> dict[str, torch.Tensor]:
@@ -71,7 +71,3 @@ def test_cnn_recipe_short_run_local(tmp_path):
     run_and_eval([], tmp_path)
 
 
-@pytest.mark.slow
-@pytest.mark.ray
-def test_cnn_recipe_short_run_ray(tmp_path, ray_session):
-    run_and_eval(RAY, tmp_path)

@@ -69,6 +69,9 @@ def test_two_actor_ranks_train_and_resume_into_one(tmp_path, ray_session, strate
     first = train(cfg)
     check_run(cfg, first)
     assert {"sys/rss_mib/actor0", "sys/rss_mib/actor1"} <= first.history[-1].keys()
+    if mode == "async":  # async on Ray: the staleness bound holds, and no rollout was left over at the end
+        assert all(m["train/staleness_max"] <= cfg.algorithm.max_staleness for m in first.history)
+        assert first.discarded == 0
     resumed = train(load_config(RECIPE, [*SHORT, "runner.iterations=4", f"experiment.output_dir={tmp_path}",
                                          f"runner.resume_from={first.run_dir}"]))
     assert len(resumed.history) == 1 and math.isfinite(resumed.history[-1]["train/loss"])  # iteration 4 alone

@@ -115,14 +115,6 @@ def test_async_runs_eval_checkpoint_and_resume(tmp_path):
     assert load_checkpoint(resumed.checkpoint)["actor"]["version"] == 4
 
 
-@pytest.mark.slow
-def test_async_on_ray(tmp_path, ray_session):
-    result = runner.train(toy_config(tmp_path, "runner.mode=async", "algorithm.max_staleness=1",
-                                     "cluster.backend=ray", "runner.iterations=4"))
-    assert all(m["train/staleness_max"] <= 1 for m in result.history)
-    assert result.discarded == 0 and "eval/success_rate" in result.final_eval
-
-
 def test_async_on_the_local_backend_warns_that_threads_overlap_little(tmp_path):
     with pytest.warns(UserWarning, match="take turns on its interpreter lock"):
         runner.train(toy_config(tmp_path, "runner.mode=async", "runner.iterations=1"))

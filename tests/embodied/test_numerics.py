@@ -42,13 +42,18 @@ def test_nan_from_an_env_is_caught_at_its_sub_step_naming_the_env(tmp_path, what
     assert not list(tmp_path.rglob("iter_*"))  # nothing trained on the NaN, nothing checkpointed
 
 
-@pytest.mark.ray
-def test_nan_from_an_env_on_ray_names_the_env_worker(tmp_path, ray_session):
-    cfg = nan_config(tmp_path, "env.kwargs={nan_at: 3, nan_env: 2}", "cluster.backend=ray", "cluster.num_env_workers=2")
+def test_nan_from_the_second_env_worker_names_it_and_the_error_survives_pickling_for_ray(tmp_path):
+    """Two env workers: the global env index and the worker that owns it. On Ray the error crosses a process as a
+    pickle, as every env error does (``test_env_errors``: its Ray test and its pickling test)."""
+    import pickle
+
+    cfg = nan_config(tmp_path, "env.kwargs={nan_at: 3, nan_env: 2}", "cluster.num_env_workers=2")
     with pytest.raises(Exception) as info:
         runner.train(cfg)
     error = find_env_error(info.value)
     assert isinstance(error, NonFiniteError) and "env index 2, env worker 1, iteration 1" in str(error)
+    again = pickle.loads(pickle.dumps(error))
+    assert isinstance(again, NonFiniteError) and str(again) == str(error)
 
 
 def test_nan_actions_of_the_policy_are_refused_before_an_env_executes_them(tmp_path, monkeypatch):
