@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 from embodied.config import ConfigError, EnvConfig
-from embodied.policy import PolicySpec
+from embodied.policy_config import PolicySpec
 from embodied.registry import ENVS, PluginError
 from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES, footprint_of
 from embodied.envs.adapters.gymnasium_env import ADAPTER_OPTIONS, GymnasiumEnv, adapted_target, describe

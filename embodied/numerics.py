@@ -13,9 +13,12 @@ Like SB3's ``VecCheckNan``, but on every path of a run and always on: the checks
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # the env-side checks need numpy only: env worker processes never load torch
+    import torch
 
 from embodied.types import ChunkStepResult, EnvError, Obs
 
@@ -78,6 +81,8 @@ def check_reset_obs(obs: Obs, env: str, offset: int, context: str) -> None:
 
 def non_finite_outputs(tensors: Mapping[str, torch.Tensor]) -> list[tuple[str, int]]:
     """(name, first bad row) of each tensor holding NaN or inf, e.g. a policy's actions."""
+    import torch
+
     found = []
     for name, t in tensors.items():
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):  # the common case: one reduction

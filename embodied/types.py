@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # imported where a tensor is built: env worker processes never load torch through this module
+    import torch
 
 # Observation keys. An observation is a dict of batched arrays under these keys.
 STATES = "states"  # float32 [B, S]
@@ -309,6 +311,7 @@ class Trajectory:
         versions = {p.version for p in parts}
         if len(versions) != 1:
             raise ValueError(f"trajectories come from different weight versions {sorted(versions)}")
+        import torch
 
         def cat(name: str, dim: int = 1) -> torch.Tensor:
             return torch.cat([getattr(p, name) for p in parts], dim=dim)
@@ -336,6 +339,8 @@ def _cat_obs(parts: list[dict[str, torch.Tensor] | None]) -> dict[str, torch.Ten
     """Recorded observations [T, N, ...] joined along N (None unless every part recorded them)."""
     if any(p is None for p in parts):
         return None
+    import torch
+
     return {k: torch.cat([p[k] for p in parts], 1) for k in parts[0]}  # type: ignore[index]
 
 

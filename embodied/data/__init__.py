@@ -18,9 +18,25 @@ beside ``embodied.sft``; this package imports nothing above it.
 
 from __future__ import annotations
 
-from embodied.data.dataset import DemoBatch, DemoDataset, DemoSample, check_compatible, collate
-from embodied.data.demonstrations import Demonstrations, ReadOptions, detect_format, open_demonstrations
-from embodied.data.format import FORMAT_VERSION, META_FILE, DemoEpisode, Meta, read_meta
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["FORMAT_VERSION", "META_FILE", "DemoBatch", "DemoDataset", "DemoEpisode", "DemoSample", "Demonstrations",
-           "Meta", "ReadOptions", "check_compatible", "collate", "detect_format", "open_demonstrations", "read_meta"]
+if TYPE_CHECKING:
+    from embodied.data.dataset import DemoBatch, DemoDataset, DemoSample, check_compatible, collate
+    from embodied.data.demonstrations import Demonstrations, ReadOptions, detect_format, open_demonstrations
+    from embodied.data.format import FORMAT_VERSION, META_FILE, DemoEpisode, Meta, read_meta
+
+# Loaded on first use (PEP 562): an env worker records episodes with ``format.DemoEpisode`` and must not pay for
+# the readers' torch and ``datasets`` imports.
+_WHERE = {"DemoBatch": "dataset", "DemoDataset": "dataset", "DemoSample": "dataset", "check_compatible": "dataset",
+          "collate": "dataset", "Demonstrations": "demonstrations", "ReadOptions": "demonstrations",
+          "detect_format": "demonstrations", "open_demonstrations": "demonstrations", "FORMAT_VERSION": "format",
+          "META_FILE": "format", "DemoEpisode": "format", "Meta": "format", "read_meta": "format"}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)

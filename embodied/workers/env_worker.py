@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from embodied.channels import Shard
 from embodied.config import EnvConfig
@@ -21,12 +20,25 @@ from embodied.config.schema import VideoConfig
 from embodied.data.format import OBS_KEYS, DemoEpisode
 from embodied.env_factory import make_vector_env, policy_spec
 from embodied.numerics import check_env_result, check_reset_obs
-from embodied.policy import PolicySpec
+from embodied.policy_config import PolicySpec
 from embodied.types import EnvError, Obs, PeerFailure, PeerFailureError, obs_slice
 from embodied.video import VideoReport, VideoWriter
 from embodied.workers.faults import StepWatch
 from embodied.workers.link import Link
 from embodied.envs.batched import BatchedEnv, RecordingBatchedEnv
+
+
+def limit_torch_threads(n: int) -> None:
+    """At most ``n`` torch intra-op threads in this process, for envs that run torch themselves. An env worker does
+    not import torch (it starts faster without it): set now if something loaded it, else through OMP_NUM_THREADS,
+    which torch reads when it loads."""
+    import os
+
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(n)
+    else:
+        os.environ["OMP_NUM_THREADS"] = str(n)
 
 
 def release_freed_memory() -> bool:
@@ -95,7 +107,7 @@ class EnvWorker:
         if seed is None:  # a replacement: what the replaced worker's envs freed goes back to the system first
             release_freed_memory()
         pin_mmap_threshold()  # simulators' large buffers (MjData arenas) are mapped, and unmapped when freed
-        torch.set_num_threads(torch_threads)
+        limit_torch_threads(torch_threads)
         # A segfault in a simulator prints the Python stack of every thread (Ray runs env methods on
         # threads of its own; Ray's own handler shows only the main thread's).
         try:
