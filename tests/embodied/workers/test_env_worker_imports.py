@@ -9,7 +9,7 @@ import pytest
 
 # What a Ray env worker imports: its class, the channel and group plumbing it is built with, and a built-in task.
 ENV_SIDE = ("embodied.workers.env_worker", "embodied.workers.env_group", "embodied.channels.ray_channel",
-            "embodied.env_factory", "embodied.numerics", "embodied.data.format", "envs.reach")
+            "embodied.env_factory", "embodied.numerics", "embodied.data.format", "embodied.envs.reach")
 
 
 @pytest.mark.parametrize("heavy", ["torch", "transformers", "embodied.policy", "embodied.data.dataset"])
