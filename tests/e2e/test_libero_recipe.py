@@ -20,9 +20,12 @@ pytestmark = pytest.mark.libero
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 CPU = CONFIGS / "libero_object_tinyvla_grpo.yaml"
 GPU = CONFIGS / "libero_spatial_vla_gpu.yaml"
+# env.preflight=false: check-env's fast rows on a LIBERO task are test_check_env_fast_rows_pass_on_one_libero_task's;
+# here they would run again before training and again before `embodied eval` (about 25 s each, rendering every step).
 SHORT = ["runner.iterations=1", "env.num_envs=2", "eval_env.num_envs=2", "runner.eval_episodes=2",
          "rollout.chunk_steps=2", "env.max_episode_steps=8", "runner.eval_every=0", "runner.checkpoint_every=0",
-         "env.kwargs.image_size=64", "logger.backends=[]", "logger.progress_bar=false", "runner.plot=false"]
+         "env.kwargs.image_size=64", "logger.backends=[]", "logger.progress_bar=false", "runner.plot=false",
+         "env.preflight=false"]
 
 
 @pytest.mark.slow
