@@ -147,3 +147,16 @@ class Registry:
 ENVS = Registry("env", "embodied.envs", fallback=GymnasiumFallback())
 POLICIES = Registry("policy", "embodied.policies")
 ALGORITHMS = Registry("algorithm", "embodied.algorithms")
+
+
+def lazy_attributes(package: str, where: dict[str, str]) -> Callable[[str], Any]:
+    """A package's module ``__getattr__`` (PEP 562) that imports ``package.<where[name]>`` when ``name`` is first
+    used: the package re-exports its names without importing every module of it up front."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in where:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"{package}.{where[name]}"), name)
+
+    return __getattr__
+

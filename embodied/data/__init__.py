@@ -18,7 +18,9 @@ beside ``embodied.sft``; this package imports nothing above it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from embodied.registry import lazy_attributes
 
 if TYPE_CHECKING:
     from embodied.data.dataset import DemoBatch, DemoDataset, DemoSample, check_compatible, collate
@@ -33,10 +35,4 @@ _WHERE = {"DemoBatch": "dataset", "DemoDataset": "dataset", "DemoSample": "datas
           "META_FILE": "format", "DemoEpisode": "format", "Meta": "format", "read_meta": "format"}
 __all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+__getattr__ = lazy_attributes(__name__, _WHERE)

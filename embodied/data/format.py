@@ -325,7 +325,7 @@ class DatasetWriter:
         self.finished = True
 
 
-@contextlib.contextmanager
+@contextmanager
 def finished_or_aborted(writer: Any, what: str) -> Iterator[None]:
     """Around the block that fills a streaming writer (``finished`` flag, ``abort()``): leaving it without
     ``finish`` is an error, and any error drops the writer's open files before its temp folder goes."""

@@ -8,7 +8,9 @@ exchange, because Ray imports an actor's class to unpickle a handle to it (the r
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from embodied.registry import lazy_attributes
 
 if TYPE_CHECKING:
     from embodied.workers.actor_worker import ActorWorker
@@ -20,10 +22,4 @@ __all__ = ["ActorWorker", "EnvWorker", "Link", "MultiStepRolloutWorker"]
 _WHERE = {"ActorWorker": "actor_worker", "EnvWorker": "env_worker", "Link": "link",
           "MultiStepRolloutWorker": "rollout_worker"}
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+__getattr__ = lazy_attributes(__name__, _WHERE)
