@@ -85,6 +85,12 @@ def sft(cfg: Config) -> SFTResult:
         optimizer = torch.optim.AdamW(params, lr=cfg.sft.lr, weight_decay=cfg.sft.weight_decay)
         logger = MetricLogger(cfg.logger, run_dir, run_dir.name, to_dict(cfg), total, 0, None)
         step, window, t0 = 0, [], time.perf_counter()
+
+        def save(step: int) -> Path:
+            return save_policy_checkpoint(run_dir / "checkpoints" / f"iter_{step:06d}", policy, optimizer, step, spec,
+                                          {"iteration": step, "env_steps": 0, "config": to_dict(cfg),
+                                           "wandb_id": logger.wandb_id, "sft_dataset": cfg.sft.dataset})
+
         for _epoch in range(cfg.sft.epochs):
             for obs, actions, executed in loader:
                 step += 1
@@ -105,9 +111,9 @@ def sft(cfg: Config) -> SFTResult:
                         metrics |= evaluate(evaluator, policy, step, cfg.runner.eval_episodes)
                     logger.log(metrics, step=step)
                     history.append(metrics)
-        checkpoint = save_policy_checkpoint(run_dir / "checkpoints" / f"iter_{step:06d}", policy, optimizer, step,
-                                            spec, {"iteration": step, "env_steps": 0, "config": to_dict(cfg),
-                                                   "wandb_id": logger.wandb_id, "sft_dataset": cfg.sft.dataset})
+                if evaluating and step < total:  # a long SFT that is stopped keeps what it learned so far
+                    save(step)
+        checkpoint = save(step)
         evaluator.close()
     finally:
         if logger is not None:

@@ -238,7 +238,7 @@ class SFTConfig:
     max_grad_norm: float = 1.0  # gradient-norm clip
     val_fraction: float = 0.1  # episodes held out for the validation loss
     first_step_weight: float = 1.0  # how often each episode's first chunk step is drawn relative to the others (1: uniform); where the demonstrator picks its target, and one row in several
-    eval_every: int = 0  # gradient steps between success evals on the eval envs (0: only at the end)
+    eval_every: int = 0  # gradient steps between success evals and checkpoints (0: only at the end)
     log_every: int = 20  # gradient steps between metric rows
 
 

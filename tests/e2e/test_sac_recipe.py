@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -55,14 +56,24 @@ def weights(result) -> dict[str, torch.Tensor]:
     return {**{f"policy.{k}": v for k, v in actor["policy"].items()}, **learned}
 
 
+def resume_midway(one_go, out: Path, overrides: list[str]):
+    """The run ``one_go`` as if it had stopped after its iteration-2 checkpoint (a copy of its run dir without the
+    later checkpoint), resumed from there to the end."""
+    stopped = out / one_go.run_dir.name
+    shutil.copytree(one_go.run_dir, stopped)
+    shutil.rmtree(stopped / "checkpoints" / "iter_000004")
+    resumed = train(load_config(RECIPE, [*overrides, f"experiment.output_dir={out}",
+                                         f"runner.resume_from={stopped / 'checkpoints' / 'iter_000002'}"]))
+    assert resumed.run_dir == stopped and len(resumed.history) == 2
+    return resumed
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("overlap, n_step", [("true", 3), ("false", 1)])
 def test_resumed_sac_run_equals_one_run(tmp_path, overlap, n_step):
     short = [*SHORT, f"algorithm.overlap={overlap}", f"algorithm.n_step={n_step}"]
     one_go = train(load_config(RECIPE, [*short, f"experiment.output_dir={tmp_path / 'one'}"]))
-    first = train(load_config(RECIPE, [*short, "runner.iterations=2", f"experiment.output_dir={tmp_path / 'two'}"]))
-    resumed = train(load_config(RECIPE, [*short, f"experiment.output_dir={tmp_path / 'two'}",
-                                         f"runner.resume_from={first.run_dir}"]))
+    resumed = resume_midway(one_go, tmp_path / "stopped", short)
     a, b = weights(one_go), weights(resumed)
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]
@@ -72,22 +83,22 @@ def test_resumed_sac_run_equals_one_run(tmp_path, overlap, n_step):
 @pytest.mark.slow
 def test_two_actor_ranks_on_ray_train_overlapped(tmp_path, ray_session):
     """SAC end to end on Ray: two actor ranks (gloo), each with its rollout rank's share of replay (n-step rows), and
-    the next epoch overlapping the updates; the ranks end on the same weights, which the checkpoint holds with each
-    rank's replay as chunk files; resumed from it, the run ends on the weights of the run in one go."""
+    the next epoch overlapping the updates; the ranks end on the same weights, which each checkpoint holds with each
+    rank's replay as chunk files; resumed from the run's mid-way checkpoint (a copy of the run stopped there), the
+    run ends on the weights of the run in one go."""
     ranks = [*SHORT, "cluster.backend=ray", "actor.num_ranks=2", "cluster.num_rollout_workers=2", "algorithm.n_step=2"]
-    result = train(load_config(RECIPE, [*ranks, "runner.iterations=2", f"experiment.output_dir={tmp_path / 'two'}"]))
-    assert len(result.history) == 2
-    assert [m["replay/size"] for m in result.history] == [16, 32]  # both ranks' shares
-    assert [m["sac/updates"] for m in result.history] == [16, 16]
-    assert [m["sac/overlap"] for m in result.history] == [1, 0] and result.history[1]["sac/staleness"] == 16
-    actor = load_checkpoint(result.checkpoint)["actor"]
+    one_go = train(load_config(RECIPE, [*ranks, f"experiment.output_dir={tmp_path / 'one'}"]))
+    assert len(one_go.history) == 4
+    assert [m["replay/size"] for m in one_go.history] == [16, 32, 48, 64]  # both ranks' shares
+    assert [m["sac/updates"] for m in one_go.history] == [16] * 4
+    assert [m["sac/overlap"] for m in one_go.history] == [1, 0, 1, 0] and one_go.history[1]["sac/staleness"] == 16
+    midway = one_go.run_dir / "checkpoints" / "iter_000002"
+    actor = load_checkpoint(midway)["actor"]
     assert actor["version"] == 32 and len(actor["rank_shares"]) == 2
     assert not any("replay" in share for share in actor["rank_shares"])  # not in trainer.pt: as chunk files
-    shares = [json.loads((result.checkpoint / "replay" / f"rank_{r}" / "replay.json").read_text()) for r in (0, 1)]
+    shares = [json.loads((midway / "replay" / f"rank_{r}" / "replay.json").read_text()) for r in (0, 1)]
     assert [share["size"] for share in shares] == [16, 16]
-    resumed = train(load_config(RECIPE, [*ranks, f"experiment.output_dir={tmp_path / 'two'}",
-                                         f"runner.resume_from={result.run_dir}"]))
-    one_go = train(load_config(RECIPE, [*ranks, f"experiment.output_dir={tmp_path / 'one'}"]))
+    resumed = resume_midway(one_go, tmp_path / "stopped", ranks)
     a, b = weights(one_go), weights(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]
     assert [m["sac/q_loss"] for m in one_go.history[2:]] == [m["sac/q_loss"] for m in resumed.history]

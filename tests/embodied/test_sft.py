@@ -73,6 +73,19 @@ def test_sft_continues_from_policy_init_from_and_refuses_one_that_does_not_fit(t
     assert not (tmp_path / "d").exists()
 
 
+def test_sft_keeps_a_checkpoint_at_each_eval_that_init_from_continues(tmp_path, reach_demos):
+    """A long SFT stopped midway keeps what it learned: a checkpoint at every ``sft.eval_every`` step, the last at
+    the end, and ``policy.init_from`` of the run picks the newest."""
+    from embodied.checkpoint import find_checkpoint, load_checkpoint
+
+    result = run_sft(tmp_path / "a", reach_demos, "sft.epochs=3", "sft.eval_every=2", "runner.eval_episodes=8")
+    saved = sorted(p.name for p in (result.run_dir / "checkpoints").iterdir())
+    total = int(result.checkpoint.name.split("_")[1])
+    assert saved == [f"iter_{s:06d}" for s in range(2, total, 2)] + [f"iter_{total:06d}"] and len(saved) >= 2
+    assert find_checkpoint(result.run_dir) == result.checkpoint
+    assert load_checkpoint(result.run_dir / "checkpoints" / saved[0])["iteration"] == 2
+
+
 def test_first_step_weight_draws_each_episodes_first_chunk_that_much_more_often(reach_demos):
     data = DemoDataset(reach_demos)
     train, _ = split_by_episode(data, 0.25, seed=0)
