@@ -133,6 +133,15 @@ def polyak_update(target: Iterable[torch.Tensor], online: Iterable[torch.Tensor]
         t.lerp_(o, tau)
 
 
+@torch.no_grad()
+def copy_buffers(target: torch.nn.Module, online: torch.nn.Module) -> None:
+    """A target network's buffers (input statistics, not learned) follow the online network's as they are: Polyak
+    averaging is for the weights, and a target that standardized its inputs by older statistics would score
+    different inputs than the critics it bootstraps."""
+    for t, o in zip(target.buffers(), online.buffers(), strict=True):
+        t.copy_(o)
+
+
 IMAGE_KEYS = (MAIN_IMAGES, WRIST_IMAGES)  # the inputs ``algorithm.image_shift`` shifts, where a policy reads them
 
 
@@ -217,9 +226,10 @@ class SACLearner:
                 inputs[key] = random_shift(inputs[key], self.cfg.image_shift, self.generator)
         return inputs
 
-    def step(self, batch: ReplaySample, ranks: GradientSum | None = None) -> dict[str, float]:
+    def step(self, batch: ReplaySample, ranks: GradientSum | None = None, train_actor: bool = True) -> dict[str, float]:
         """One gradient step of the critics (and the encoder), then the actor and alpha (CleanRL's order); the
-        logged stats (this batch's). ``obs`` and ``next_obs`` are augmented independently, as DrQ does.
+        logged stats (this batch's). ``obs`` and ``next_obs`` are augmented independently, as DrQ does. Without
+        ``train_actor`` (critic warm-up) the actor and alpha stay; their losses are still reported.
 
         With ``ranks`` (several actor ranks, each holding an equal share of the whole batch), every loss is
         this share's mean divided by the number of ranks and the gradients are summed over the ranks before
@@ -234,6 +244,7 @@ class SACLearner:
                 ranks.reduce_gradients(params)
 
         alpha = self.log_alpha.exp().detach()
+        copy_buffers(self.target_encoder, self.encoder)
         inputs, next_inputs = self.inputs(batch.obs), self.inputs(batch.next_obs)
         features = self.encoder(inputs)
         with torch.no_grad():
@@ -250,18 +261,19 @@ class SACLearner:
 
         # The actor sees the features detached (stop-gradient: only the critics train the encoder). They were
         # computed before the critic step, so they lag it by one step: DrQ recomputes them, one more encoder pass.
-        actions, logprob = policy.sample_with_logprob(features.detach(), self.generator)  # type: ignore[attr-defined]
-        self.critics.requires_grad_(False)  # the actor's loss moves the actor only
-        pi_loss = actor_loss(self.critics.q_values(features.detach(), actions), logprob, alpha)
-        self.critics.requires_grad_(True)
-        self.actor_optimizer.zero_grad()
-        backward(pi_loss, self.actor_params)
-        self.actor_optimizer.step()
-
-        alpha_loss = temperature_loss(self.log_alpha, logprob, self.target_entropy)
-        self.alpha_optimizer.zero_grad()
-        backward(alpha_loss, [self.log_alpha])
-        self.alpha_optimizer.step()
+        with torch.set_grad_enabled(train_actor):
+            actions, logprob = policy.sample_with_logprob(features.detach(), self.generator)  # type: ignore[attr-defined]
+            self.critics.requires_grad_(False)  # the actor's loss moves the actor only
+            pi_loss = actor_loss(self.critics.q_values(features.detach(), actions), logprob, alpha)
+            self.critics.requires_grad_(True)
+        if train_actor:
+            self.actor_optimizer.zero_grad()
+            backward(pi_loss, self.actor_params)
+            self.actor_optimizer.step()
+            alpha_loss = temperature_loss(self.log_alpha, logprob, self.target_entropy)
+            self.alpha_optimizer.zero_grad()
+            backward(alpha_loss, [self.log_alpha])
+            self.alpha_optimizer.step()
         polyak_update([*self.target_critics.parameters(), *self.target_encoder.parameters()],
                       [*self.critics.parameters(), *self.encoder.parameters()], c.tau)
         return {"sac/q_loss": q_loss.item(), "sac/actor_loss": pi_loss.item(), "sac/alpha": alpha.item(),

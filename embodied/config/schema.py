@@ -103,7 +103,9 @@ class AlgorithmConfig:
     normalize_advantages: bool = True  # per-minibatch advantage normalisation
     target_kl: float | None = None  # stop the update early when approx_kl exceeds this
     skip_nonfinite_updates: bool = False  # a minibatch with a NaN/inf loss or gradient is skipped and counted (off: the run stops)
-    critic_warmup_iterations: int = 0  # first iterations train only the value head (after SFT, before the policy moves)
+    # First iterations train only the value head (PPO, GRPO) or the critics (SAC, DSRL: the actor and temperature
+    # stay), after SFT, before the policy moves.
+    critic_warmup_iterations: int = 0
     group_size: int = 8  # grpo: envs per group, sharing one reset seed (env.num_envs must be a multiple)
     grpo_score: Literal["return", "success"] = "return"  # grpo: what is compared within a group
     # grpo: what the loss averages over. "token": every executed sub-step of the batch (DAPO), so an episode

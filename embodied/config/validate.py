@@ -117,9 +117,6 @@ def _sac_problems(cfg: Config) -> list[str]:
     if cfg.actor.num_ranks > 1 and a.batch_size % cfg.actor.num_ranks:
         p.append(f"algorithm.batch_size: each of actor.num_ranks={cfg.actor.num_ranks} ranks draws an equal share of "
                  f"every batch from its own replay, so batch_size must be a multiple of it, got {a.batch_size}")
-    if a.critic_warmup_iterations:
-        p.append(f"algorithm.critic_warmup_iterations: algorithm.name={a.name} starts its critics with "
-                 f"algorithm.learning_starts instead; set 0, got {a.critic_warmup_iterations}")
     if cfg.actor.ema_decay > 0:
         p.append(f"actor.ema_decay: algorithm.name={a.name} keeps polyak target critics, not a weight average; "
                  f"set 0, got {cfg.actor.ema_decay}")

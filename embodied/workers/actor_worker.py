@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -43,6 +43,8 @@ TRAJECTORY_TIMEOUT_S = 600.0
 class ActorWorker:
     """Holds the trained policy and its optimizer; ``version`` counts updates."""
 
+    warms_value_head: ClassVar[bool] = True  # algorithm.critic_warmup_iterations trains the policy's value head
+
     def __init__(self, policy_cfg: PolicyConfig, spec: PolicySpec, algorithm: AlgorithmConfig, actor: ActorConfig,
                  total_iterations: int, seed: int, torch_threads: int = 1) -> None:
         torch.set_num_threads(torch_threads)
@@ -58,7 +60,7 @@ class ActorWorker:
             check_policy_spec(state, spec.action_dim, "policy.init_from")
             load_policy_state(self.policy, state["actor"])
         self._build_optimizer()
-        if algorithm.critic_warmup_iterations > 0 and not self.value_head:
+        if algorithm.critic_warmup_iterations > 0 and self.warms_value_head and not self.value_head:
             raise ValueError(f"algorithm.critic_warmup_iterations={algorithm.critic_warmup_iterations}: "
                              f"policy.type={policy_cfg.type} ({type(self.policy).__name__}) names no value-head "
                              f"parameters (Policy.value_head_prefixes), so warm-up could not train the critic alone")

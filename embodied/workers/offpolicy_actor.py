@@ -48,6 +48,8 @@ RANK_SEED_STRIDE = 1_000_003  # rank r's replay and learner streams start from e
 class OffPolicyActorWorker(ActorWorker):
     """Replay, the SAC learner and the UTD pacing around the policy the ``ActorWorker`` holds."""
 
+    warms_value_head = False  # its critic warm-up trains the learner's critics, not a value head of the policy
+
     def __init__(self, policy_cfg: PolicyConfig, spec: PolicySpec, algorithm: AlgorithmConfig, actor: ActorConfig,
                  total_iterations: int, seed: int, torch_threads: int = 1) -> None:
         require_q_functions(policy_cfg, algorithm.name)
@@ -60,6 +62,8 @@ class OffPolicyActorWorker(ActorWorker):
             data = open_demos(algorithm.demos, policy_cfg.action_chunk)
             self.demos = demo_replay(data, fit_demos(data, spec, policy_cfg.action_chunk), algorithm.gamma,
                                      algorithm.n_step)
+            if self.policy.observes:  # input statistics start from the demonstrations (a checkpoint's replace them)
+                self.policy.observe({k: self.demos.storage[f"obs/{k}"][:len(self.demos)] for k in self.policy.observes})
         self.seed = seed
         self.received = 0  # chunk transitions received in the run (by all ranks)
         self.saved_replay: Path | None = None  # the replay folder last saved or resumed from (chunks to reuse)
@@ -96,10 +100,11 @@ class OffPolicyActorWorker(ActorWorker):
         updates, stats = int(self.owed), {}
         self.owed -= updates
         demo_rows = 0
+        warmup = iteration <= a.critic_warmup_iterations  # after an SFT start: critics first, the actor still
         for k in range(updates):
             batch, from_demos = self.sample()
             demo_rows += from_demos
-            step = self.learner.step(batch, ranks if ranks.size > 1 else None)
+            step = self.learner.step(batch, ranks if ranks.size > 1 else None, train_actor=not warmup)
             if ranks.size > 1:  # the whole batch's means (equal shares), so every rank sees the same numbers
                 step = {key: value / ranks.size for key, value in ranks.sum_stats(step).items()}
             bad = non_finite_terms(step)
@@ -109,8 +114,12 @@ class OffPolicyActorWorker(ActorWorker):
             for key, value in step.items():
                 stats.setdefault(key, []).append(value)
         self.version += updates
+        if self.policy.observes and trajectories:  # as PPO's actor: the epoch's inputs, after its updates
+            self._observe({k: torch.cat([t.forward_inputs[k].flatten(0, 1) for t in trajectories])
+                           for k in self.policy.observes})
         metrics = {key: sum(values) / len(values) for key, values in stats.items()}
         metrics |= {"sac/updates": float(updates), "sac/updates_total": float(self.version),
+                    "sac/critic_warmup": float(warmup),
                     "sac/transitions_received": float(received), "replay/size": float(replay_size),
                     "sac/utd_ratio": self.version / max(self.received, 1),
                     "sac/staleness": float(self.version - updates - behaviour) if trajectories else 0.0}

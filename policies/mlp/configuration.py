@@ -38,6 +38,10 @@ class SquashedMLPConfig(PolicyConfig):
     critic_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # widths of every critic's layers
     log_std_min: float = -5.0  # the actor's log-std is squashed into [log_std_min, log_std_max] (CleanRL's bounds)
     log_std_max: float = 2.0  # upper bound of the actor's log-std
+    # Standardize states (actor and critics alike) with running statistics: of the demonstrations (RLPD) and every
+    # epoch the actor receives, or fitted by SFT. States whose entries differ by orders of magnitude need it.
+    normalize_states: bool = False
+    freeze_state_statistics: bool = False  # keep the statistics as loaded or fitted to the demonstrations
 
     architecture_fields: ClassVar[tuple[str, ...]] = ("hidden_sizes",)
 

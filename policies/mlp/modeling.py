@@ -57,21 +57,14 @@ class MLPPolicy(Policy):
     def _normalized(self, states: torch.Tensor) -> torch.Tensor:
         if not self.normalize_states:
             return states
-        return ((states - self.state_mean) / torch.sqrt(self.state_var + 1e-8)).clamp(-10.0, 10.0)
+        return standardize(states, self.state_mean, self.state_var)
 
     @torch.no_grad()
     def observe(self, forward_inputs: dict[str, torch.Tensor]) -> None:
         """Merge the batch's state mean and variance into the running ones (parallel algorithm)."""
         if not self.normalize_states or self.freeze_state_statistics:
             return
-        batch = forward_inputs[STATES].reshape(-1, self.state_mean.shape[0]).double()
-        n, mean, var = batch.shape[0], batch.mean(0), batch.var(0, unbiased=False)
-        total = self.state_count + n
-        delta = mean - self.state_mean
-        m2 = self.state_var * self.state_count + var * n + delta**2 * self.state_count * n / total
-        self.state_mean.copy_(self.state_mean + delta * n / total)
-        self.state_var.copy_(m2 / total)
-        self.state_count.copy_(total)
+        merge_statistics(self.state_mean, self.state_var, self.state_count, forward_inputs[STATES])
 
     def _dist(self, states: torch.Tensor) -> Normal:
         return Normal(self.actor_mean(self._normalized(states)), self.log_std.exp().expand(states.shape[0], -1))
@@ -98,6 +91,25 @@ class MLPPolicy(Policy):
 
     def value(self, obs: Obs) -> torch.Tensor:
         return self.critic(self._normalized(states_tensor(obs))).squeeze(-1)
+
+
+def standardize(states: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    """States standardized by running statistics, clipped to +-10 standard deviations."""
+    return ((states - mean) / torch.sqrt(var + 1e-8)).clamp(-10.0, 10.0)
+
+
+@torch.no_grad()
+def merge_statistics(mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor, states: torch.Tensor) -> None:
+    """Merge a batch of states [..., S] into the running ``mean``, ``var`` and ``count`` buffers, in place (the
+    parallel algorithm of Chan et al.: the result does not depend on how the states were split into batches)."""
+    batch = states.reshape(-1, mean.shape[0]).double()
+    n, batch_mean, batch_var = batch.shape[0], batch.mean(0), batch.var(0, unbiased=False)
+    total = count + n
+    delta = batch_mean - mean
+    m2 = var * count + batch_var * n + delta**2 * count * n / total
+    mean.copy_(mean + delta * n / total)
+    var.copy_(m2 / total)
+    count.copy_(total)
 
 
 def states_tensor(obs: Obs) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """Tanh-squashed Gaussian MLP over action chunks, with a Q-ensemble: the MLP policy for SAC (``policy.type: mlp_sac``).
 
-The actor and the critics see the states [B, S] as they are (``StatesFeatures``, which has no parameters, so the
-stop-gradient and target copy SAC keeps of a feature encoder are no-ops here). The actor is the shared
+The actor and the critics see the states [B, S] (``StatesFeatures``: as they are, or standardized with
+``normalize_states``; it has no parameters, so the stop-gradient and target copy SAC keeps of a feature encoder
+only carry its statistics). The actor is the shared
 tanh-Gaussian head (``embodied.policies.squashed.SquashedGaussianPolicy``); the critics (``build_critics``) are
 ``num_critics`` MLPs over (state, flattened chunk) computed in one batched pass (``MLPQEnsemble``).
 """
@@ -12,17 +13,27 @@ import torch
 from torch import nn
 
 from embodied.policies.mlp.configuration import SquashedMLPConfig
-from embodied.policies.mlp.modeling import states_tensor
+from embodied.policies.mlp.modeling import merge_statistics, standardize, states_tensor
 from embodied.policies.squashed import MLPQEnsemble, SquashedGaussianPolicy
 from embodied.policy import PolicySpec
 from embodied.types import STATES, Obs
 
 
 class StatesFeatures(nn.Module):
-    """Forward inputs -> their states, float32 [B, S]: the MLP's features, with nothing to train."""
+    """Forward inputs -> their states, float32 [B, S], standardized with ``normalize``: the MLP's features, with
+    nothing to train. The statistics are buffers, so weight sync and checkpoints carry them, and SAC's target copy
+    of the encoder takes them from the online one."""
+
+    def __init__(self, state_dim: int, normalize: bool) -> None:
+        super().__init__()
+        self.normalize = normalize
+        self.register_buffer("state_mean", torch.zeros(state_dim))
+        self.register_buffer("state_var", torch.ones(state_dim))
+        self.register_buffer("state_count", torch.tensor(1e-4))
 
     def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return inputs[STATES].float()
+        states = inputs[STATES].float()
+        return standardize(states, self.state_mean, self.state_var) if self.normalize else states
 
 
 class SquashedMLPPolicy(SquashedGaussianPolicy):
@@ -33,7 +44,8 @@ class SquashedMLPPolicy(SquashedGaussianPolicy):
         if spec.state_dim <= 0:
             raise ValueError("policy.type=mlp_sac needs state observations (env.obs_mode 'state' or 'state+rgb')")
         self.config, self.state_dim = config, spec.state_dim
-        self.states = StatesFeatures()
+        self.states = StatesFeatures(spec.state_dim, config.normalize_states)
+        self.observes = (STATES,) if config.normalize_states else ()  # what the actor's ``observe`` merges
         self._build_actor(spec.state_dim, config.hidden_sizes, (config.log_std_min, config.log_std_max),
                           config.action_chunk, spec)
 
@@ -47,3 +59,10 @@ class SquashedMLPPolicy(SquashedGaussianPolicy):
 
     def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
         return {STATES: states_tensor(obs)}
+
+    @torch.no_grad()
+    def observe(self, forward_inputs: dict[str, torch.Tensor]) -> None:
+        """Merge the batch's states into the running statistics (with ``normalize_states``, unless frozen)."""
+        if self.config.normalize_states and not self.config.freeze_state_statistics:
+            f = self.states
+            merge_statistics(f.state_mean, f.state_var, f.state_count, forward_inputs[STATES])

@@ -31,7 +31,6 @@ SPEC = PolicySpec(state_dim=3, image_shape=None, action_dim=2, action_low=(-1.0,
     ("algorithm.tau=0", "algorithm.tau"),
     ("algorithm.sync_every=0", "algorithm.sync_every"),
     ("actor.ema_decay=0.9", "actor.ema_decay"),
-    ("algorithm.critic_warmup_iterations=2", "algorithm.critic_warmup_iterations"),
     ("actor.strategy=fsdp", "actor.strategy"),  # refused by name: the small nets stay whole on every rank
     ("cluster.placement=colocated", "cluster.placement"),  # overlap trains the module the rollouts would act with
     ("algorithm.n_step=0", "algorithm.n_step"),
@@ -105,6 +104,39 @@ def test_critics_actor_and_alpha_move():
     worker.update([transitions(T=4)], 1)
     assert all(not torch.equal(v, worker.learner.critics.state_dict()[k]) for k, v in critics.items())
     assert any(not torch.equal(v, worker.learner.target_critics.state_dict()[k]) for k, v in targets.items())
+    assert any(not torch.equal(v, worker.policy.state_dict()[k]) for k, v in policy.items())
+    assert worker.learner.log_alpha.item() != alpha
+
+
+def test_with_normalize_states_the_actor_merges_each_epochs_states_and_the_target_encoder_follows():
+    worker = actor("policy.normalize_states=true", "algorithm.utd_ratio=1")
+    epoch = transitions(T=4)
+    worker.update([epoch], 1)
+    states = epoch.forward_inputs["states"].flatten(0, 1).double()
+    encoder = worker.policy.feature_encoder
+    assert torch.allclose(encoder.state_mean.double(), states.mean(0), atol=1e-4)
+    assert torch.allclose(encoder.state_var.double(), states.var(0, unbiased=False), atol=1e-3)
+    before = [b.clone() for b in encoder.buffers()]  # what the next update standardizes by (observe comes after it)
+    assert any(not torch.equal(t, b) for t, b in zip(worker.learner.target_encoder.buffers(), before))
+    worker.update([transitions(T=1, seed=1)], 2)  # its TD targets standardize as its critics do
+    assert all(torch.equal(t, b) for t, b in zip(worker.learner.target_encoder.buffers(), before, strict=True))
+    still = actor("policy.normalize_states=true", "policy.freeze_state_statistics=true")
+    still.update([epoch], 1)
+    assert torch.equal(still.policy.feature_encoder.state_mean, torch.zeros(3))
+
+
+def test_critic_warmup_iterations_move_the_critics_and_leave_the_actor_and_temperature():
+    worker = actor("algorithm.utd_ratio=2", "algorithm.critic_warmup_iterations=1")
+    policy = {k: v.clone() for k, v in worker.policy.state_dict().items()}
+    critics = {k: v.clone() for k, v in worker.learner.critics.state_dict().items()}
+    alpha = worker.learner.log_alpha.item()
+    m = worker.update([transitions(T=4)], 1)
+    assert m["sac/critic_warmup"] == 1.0 and m["sac/updates"] == 24 and math.isfinite(m["sac/actor_loss"])
+    assert all(torch.equal(v, worker.policy.state_dict()[k]) for k, v in policy.items())
+    assert worker.learner.log_alpha.item() == alpha
+    assert all(not torch.equal(v, worker.learner.critics.state_dict()[k]) for k, v in critics.items())
+    m = worker.update([transitions(seed=1)], 2)
+    assert m["sac/critic_warmup"] == 0.0
     assert any(not torch.equal(v, worker.policy.state_dict()[k]) for k, v in policy.items())
     assert worker.learner.log_alpha.item() != alpha
 

@@ -107,3 +107,40 @@ def test_policies_without_q_functions_are_refused_by_name():
 def test_config_checks_its_fields():
     assert SquashedMLPConfig(hidden_sizes=[]).validate()[0].startswith("policy.hidden_sizes")
     assert SquashedMLPConfig(log_std_min=3.0).validate()[0].startswith("policy.log_std_min")
+
+
+def test_normalize_states_standardizes_what_actor_and_critics_see_and_observe_merges_batches():
+    p = policy(normalize_states=True)
+    assert p.observes == ("states",) and policy().observes == ()
+    states = torch.randn(40, 5, dtype=torch.float64) * torch.tensor([0.1, 1.0, 10.0, 100.0, 1000.0]) + 3.0
+    p.observe({"states": states[:15]})
+    p.observe({"states": states[15:]})  # two batches merge to the statistics of all forty
+    features = p.feature_encoder({"states": states.float()})
+    assert torch.allclose(features.mean(0), torch.zeros(5), atol=2e-3)  # the prior count of 1e-4 at mean 0
+    assert torch.allclose(features.std(0, unbiased=False), torch.ones(5), atol=5e-3)
+    raw = policy()
+    assert torch.equal(raw.feature_encoder({"states": states.float()}), states.float())  # off: as they are
+    frozen = policy(normalize_states=True, freeze_state_statistics=True)
+    frozen.observe({"states": states})
+    assert torch.equal(frozen.states.state_mean, torch.zeros(5)) and torch.equal(frozen.states.state_var, torch.ones(5))
+    assert {"states.state_mean", "states.state_var", "states.state_count"} <= set(p.state_dict())
+
+
+def test_sft_clones_the_squashed_mean_and_stays_finite_on_actions_at_the_bounds():
+    """Demonstrated actions on the bounds (a closed gripper) give the tanh-Gaussian an infinite atanh; the SFT loss
+    is the squared error of the squashed mean instead, zero where the mean's squash hits the demonstration."""
+    p = policy()
+    states = torch.randn(4, 5)
+    inputs = p.forward_inputs({"states": states.numpy()})
+    at_bounds = torch.tensor([[-1.0, 4.0], [1.0, 0.0], [-1.0, 0.0]]).expand(4, 3, 2).clone()
+    executed = torch.ones(4, 3, dtype=torch.bool)
+    loss = p.supervised_loss(inputs, at_bounds, executed)
+    assert torch.isfinite(loss)
+    loss.backward()
+    assert all(torch.isfinite(q.grad).all() for q in p.parameters() if q.grad is not None)
+    greedy = p.act({"states": states.numpy()}, deterministic=True).actions
+    assert float(p.supervised_loss(inputs, greedy, executed)) < 1e-10
+    executed[:, 1:] = False  # past an episode's end nothing counts
+    moved = greedy.clone()
+    moved[:, 1:] += 0.5
+    assert float(p.supervised_loss(inputs, moved, executed)) < 1e-10
