@@ -2,6 +2,7 @@
 #   make train   set up .venv and train the default recipe (configs/reach_mlp_ppo.yaml)
 #   make test    set up .venv and run the whole test suite (what CI runs)
 #   make test-fast  the edit loop: everything but the slow end-to-end runs, the Ray and the LIBERO tests
+#   (both run the quick tests on TEST_JOBS=2 processes; PYTEST_ARGS="-n 0" runs them in one, for -x or pdb)
 # Extra arguments: make train ARGS="runner.iterations=20 cluster.backend=ray"; make test PYTEST_ARGS="-k chunk"
 
 PYTHON ?= python3
@@ -29,11 +30,19 @@ setup: $(VENV)/.installed
 train: setup
 	$(VENV)/bin/embodied train $(RECIPE) $(ARGS)
 
+# The whole suite in two tiers: the quick one on TEST_JOBS processes (pytest-xdist; its tests are single-threaded
+# and independent), then the slow end-to-end, Ray and LIBERO tests one at a time (each already uses every core;
+# Ray starts once for all of them). A tier that PYTEST_ARGS leaves empty (pytest's exit code 5) is not a failure.
+QUICK := not slow and not ray and not libero
+TEST_JOBS ?= 2
+PYTEST := WANDB_MODE=disabled $(VENV)/bin/pytest
+
 test: setup
-	WANDB_MODE=disabled $(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(PYTEST) -n $(TEST_JOBS) -m "$(QUICK)" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PYTEST) -m "not ($(QUICK))" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-fast: setup
-	WANDB_MODE=disabled $(VENV)/bin/pytest -m "not slow and not ray and not libero" $(PYTEST_ARGS)
+	$(PYTEST) -n $(TEST_JOBS) -m "$(QUICK)" $(PYTEST_ARGS)
 
 # make bench: `embodied bench` (ARGS go to it, e.g. --quick), then VLA act()/raw/PPO-step throughput
 # (VLA_ARGS go to it), e.g. make bench VLA_ARGS="--scale medium --device cuda --dtype bfloat16"

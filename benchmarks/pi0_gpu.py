@@ -28,6 +28,7 @@ import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable
+from unittest import mock
 
 import numpy as np
 import torch
@@ -137,11 +138,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"{result['device']}, torch {torch.__version__}")
 
     folder = write_config_folder(args.size, Path(args.folder))
-    pi0_modeling.load_pi0 = random_weights_loader(device)
     t0 = time.perf_counter()
-    policy = PI0Policy(PI0PolicyConfig(model_path=str(folder), action_chunk=args.action_chunk, flow_logprob="noise",
-                                       lora_rank=args.lora_rank, dtype=args.dtype, device=device.type,
-                                       flow_steps=args.flow_steps, freeze_vlm=args.freeze_vlm), SPEC)
+    with mock.patch.object(pi0_modeling, "load_pi0", random_weights_loader(device)):  # this construction only
+        policy = PI0Policy(PI0PolicyConfig(model_path=str(folder), action_chunk=args.action_chunk,
+                                           flow_logprob="noise", lora_rank=args.lora_rank, dtype=args.dtype,
+                                           device=device.type, flow_steps=args.flow_steps,
+                                           freeze_vlm=args.freeze_vlm), SPEC)
     result["build_s"] = time.perf_counter() - t0
     result["describe"] = policy.describe()
     result["weights_gib"] = meter.allocated()

@@ -74,12 +74,19 @@ def signing_key() -> bytes:
 
 def _create(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:  # O_EXCL: two runs starting together agree on one key; mode 0600 from the first byte
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
+    # Written whole under a name of this process's own (mode 0600 from the first byte), then linked to ``path``,
+    # which fails if it exists: two runs starting together agree on one key, and none reads a half-written one.
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(secrets.token_hex(32) + "\n")
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def key_id(key: bytes) -> str:

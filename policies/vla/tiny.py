@@ -185,13 +185,24 @@ def cache_dir(kind: str = "tiny-vla") -> Path:
 
 
 def cached_tiny(kind: str, name: str, build: Callable[[Path, str], Path]) -> Path:
-    """The cached folder of tiny model ``name``, built by ``build(path, name)`` the first time."""
+    """The cached folder of tiny model ``name``, built by ``build(path, name)`` the first time.
+
+    Processes that find it missing at once (Ray workers of one run, parallel test workers) each build into a
+    folder of their own and publish it with one ``rename``, which fails once the name exists: the first build
+    wins and the others are dropped. Replacing the folder instead would leave a moment without it, in which a
+    process that is reading it finds nothing."""
     path = cache_dir(kind) / name
     if not (path / "config.json").is_file():
-        if path.exists():  # a folder left by something else: rebuild it
-            shutil.rmtree(path)
+        if path.exists() and not (path / "config.json").is_file():  # a folder left by something else
+            shutil.rmtree(path, ignore_errors=True)
         path.parent.mkdir(parents=True, exist_ok=True)
-        build(path, name)
+        staging = path.with_name(f"{path.name}.build{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        build(staging, name)
+        try:
+            os.rename(staging, path)
+        except OSError:  # another process published it first; its build is the same
+            shutil.rmtree(staging, ignore_errors=True)
     return path
 
 

@@ -28,7 +28,9 @@ def test_quick_run_prints_act_evaluate_and_ppo_rows(capsys):
 def test_the_gpu_benchmark_runs_its_code_path_on_a_cpu_at_tiny_size(tmp_path, capsys):
     """``benchmarks/pi0_gpu.py`` builds a config-only folder, random weights on the device, LoRA, and times act and a
     PPO minibatch; at tiny size on a CPU the same path runs (its figures came from a GPU)."""
+    import embodied.policies.pi0.modeling as pi0_modeling
     from benchmarks.pi0_gpu import main as gpu_main
+    from embodied.policies.pi0.pretrained import load_pi0
 
     result = gpu_main(["--size", "tiny", "--device", "cpu", "--dtype", "float32", "--act-batches", "2", "--ppo-batches",
                        "2", "--repeats", "1", "--folder", str(tmp_path / "pi0"), "--json", str(tmp_path / "out.json")])
@@ -36,3 +38,4 @@ def test_the_gpu_benchmark_runs_its_code_path_on_a_cpu_at_tiny_size(tmp_path, ca
     assert [r["batch"] for r in result["act"]] == [2] and result["act"][0]["chunks_per_s"] > 0
     assert result["ppo"][0]["first_ratio_error"] < 1e-4 and (tmp_path / "out.json").is_file()
     assert (tmp_path / "pi0" / "config.json").is_file() and not list((tmp_path / "pi0").glob("*.safetensors"))
+    assert pi0_modeling.load_pi0 is load_pi0  # the random-weight builder was for that run only

@@ -76,6 +76,28 @@ def test_tiny_model_paths_are_built_once_into_the_cache(tmp_path, monkeypatch):
     assert resolve_model_path(str(tmp_path / "mine")) == tmp_path / "mine"
 
 
+def test_a_tiny_model_built_by_two_processes_at_once_is_published_by_the_first_and_never_missing(tmp_path,
+                                                                                                monkeypatch):
+    """Another process publishes the folder while this one builds: this build is dropped, the published folder
+    stays where it is (a reader in the other process never finds the name missing), and no staging folder is left."""
+    from embodied.policies.vla.tiny import cached_tiny
+
+    monkeypatch.setenv("EMBODIED_CACHE", str(tmp_path))
+    target = tmp_path / "tiny-vla" / "toy"
+
+    def build(path, name):
+        path.mkdir()
+        (path / "config.json").write_text('{"mine": true}')
+        target.mkdir()  # the other process's rename lands first
+        (target / "config.json").write_text('{"theirs": true}')
+        return path
+
+    assert cached_tiny("tiny-vla", "toy", build) == target
+    assert (target / "config.json").read_text() == '{"theirs": true}'
+    assert sorted(p.name for p in target.parent.iterdir()) == ["toy"]
+    assert cached_tiny("tiny-vla", "toy", lambda path, name: pytest.fail("built again")) == target
+
+
 @pytest.mark.parametrize("backbone", sorted(TINY_BACKBONES))
 def test_prompts_have_one_length_with_the_images_tokens_in_place(backbone):
     policy = make(backbone)
