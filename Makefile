@@ -2,7 +2,8 @@
 #   make train   set up .venv and train the default recipe (configs/reach_mlp_ppo.yaml)
 #   make test    set up .venv and run the whole test suite (what CI runs)
 #   make test-fast  the edit loop: everything but the slow end-to-end runs, the Ray and the LIBERO tests
-#   (both run the quick tests on TEST_JOBS=2 processes; PYTEST_ARGS="-n 0" runs them in one, for -x or pdb)
+#   make test-slow  the rest: the slow end-to-end runs, the Ray and the LIBERO tests, one at a time
+#   (the quick tests run on TEST_JOBS=2 processes; PYTEST_ARGS="-n 0" runs them in one, for -x or pdb)
 # Extra arguments: make train ARGS="runner.iterations=20 cluster.backend=ray"; make test PYTEST_ARGS="-k chunk"
 
 PYTHON ?= python3
@@ -13,7 +14,7 @@ RECIPE ?= configs/reach_mlp_ppo.yaml
 EXTRAS ?= test,robotics,metaworld,libero
 export MUJOCO_GL ?= egl
 
-.PHONY: setup train test test-fast bench clean
+.PHONY: setup train test test-fast test-slow bench clean
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	bash .ci/system-deps.sh
@@ -43,6 +44,9 @@ test: setup
 
 test-fast: setup
 	$(PYTEST) -n $(TEST_JOBS) -m "$(QUICK)" $(PYTEST_ARGS)
+
+test-slow: setup
+	$(PYTEST) -m "not ($(QUICK))" $(PYTEST_ARGS)
 
 # make bench: `embodied bench` (ARGS go to it, e.g. --quick), then VLA act()/raw/PPO-step throughput
 # (VLA_ARGS go to it), e.g. make bench VLA_ARGS="--scale medium --device cuda --dtype bfloat16"
