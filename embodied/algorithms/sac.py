@@ -213,7 +213,7 @@ class SACLearner:
         self.actor_params = [p for p in policy.parameters() if p.requires_grad and id(p) not in shared]
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=lr)
         self.critic_params = [*self.critics.parameters(), *encoder_params]  # the encoder trains with the critics
-        self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=lr)
+        self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=cfg.critic_lr if cfg.critic_lr else lr)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=lr)
         # The augmentation's shifts, the critic subsets and the actor's noise are drawn from it (exact resume).
         self.generator = torch.Generator().manual_seed(seed)

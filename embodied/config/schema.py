@@ -131,6 +131,7 @@ class AlgorithmConfig:
     replay_capacity: int = 100_000  # sac: chunk transitions the replay ring buffer holds (the oldest go first)
     learning_starts: int = 1_000  # sac: transitions in replay before the first gradient update
     init_alpha: float = 0.1  # sac: initial entropy temperature (then tuned)
+    critic_lr: float | None = None  # sac: the critics' (and image encoder's) learning rate (null: actor.lr)
     target_entropy: float | None = None  # sac: entropy the temperature steers to (null: -C * A)
     # sac: chunk transitions summed into one TD target (n-step return over chunks; 1: one chunk). A window stops where
     # its episode ends (a truncation bootstraps from final_obs) or where the rollout epoch ends.

@@ -102,6 +102,8 @@ def _sac_problems(cfg: Config) -> list[str]:
         p.append(f"algorithm.learning_starts: must be >= 0, got {a.learning_starts}")
     if not a.init_alpha > 0:
         p.append(f"algorithm.init_alpha: the temperature must be > 0, got {a.init_alpha}")
+    if a.critic_lr is not None and not a.critic_lr > 0:
+        p.append(f"algorithm.critic_lr: must be > 0 (null: actor.lr), got {a.critic_lr}")
     if a.image_shift < 0:
         p.append(f"algorithm.image_shift: the random shift's pixels must be >= 0 (0 disables it), got {a.image_shift}")
     if cfg.runner.mode != "sync":

@@ -34,6 +34,7 @@ SPEC = PolicySpec(state_dim=3, image_shape=None, action_dim=2, action_low=(-1.0,
     ("actor.strategy=fsdp", "actor.strategy"),  # refused by name: the small nets stay whole on every rank
     ("cluster.placement=colocated", "cluster.placement"),  # overlap trains the module the rollouts would act with
     ("algorithm.n_step=0", "algorithm.n_step"),
+    ("algorithm.critic_lr=0", "algorithm.critic_lr"),
 ])
 def test_bad_sac_config_names_the_field(override, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
@@ -139,6 +140,14 @@ def test_critic_warmup_iterations_move_the_critics_and_leave_the_actor_and_tempe
     assert m["sac/critic_warmup"] == 0.0
     assert any(not torch.equal(v, worker.policy.state_dict()[k]) for k, v in policy.items())
     assert worker.learner.log_alpha.item() != alpha
+
+
+def test_critic_lr_sets_the_critics_learning_rate_and_defaults_to_the_actors():
+    both = actor("actor.lr=0.001")
+    assert [g["lr"] for g in both.learner.critic_optimizer.param_groups] == [0.001]
+    apart = actor("actor.lr=0.001", "algorithm.critic_lr=0.01")
+    assert [g["lr"] for g in apart.learner.critic_optimizer.param_groups] == [0.01]
+    assert [g["lr"] for g in apart.learner.actor_optimizer.param_groups] == [0.001]
 
 
 def test_state_resumes_learner_and_replay_exactly():
