@@ -182,15 +182,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             torch.nn.utils.clip_grad_norm_(trainable, 1.0)
             optimizer.step()
 
+        with torch.no_grad():
+            first = float((policy.evaluate(inputs, out.actions)[0] - old).exp().sub(1).abs().max())
         try:
-            with torch.no_grad():
-                first = float((policy.evaluate(inputs, out.actions)[0] - old).exp().sub(1).abs().max())
             ms, peak = meter.best(ppo_minibatch, args.repeats)
         except torch.cuda.OutOfMemoryError:
             optimizer.zero_grad(set_to_none=True)
             torch.cuda.empty_cache()
-            result["ppo"].append({"batch": batch, "oom": True})
-            print(f"PPO minibatch {batch:3d}: out of memory")
+            result["ppo"].append({"batch": batch, "oom": True, "first_ratio_error": first})
+            print(f"PPO minibatch {batch:3d}: out of memory; first max|ratio-1| {first:.1e}")
             continue
         result["ppo"].append({"batch": batch, "ms": ms, "peak_gib": peak, "first_ratio_error": first})
         print(f"PPO minibatch {batch:3d}: {ms:8.1f} ms ({policy.steps} Euler steps scored, chunk "
