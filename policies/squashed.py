@@ -73,9 +73,12 @@ class SquashedGaussianPolicy(Policy):
 
     def _dist(self, features: torch.Tensor) -> Normal:
         h = self.trunk(features)
+        return Normal(self.mean_head(h), self._log_std(h).exp())
+
+    def _log_std(self, h: torch.Tensor) -> torch.Tensor:
+        """The log-std head's output squashed into ``log_std_bounds`` (CleanRL's form)."""
         low, high = self.log_std_bounds
-        log_std = low + 0.5 * (high - low) * (torch.tanh(self.log_std_head(h)) + 1)
-        return Normal(self.mean_head(h), log_std.exp())
+        return low + 0.5 * (high - low) * (torch.tanh(self.log_std_head(h)) + 1)
 
     def _logprob(self, dist: Normal, u: torch.Tensor) -> torch.Tensor:
         """log-prob of the scaled ``tanh(u)`` [B] (``u`` [B, C * A])."""
@@ -124,8 +127,7 @@ class SquashedGaussianPolicy(Policy):
           demonstrations do around what it learned rather than by the head's initial width."""
         h = self.trunk(self.feature_encoder(forward_inputs))
         mean = self.mean_head(h)
-        low, high = self.log_std_bounds
-        log_std = low + 0.5 * (high - low) * (torch.tanh(self.log_std_head(h.detach())) + 1)
+        log_std = self._log_std(h.detach())
         target = (actions.reshape(actions.shape[0], -1) - self.action_center) / self.action_half
         pre = torch.atanh(target.clamp(-1 + SQUASH_MARGIN, 1 - SQUASH_MARGIN))
         nll = Normal(mean.detach(), log_std.exp()).log_prob(pre).neg()

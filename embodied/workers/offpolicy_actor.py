@@ -62,7 +62,7 @@ class OffPolicyActorWorker(ActorWorker):
             data = open_demos(algorithm.demos, policy_cfg.action_chunk)
             self.demos = demo_replay(data, fit_demos(data, spec, policy_cfg.action_chunk), algorithm.gamma,
                                      algorithm.n_step)
-            if self.policy.observes:  # input statistics start from the demonstrations (a checkpoint's replace them)
+            if self.policy.observes:  # merged into those policy.init_from loaded above (unless they are frozen)
                 self.policy.observe({k: self.demos.storage[f"obs/{k}"][:len(self.demos)] for k in self.policy.observes})
         self.seed = seed
         self.received = 0  # chunk transitions received in the run (by all ranks)
