@@ -50,11 +50,15 @@ class QFunctionPolicy(Protocol):
     def build_critics(self, num_critics: int, layernorm: bool) -> nn.Module:
         """A fresh ``QEnsemble`` module over this policy's features and action chunks."""
 
+    def mode_error(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """[B]: how far the greedy chunk is from ``actions`` [B, C, A] (squared error in the action box scaled to
+        [-1, 1]), differentiable with respect to the actor; ``algorithm.bc_weight``'s behaviour-cloning term."""
+
 
 def require_q_functions(policy: PolicyConfig, algorithm: str) -> None:
     """Raise ``ValueError`` naming ``policy.type`` if the policy class it builds lacks ``QFunctionPolicy``."""
     cls = load_entry_point(type(policy).model_class)
-    missing = [name for name in ("feature_encoder", "sample_with_logprob", "build_critics") if not hasattr(cls, name)]
+    missing = [name for name in ("feature_encoder", "sample_with_logprob", "build_critics", "mode_error") if not hasattr(cls, name)]
     if missing:
         raise ValueError(f"algorithm.name={algorithm} needs a policy with Q-functions and a tanh-Gaussian action "
                          f"(QFunctionPolicy: {', '.join(missing)}); policy.type={policy.type} has none "

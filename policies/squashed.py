@@ -95,6 +95,14 @@ class SquashedGaussianPolicy(Policy):
         u = dist.mean + dist.stddev * noise  # reparameterised, from the learner's generator (exact resume)
         return self._scale(u), self._logprob(dist, u)
 
+    def mode_error(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """[B]: the squared error between the greedy chunk (the squashed mean) and ``actions`` [B, C, A], both in
+        the action box scaled to [-1, 1], summed over the chunk (TD3+BC's behaviour-cloning term; gradients reach
+        the trunk and the mean head)."""
+        mean = self.mean_head(self.trunk(features))
+        target = (actions.reshape(actions.shape[0], -1) - self.action_center) / self.action_half
+        return (torch.tanh(mean) - target).pow(2).sum(-1)
+
     def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
         inputs = self.forward_inputs(obs)
         dist = self._dist(self.feature_encoder(inputs))

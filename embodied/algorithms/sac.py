@@ -121,6 +121,13 @@ def actor_loss(q: torch.Tensor, logprob: torch.Tensor, alpha: torch.Tensor | flo
     return (alpha * logprob - q.mean(dim=0)).mean()
 
 
+def bc_term(mode_error: torch.Tensor, q: torch.Tensor, weight: float) -> torch.Tensor:
+    """TD3+BC's behaviour-cloning term, ``weight * mean|Q| * mean(mode_error)``: ``mode_error`` [D] on the
+    demonstration rows, ``q`` [E, B] the critics' values of the actor's actions (no gradient through the scale), so
+    ``weight`` means the same whatever the returns' scale (TD3+BC's alpha is ``1 / weight``)."""
+    return weight * q.detach().abs().mean() * mode_error.mean()
+
+
 def temperature_loss(log_alpha: torch.Tensor, logprob: torch.Tensor, target_entropy: float) -> torch.Tensor:
     """Alpha rises while the entropy ``-log pi`` is below ``target_entropy`` and falls above it (CleanRL's form)."""
     return (-log_alpha.exp() * (logprob.detach() + target_entropy)).mean()
@@ -226,10 +233,13 @@ class SACLearner:
                 inputs[key] = random_shift(inputs[key], self.cfg.image_shift, self.generator)
         return inputs
 
-    def step(self, batch: ReplaySample, ranks: GradientSum | None = None, train_actor: bool = True) -> dict[str, float]:
+    def step(self, batch: ReplaySample, ranks: GradientSum | None = None, train_actor: bool = True,
+             demo_rows: int = 0) -> dict[str, float]:
         """One gradient step of the critics (and the encoder), then the actor and alpha (CleanRL's order); the
         logged stats (this batch's). ``obs`` and ``next_obs`` are augmented independently, as DrQ does. Without
-        ``train_actor`` (critic warm-up) the actor and alpha stay; their losses are still reported.
+        ``train_actor`` (critic warm-up) the actor and alpha stay; their losses are still reported. With
+        ``algorithm.bc_weight``, the actor's loss adds TD3+BC's term (``bc_term``) on the batch's first
+        ``demo_rows`` rows, the demonstrations ``demo_replay.mixed_sample`` put there.
 
         With ``ranks`` (several actor ranks, each holding an equal share of the whole batch), every loss is
         this share's mean divided by the number of ranks and the gradients are summed over the ranks before
@@ -264,8 +274,14 @@ class SACLearner:
         with torch.set_grad_enabled(train_actor):
             actions, logprob = policy.sample_with_logprob(features.detach(), self.generator)  # type: ignore[attr-defined]
             self.critics.requires_grad_(False)  # the actor's loss moves the actor only
-            pi_loss = actor_loss(self.critics.q_values(features.detach(), actions), logprob, alpha)
+            pi_q = self.critics.q_values(features.detach(), actions)
+            pi_loss = actor_loss(pi_q, logprob, alpha)
             self.critics.requires_grad_(True)
+            bc = torch.zeros(())
+            if c.bc_weight > 0 and demo_rows > 0:  # the batch's first demo_rows rows are demonstrations
+                bc = bc_term(policy.mode_error(features.detach()[:demo_rows], batch.actions[:demo_rows]),  # type: ignore[attr-defined]
+                             pi_q, c.bc_weight)
+                pi_loss = pi_loss + bc
         if train_actor:
             self.actor_optimizer.zero_grad()
             backward(pi_loss, self.actor_params)
@@ -278,7 +294,7 @@ class SACLearner:
                       [*self.critics.parameters(), *self.encoder.parameters()], c.tau)
         return {"sac/q_loss": q_loss.item(), "sac/actor_loss": pi_loss.item(), "sac/alpha": alpha.item(),
                 "sac/entropy": -logprob.detach().mean().item(), "sac/q_mean": q.detach().mean().item(),
-                "sac/target_mean": target.mean().item()}
+                "sac/target_mean": target.mean().item(), "sac/bc_loss": bc.item()}
 
     def state_dict(self) -> dict[str, Any]:
         """What exact resume needs of the learner (the actor's weights and optimizer travel as the policy's)."""

@@ -143,6 +143,10 @@ class AlgorithmConfig:
     # RLPD (Ball et al. 2023) on sac: demonstrations in a second replay, sampled beside online replay.
     demos: str | None = None  # sac: demonstrations folder (`embodied collect` or LeRobot) filling the demo replay
     demo_ratio: float = 0.5  # sac with demos: share of each batch drawn from the demo replay (RLPD's symmetric 0.5)
+    # sac with demos: the actor's loss adds bc_weight * mean|Q| * the squared error between its greedy chunk and the
+    # demonstrated one, on the batch's demonstration rows (TD3+BC, Fujimoto & Gu 2021, with its alpha = 1 / bc_weight):
+    # keeps an SFT-started actor near the demonstrations while the critics are still wrong off them. 0: plain RLPD.
+    bc_weight: float = 0.0
     # DSRL (Wagenmaker et al. 2025; embodied.algorithms.dsrl): SAC (the fields above) over the initial noise of the
     # frozen flow policy of the policy section, whose weights come from policy.init_from.
     noise_scale: float = 1.0  # dsrl: the noise actor's output is tanh(u) * noise_scale, per noise entry

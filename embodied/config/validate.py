@@ -125,6 +125,12 @@ def _sac_problems(cfg: Config) -> list[str]:
     if not 0.0 <= a.demo_ratio <= 1.0:
         p.append(f"algorithm.demo_ratio: the share of a batch drawn from demonstrations must be in [0, 1], "
                  f"got {a.demo_ratio}")
+    if a.bc_weight < 0:
+        p.append(f"algorithm.bc_weight: the behaviour-cloning term's weight must be >= 0 (0: off), got {a.bc_weight}")
+    elif a.bc_weight > 0 and (a.demos is None or a.demo_ratio == 0):
+        p.append(f"algorithm.bc_weight: the behaviour-cloning term is computed on the batch's demonstration rows, and "
+                 f"there are none (algorithm.demos={a.demos}, algorithm.demo_ratio={a.demo_ratio}); set both, or "
+                 f"bc_weight=0")
     if a.demos is not None and a.demos.strip() == "":
         p.append("algorithm.demos: an empty path (an unset shell variable?); leave it out or set it to null")
     return p

@@ -104,7 +104,8 @@ class OffPolicyActorWorker(ActorWorker):
         for k in range(updates):
             batch, from_demos = self.sample()
             demo_rows += from_demos
-            step = self.learner.step(batch, ranks if ranks.size > 1 else None, train_actor=not warmup)
+            step = self.learner.step(batch, ranks if ranks.size > 1 else None, train_actor=not warmup,
+                                     demo_rows=from_demos)
             if ranks.size > 1:  # the whole batch's means (equal shares), so every rank sees the same numbers
                 step = {key: value / ranks.size for key, value in ranks.sum_stats(step).items()}
             bad = non_finite_terms(step)

@@ -219,12 +219,39 @@ def test_the_actor_samples_demo_ratio_of_every_batch(demos):
     assert all(np.isfinite(v) for v in metrics.values())
 
 
+def test_bc_weight_pulls_the_greedy_chunk_to_the_demonstrations_and_is_logged(demos):
+    """TD3+BC's term on the demonstration rows: with it the actor's greedy chunk moves toward the demonstrated
+    ones faster than the critics alone move it; without demonstration rows in the batch it is 0."""
+    from tests.embodied.test_offpolicy import transitions
+
+    def run(weight: float) -> tuple[float, float, dict[str, float]]:
+        cfg = load_config(RECIPE, ["policy.hidden_sizes=[8]", "policy.critic_hidden_sizes=[8]",
+                                   "algorithm.batch_size=4", "algorithm.learning_starts=1", "algorithm.utd_ratio=10",
+                                   "actor.lr=0.01", f"policy.action_chunk={C}", f"algorithm.demos={demos}",
+                                   f"algorithm.bc_weight={weight}"])
+        actor = OffPolicyActorWorker(cfg.policy, SPEC, cfg.algorithm, cfg.actor, 1, 0)
+        d = actor.demos.sample(len(actor.demos), torch.Generator().manual_seed(0))
+        error = lambda: float(actor.policy.mode_error(d.obs["states"], d.actions).mean())  # noqa: E731
+        before = error()
+        metrics = actor.update([transitions(T=2, N=2)], 1)  # iteration 1: the actor trains (no critic warm-up)
+        return before, error(), metrics
+
+    before, plain, m0 = run(0.0)
+    same_start, cloned, m1 = run(10.0)
+    assert same_start == before and m0["sac/bc_loss"] == 0.0 and m1["sac/bc_loss"] > 0
+    assert cloned < 0.8 * before and cloned < plain - 0.1
+
+
 # -- bad input, named before any worker starts ---------------------------------------------------------
 
 
 @pytest.mark.parametrize("overrides, field", [
     (["algorithm.demo_ratio=1.5"], r"algorithm\.demo_ratio: .*\[0, 1\], got 1\.5"),
     (["algorithm.demo_ratio=-0.1"], r"algorithm\.demo_ratio"),
+    (["algorithm.bc_weight=-1"], r"algorithm\.bc_weight: .*>= 0"),
+    (["algorithm.bc_weight=1"], r"algorithm\.bc_weight: .*demonstration rows.*algorithm\.demos=None"),
+    (["algorithm.bc_weight=1", "algorithm.demos=data/x", "algorithm.demo_ratio=0"],
+     r"algorithm\.bc_weight: .*algorithm\.demo_ratio=0"),
 ])
 def test_bad_rlpd_config_names_the_field(overrides, field):
     with pytest.raises(ConfigError, match=field):

@@ -148,3 +148,15 @@ def test_sft_clones_the_squashed_mean_and_fits_the_std_head_alone_and_stays_fini
     moved = greedy.clone()
     moved[:, 1:] += 0.5
     assert torch.equal(p.supervised_loss(inputs, moved, executed), p.supervised_loss(inputs, greedy, executed))
+
+
+def test_mode_error_is_zero_at_the_greedy_chunk_and_the_scaled_squared_distance_elsewhere():
+    p = policy()
+    states = torch.randn(4, 5)
+    greedy = p.act({"states": states.numpy()}, deterministic=True).actions.detach()
+    assert torch.allclose(p.mode_error(states, greedy), torch.zeros(4), atol=1e-10)
+    other = greedy.clone()
+    other[:, 1, 1] += 0.5  # the second dimension's box is [0, 4]: half-width 2, so 0.5 is 0.25 scaled
+    assert torch.allclose(p.mode_error(states, other), torch.full((4,), 0.25 ** 2), atol=1e-6)
+    p.mode_error(states, other).sum().backward()
+    assert p.mean_head.weight.grad is not None and p.mean_head.weight.grad.abs().sum() > 0

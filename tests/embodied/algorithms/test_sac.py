@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from embodied.algorithms.sac import (actor_loss, chunk_reward, critic_loss, n_step_returns, polyak_update,
+from embodied.algorithms.sac import (actor_loss, bc_term, chunk_reward, critic_loss, n_step_returns, polyak_update,
                                      subset_min, td_target, temperature_loss)
 from embodied.replay import following_rows
 
@@ -135,6 +135,18 @@ def test_actor_loss_matches_loop():
     alpha = 0.2
     expected = sum(alpha * float(logprob[b]) - sum(float(q[e, b]) for e in range(4)) / 4 for b in range(6)) / 6
     assert float(actor_loss(q, logprob, alpha)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_bc_term_matches_loop_and_passes_no_gradient_to_the_critics_values():
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(4, 6, generator=g, requires_grad=True)
+    error = torch.rand(3, generator=g, requires_grad=True)
+    scale = sum(abs(float(q[e, b])) for e in range(4) for b in range(6)) / 24
+    expected = 0.5 * scale * sum(float(x) for x in error) / 3
+    term = bc_term(error, q, 0.5)
+    assert float(term) == pytest.approx(expected, rel=1e-5)
+    term.backward()
+    assert q.grad is None and torch.allclose(error.grad, torch.full((3,), 0.5 * scale / 3))
 
 
 def test_temperature_loss_matches_loop_and_steers_alpha():
