@@ -58,7 +58,8 @@ class QFunctionPolicy(Protocol):
 def require_q_functions(policy: PolicyConfig, algorithm: str) -> None:
     """Raise ``ValueError`` naming ``policy.type`` if the policy class it builds lacks ``QFunctionPolicy``."""
     cls = load_entry_point(type(policy).model_class)
-    missing = [name for name in ("feature_encoder", "sample_with_logprob", "build_critics", "mode_error") if not hasattr(cls, name)]
+    needed = ("feature_encoder", "sample_with_logprob", "build_critics", "mode_error")
+    missing = [name for name in needed if not hasattr(cls, name)]
     if missing:
         raise ValueError(f"algorithm.name={algorithm} needs a policy with Q-functions and a tanh-Gaussian action "
                          f"(QFunctionPolicy: {', '.join(missing)}); policy.type={policy.type} has none "

@@ -84,6 +84,11 @@ class SquashedGaussianPolicy(Policy):
         """log-prob of the scaled ``tanh(u)`` [B] (``u`` [B, C * A])."""
         return (dist.log_prob(u) - squash_logprob_correction(u) - self.action_half.log()).sum(-1)
 
+    def _unit(self, actions: torch.Tensor) -> torch.Tensor:
+        """Chunks [B, C, A] in the env's action box -> [B, C * A] in the box scaled to [-1, 1] (``_scale``'s inverse
+        after the tanh)."""
+        return (actions.reshape(actions.shape[0], -1) - self.action_center) / self.action_half
+
     def _scale(self, u: torch.Tensor) -> torch.Tensor:
         return (self.action_center + self.action_half * torch.tanh(u)).view(-1, self.chunk, self.action_dim)
 
@@ -100,7 +105,7 @@ class SquashedGaussianPolicy(Policy):
         the action box scaled to [-1, 1], summed over the chunk (TD3+BC's behaviour-cloning term; gradients reach
         the trunk and the mean head)."""
         mean = self.mean_head(self.trunk(features))
-        target = (actions.reshape(actions.shape[0], -1) - self.action_center) / self.action_half
+        target = self._unit(actions)
         return (torch.tanh(mean) - target).pow(2).sum(-1)
 
     def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
@@ -113,7 +118,7 @@ class SquashedGaussianPolicy(Policy):
     def evaluate(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor):
         """Log-prob of ``actions`` (inverting the squash), its negation as a one-sample entropy estimate, and 0s."""
         dist = self._dist(self.feature_encoder(forward_inputs))
-        y = ((actions.reshape(actions.shape[0], -1) - self.action_center) / self.action_half).clamp(-1 + 1e-6, 1 - 1e-6)
+        y = self._unit(actions).clamp(-1 + 1e-6, 1 - 1e-6)
         logprob = self._logprob(dist, torch.atanh(y))
         return logprob, -logprob, torch.zeros(len(logprob))
 
@@ -136,7 +141,7 @@ class SquashedGaussianPolicy(Policy):
         h = self.trunk(self.feature_encoder(forward_inputs))
         mean = self.mean_head(h)
         log_std = self._log_std(h.detach())
-        target = (actions.reshape(actions.shape[0], -1) - self.action_center) / self.action_half
+        target = self._unit(actions)
         pre = torch.atanh(target.clamp(-1 + SQUASH_MARGIN, 1 - SQUASH_MARGIN))
         nll = Normal(mean.detach(), log_std.exp()).log_prob(pre).neg()
         error = (torch.tanh(mean) - target).pow(2) + nll
