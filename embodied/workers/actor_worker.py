@@ -54,11 +54,13 @@ class ActorWorker:
         self.ranks: Ranks = Ranks()
         self.algorithm: Algorithm = ALGORITHMS.resolve(algorithm.name)(algorithm)
         self.policy: Policy = build_policy(policy_cfg, spec)
-        print(self.policy.describe(), flush=True)  # once per run: the actor is the one copy that trains
         if policy_cfg.init_from:  # e.g. an SFT checkpoint; the driver checked its type and chunk already
             state = load_checkpoint(find_checkpoint(policy_cfg.init_from))
             check_policy_spec(state, spec.action_dim, "policy.init_from")
             load_policy_state(self.policy, state["actor"])
+        # Once per run (the actor is the one copy that trains), after init_from: what it loaded (normalization
+        # statistics, say) is what the run uses.
+        print(self.policy.describe(), flush=True)
         self._build_optimizer()
         if algorithm.critic_warmup_iterations > 0 and self.warms_value_head and not self.value_head:
             raise ValueError(f"algorithm.critic_warmup_iterations={algorithm.critic_warmup_iterations}: "

@@ -148,6 +148,9 @@ class PI0Policy(Policy):
         else:
             stats = folder_stats(self.model_dir)
             where = f"policy.model_path {config.model_path!r}"
+        if stats is None and config.init_from:
+            # The init_from checkpoint's statistics (buffers of its state dict) replace these before any use.
+            return NormStats.from_bounds(spec.action_low, spec.action_high, self.state_dim)
         if stats is None:
             warnings.warn(f"policy.type=pi0: {config.model_path} carries no normalization statistics, so actions are "
                           "normalized by the env's action bounds and states are not normalized; SFT computes them "

@@ -163,6 +163,19 @@ def test_statistics_come_from_the_folder_else_the_env_bounds_and_sft_fits_them(t
     assert torch.equal(again.action_mean, policy.action_mean)
 
 
+def test_a_policy_started_from_a_checkpoint_takes_its_statistics_without_the_bounds_warning(tmp_path, recwarn):
+    trained = make()
+    executed = torch.ones(5, 3, dtype=torch.bool)
+    trained.fit_statistics([({"states": torch.randn(20, 7) * 3 + 1}, torch.randn(5, 3, 4) * 0.2 + 0.5, executed)])
+    trained.save_pretrained(tmp_path / "policy")
+    recwarn.clear()
+    # policy.init_from: the checkpoint's statistics replace the bounds before any use, so nothing warns of them.
+    started = PI0Policy(PI0PolicyConfig(action_chunk=3, init_from=str(tmp_path)), SPEC)
+    assert not [w for w in recwarn if "normalization statistics" in str(w.message)]
+    started.load_pretrained(tmp_path / "policy")
+    assert torch.equal(started.action_mean, trained.action_mean) and torch.equal(started.state_std, trained.state_std)
+
+
 def test_statistics_of_other_dimensions_than_the_env_are_refused_naming_both(tmp_path):
     stats = {"state_mean": [0.0] * 7, "state_std": [1.0] * 7, "actions_mean": [0.0] * 6, "actions_std": [1.0] * 6}
     (tmp_path / "processor_config.json").write_text(json.dumps(stats))  # PI0Processor's format
