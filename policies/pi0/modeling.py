@@ -149,7 +149,8 @@ class PI0Policy(Policy):
             stats = folder_stats(self.model_dir)
             where = f"policy.model_path {config.model_path!r}"
         if stats is None and config.init_from:
-            # The init_from checkpoint's statistics (buffers of its state dict) replace these before any use.
+            # The init_from checkpoint's norm_stats.json (every save_pretrained writes one) replaces these before
+            # any use; describe() then names where they came from.
             return NormStats.from_bounds(spec.action_low, spec.action_high, self.state_dim)
         if stats is None:
             warnings.warn(f"policy.type=pi0: {config.model_path} carries no normalization statistics, so actions are "
