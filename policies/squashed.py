@@ -100,6 +100,12 @@ class SquashedGaussianPolicy(Policy):
         u = dist.mean + dist.stddev * noise  # reparameterised, from the learner's generator (exact resume)
         return self._scale(u), self._logprob(dist, u)
 
+    def start_at_center(self) -> None:
+        """Zero the mean head: until trained, the greedy chunk is the action box's centre for every input, and
+        sampled chunks spread around it by the log-std head alone."""
+        nn.init.zeros_(self.mean_head.weight)
+        nn.init.zeros_(self.mean_head.bias)
+
     def mode_error(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """[B]: the squared error between the greedy chunk (the squashed mean) and ``actions`` [B, C, A], both in
         the action box scaled to [-1, 1], summed over the chunk (TD3+BC's behaviour-cloning term; gradients reach

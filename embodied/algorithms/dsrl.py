@@ -152,6 +152,10 @@ class DSRLPolicy(Policy):
         noise_space = PolicySpec(state_dim=size, image_shape=None, action_dim=dim, action_low=(-s,) * dim,
                                  action_high=(s,) * dim)  # mlp_sac scales its tanh into the bounds: tanh(u) * s
         self.actor = build_policy(actor_config, noise_space)
+        # Before any update, greedy DSRL is the frozen policy's ODE from zero noise on every obs. An untrained mean
+        # head instead picks an arbitrary noise per obs from features of any scale (π0's prefix means): with it,
+        # greedy success before the first update measured 79.7 / 82.0 / 39.8% on seeds 0 / 1 / 2 of one checkpoint.
+        self.actor.start_at_center()  # type: ignore[attr-defined]
         self.recorded = RecordedFeatures()
 
     @property

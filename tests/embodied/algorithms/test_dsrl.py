@@ -56,6 +56,19 @@ def test_the_noise_is_bounded_by_noise_scale_and_greedy_is_tanh_of_the_mean_time
     assert policy.actor._scale(u).max() <= 0.5  # type: ignore[attr-defined]
 
 
+def test_before_any_update_greedy_dsrl_is_the_frozen_ode_from_zero_noise_whatever_the_seed():
+    obs = observations(5)
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        fresh = DSRLPolicy(dsrl_config(), spec())
+        greedy = fresh.act(obs, deterministic=True)
+        assert torch.equal(greedy.forward_inputs[NOISE], torch.zeros(5, 4, 4))
+        steering = fresh.frozen.steer(obs)  # type: ignore[attr-defined]
+        assert torch.equal(greedy.actions, steering.decode(torch.zeros(5, 4, 4)))
+        torch.manual_seed(3)
+        assert fresh.act(obs).forward_inputs[NOISE].abs().max() > 0.0  # sampled noise still spreads
+
+
 def test_the_frozen_ode_from_a_given_noise_is_the_flow_policys_own_greedy_loop(policy):
     obs, frozen = observations(3), policy.frozen
     torch.manual_seed(7)
