@@ -148,14 +148,13 @@ class PI0Policy(Policy):
         else:
             stats = folder_stats(self.model_dir)
             where = f"policy.model_path {config.model_path!r}"
-        if stats is None and config.init_from:
-            # The init_from checkpoint's norm_stats.json (every save_pretrained writes one) replaces these before
-            # any use; describe() then names where they came from.
-            return NormStats.from_bounds(spec.action_low, spec.action_high, self.state_dim)
         if stats is None:
-            warnings.warn(f"policy.type=pi0: {config.model_path} carries no normalization statistics, so actions are "
-                          "normalized by the env's action bounds and states are not normalized; SFT computes them "
-                          "from its demonstrations (policy.norm_stats gives them)", stacklevel=2)
+            # With init_from, the checkpoint's norm_stats.json (every save_pretrained writes one) replaces these
+            # before any use, and describe() then names where they came from: nothing to warn of.
+            if not config.init_from:
+                warnings.warn(f"policy.type=pi0: {config.model_path} carries no normalization statistics, so actions "
+                              "are normalized by the env's action bounds and states are not normalized; SFT computes "
+                              "them from its demonstrations (policy.norm_stats gives them)", stacklevel=2)
             return NormStats.from_bounds(spec.action_low, spec.action_high, self.state_dim)
         stats.check(self.state_dim, spec.action_dim, where)
         return stats
