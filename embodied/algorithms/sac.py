@@ -10,7 +10,8 @@ chunks (``n_step_returns``): n consecutive chunk rewards of one env, the window 
 
 Critics (REDQ / RLPD): ``algorithm.num_critics`` Q-functions; the TD target takes the min over a random
 subset of ``algorithm.critic_subset`` of the target critics (``subset_min``); the actor maximises the
-ensemble mean. Target critics follow the online ones by polyak averaging (``polyak_update``, ``tau``).
+ensemble's mean, or its min (``algorithm.actor_q``). With ``algorithm.awr_temperature`` the actor is AWAC's
+instead (``advantage_weighted_loss``): it regresses its greedy chunk onto replay's, weighted by their advantage. Target critics follow the online ones by polyak averaging (``polyak_update``, ``tau``).
 The temperature alpha is tuned so the policy's entropy stays near ``target_entropy`` (default ``-C * A``).
 
 Pixels (DrQ, RLPD): the policy's ``feature_encoder`` (a CNN's image encoder) is trained by the critics' loss
@@ -116,9 +117,26 @@ def critic_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return ((q - target.detach()) ** 2).mean(dim=1).sum()
 
 
-def actor_loss(q: torch.Tensor, logprob: torch.Tensor, alpha: torch.Tensor | float) -> torch.Tensor:
-    """``mean(alpha * log pi(a|s) - mean_E Q(s, a))`` for actions ``a ~ pi``: ``q`` [E, B], ``logprob`` [B]."""
-    return (alpha * logprob - q.mean(dim=0)).mean()
+def ensemble_q(q: torch.Tensor, reduce: str = "mean") -> torch.Tensor:
+    """The ensemble's Q [B] of ``q`` [E, B]: its mean (``"mean"``, REDQ/RLPD) or its min (``"min"``, SAC-N)."""
+    return q.mean(dim=0) if reduce == "mean" else q.min(dim=0).values
+
+
+def actor_loss(q: torch.Tensor, logprob: torch.Tensor, alpha: torch.Tensor | float,
+               reduce: str = "mean") -> torch.Tensor:
+    """``mean(alpha * log pi(a|s) - Q(s, a))`` for actions ``a ~ pi``, ``Q`` the ensemble's (``ensemble_q``):
+    ``q`` [E, B], ``logprob`` [B]."""
+    return (alpha * logprob - ensemble_q(q, reduce)).mean()
+
+
+def advantage_weighted_loss(mode_error: torch.Tensor, advantage: torch.Tensor, temperature: float,
+                            max_weight: float = 100.0) -> torch.Tensor:
+    """AWAC's actor (Nair et al. 2020) in regression form: ``mean(min(exp(A / temperature), max_weight) * error)``
+    over replay rows, ``mode_error`` [B] the greedy chunk's squared distance to the row's chunk and ``advantage``
+    [B] that chunk's ``Q(s, a) - Q(s, a ~ pi)``. The weights carry no gradient; the critics' action gradient
+    never reaches the actor, which only moves toward chunks that were taken and scored above its own."""
+    weights = torch.exp(advantage.detach() / temperature).clamp(max=max_weight)
+    return (weights * mode_error).mean()
 
 
 def bc_term(mode_error: torch.Tensor, q: torch.Tensor, weight: float) -> torch.Tensor:
@@ -275,7 +293,12 @@ class SACLearner:
             actions, logprob = policy.sample_with_logprob(features.detach(), self.generator)  # type: ignore[attr-defined]
             self.critics.requires_grad_(False)  # the actor's loss moves the actor only
             pi_q = self.critics.q_values(features.detach(), actions)
-            pi_loss = actor_loss(pi_q, logprob, alpha)
+            if c.awr_temperature is None:
+                pi_loss = actor_loss(pi_q, logprob, alpha, c.actor_q)
+            else:  # AWAC: the replay chunk's advantage over the actor's own sample, from the critics before this step
+                advantage = ensemble_q(q.detach(), c.actor_q) - ensemble_q(pi_q.detach(), c.actor_q)
+                pi_loss = advantage_weighted_loss(policy.mode_error(features.detach(), batch.actions),  # type: ignore[attr-defined]
+                                                  advantage, c.awr_temperature)
             self.critics.requires_grad_(True)
             bc = torch.zeros(())
             if c.bc_weight > 0 and demo_rows > 0:  # the batch's first demo_rows rows are demonstrations

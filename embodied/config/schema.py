@@ -147,6 +147,13 @@ class AlgorithmConfig:
     # demonstrated one, on the batch's demonstration rows (TD3+BC, Fujimoto & Gu 2021, with its alpha = 1 / bc_weight):
     # keeps an SFT-started actor near the demonstrations while the critics are still wrong off them. 0: plain RLPD.
     bc_weight: float = 0.0
+    # sac: what the actor maximises over the ensemble: "mean" (REDQ/RLPD) or "min", the most pessimistic critic (SAC-N,
+    # An et al. 2021): off the data the critics disagree, so the min keeps an SFT-started actor where they agree.
+    actor_q: Literal["mean", "min"] = "mean"
+    # sac: null: the actor follows the critics' action gradient (SAC). A temperature: AWAC's actor instead, which
+    # regresses its greedy chunk onto replay's chunks weighted by exp(advantage / awr_temperature) (no entropy term):
+    # it never leaves the actions replay holds, which keeps an SFT start from following critics still wrong off them.
+    awr_temperature: float | None = None
     # DSRL (Wagenmaker et al. 2025; embodied.algorithms.dsrl): SAC (the fields above) over the initial noise of the
     # frozen flow policy of the policy section, whose weights come from policy.init_from.
     noise_scale: float = 1.0  # dsrl: the noise actor's output is tanh(u) * noise_scale, per noise entry

@@ -125,6 +125,9 @@ def _sac_problems(cfg: Config) -> list[str]:
     if not 0.0 <= a.demo_ratio <= 1.0:
         p.append(f"algorithm.demo_ratio: the share of a batch drawn from demonstrations must be in [0, 1], "
                  f"got {a.demo_ratio}")
+    if a.awr_temperature is not None and not a.awr_temperature > 0:
+        p.append(f"algorithm.awr_temperature: the advantage weights' temperature must be > 0 (null: SAC's actor), "
+                 f"got {a.awr_temperature}")
     if a.bc_weight < 0:
         p.append(f"algorithm.bc_weight: the behaviour-cloning term's weight must be >= 0 (0: off), got {a.bc_weight}")
     elif a.bc_weight > 0 and (a.demos is None or a.demo_ratio == 0):
