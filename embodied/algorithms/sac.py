@@ -11,7 +11,8 @@ chunks (``n_step_returns``): n consecutive chunk rewards of one env, the window 
 Critics (REDQ / RLPD): ``algorithm.num_critics`` Q-functions; the TD target takes the min over a random
 subset of ``algorithm.critic_subset`` of the target critics (``subset_min``); the actor maximises the
 ensemble's mean, or its min (``algorithm.actor_q``). With ``algorithm.awr_temperature`` the actor is AWAC's
-instead (``advantage_weighted_loss``): it regresses its greedy chunk onto replay's, weighted by their advantage. Target critics follow the online ones by polyak averaging (``polyak_update``, ``tau``).
+instead (``advantage_weighted_loss``): it regresses its greedy chunk onto replay's, weighted by their advantage.
+Target critics follow the online ones by polyak averaging (``polyak_update``, ``tau``).
 The temperature alpha is tuned so the policy's entropy stays near ``target_entropy`` (default ``-C * A``).
 
 Pixels (DrQ, RLPD): the policy's ``feature_encoder`` (a CNN's image encoder) is trained by the critics' loss

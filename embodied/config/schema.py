@@ -148,11 +148,11 @@ class AlgorithmConfig:
     # keeps an SFT-started actor near the demonstrations while the critics are still wrong off them. 0: plain RLPD.
     bc_weight: float = 0.0
     # sac: what the actor maximises over the ensemble: "mean" (REDQ/RLPD) or "min", the most pessimistic critic (SAC-N,
-    # An et al. 2021): off the data the critics disagree, so the min keeps an SFT-started actor where they agree.
+    # An et al. 2021): off the data the critics disagree, so the min penalises chunks that leave it.
     actor_q: Literal["mean", "min"] = "mean"
     # sac: null: the actor follows the critics' action gradient (SAC). A temperature: AWAC's actor instead, which
     # regresses its greedy chunk onto replay's chunks weighted by exp(advantage / awr_temperature) (no entropy term):
-    # it never leaves the actions replay holds, which keeps an SFT start from following critics still wrong off them.
+    # the critics' action gradient never reaches the actor, which only moves toward chunks replay holds.
     awr_temperature: float | None = None
     # DSRL (Wagenmaker et al. 2025; embodied.algorithms.dsrl): SAC (the fields above) over the initial noise of the
     # frozen flow policy of the policy section, whose weights come from policy.init_from.
