@@ -242,7 +242,7 @@ def test_bc_weight_pulls_the_greedy_chunk_to_the_demonstrations_and_is_logged(de
     assert cloned < 0.8 * before and cloned < plain - 0.1
 
 
-def test_awr_actor_regresses_onto_replay_chunks_and_never_reads_the_critics_action_gradient(demos):
+def test_awr_actor_regresses_onto_replay_chunks(demos):
     """algorithm.awr_temperature (AWAC): the actor regresses its greedy chunk onto the batch's chunks, weighted by
     their advantage; with every row a demonstration, it moves toward the demonstrated chunks."""
     from tests.embodied.test_offpolicy import transitions

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from embodied.algorithms.sac import (actor_loss, advantage_weighted_loss, bc_term, chunk_reward, critic_loss, n_step_returns, polyak_update,
-                                     subset_min, td_target, temperature_loss)
+from embodied.algorithms.sac import (actor_loss, advantage_weighted_loss, bc_term, chunk_reward, critic_loss,
+                                     n_step_returns, polyak_update, subset_min, td_target, temperature_loss)
 from embodied.replay import following_rows
 
 
