@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import torch
 
@@ -118,13 +118,13 @@ def critic_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return ((q - target.detach()) ** 2).mean(dim=1).sum()
 
 
-def ensemble_q(q: torch.Tensor, reduce: str = "mean") -> torch.Tensor:
+def ensemble_q(q: torch.Tensor, reduce: Literal["mean", "min"] = "mean") -> torch.Tensor:
     """The ensemble's Q [B] of ``q`` [E, B]: its mean (``"mean"``, REDQ/RLPD) or its min (``"min"``, SAC-N)."""
     return q.mean(dim=0) if reduce == "mean" else q.min(dim=0).values
 
 
 def actor_loss(q: torch.Tensor, logprob: torch.Tensor, alpha: torch.Tensor | float,
-               reduce: str = "mean") -> torch.Tensor:
+               reduce: Literal["mean", "min"] = "mean") -> torch.Tensor:
     """``mean(alpha * log pi(a|s) - Q(s, a))`` for actions ``a ~ pi``, ``Q`` the ensemble's (``ensemble_q``):
     ``q`` [E, B], ``logprob`` [B]."""
     return (alpha * logprob - ensemble_q(q, reduce)).mean()
