@@ -4,7 +4,7 @@ tanh-Gaussian actor with a Q-ensemble for SAC (``policy.type: cnn_sac``), over o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from embodied.policy_config import PolicyConfig
 from embodied.policies.mlp.configuration import squashed_head_problems
@@ -17,6 +17,9 @@ class CNNEncoderConfig(PolicyConfig):
     channels: list[int] = field(default_factory=lambda: [32, 64, 64])  # output channels of each conv layer
     kernel_sizes: list[int] = field(default_factory=lambda: [8, 4, 3])  # square kernel of each conv layer
     strides: list[int] = field(default_factory=lambda: [4, 2, 1])  # stride of each conv layer
+    # What the linear layer reads of the last conv's map: every cell (flatten), or each channel's expected image
+    # coordinates under a softmax over its cells (spatial_softmax: Levine et al. 2016's keypoints, robomimic's pool)
+    image_pooling: Literal["flatten", "spatial_softmax"] = "flatten"
     image_features: int = 256  # width of the linear layer after the convs (per camera)
     state_features: int = 64  # width of the two-layer state MLP (when the env gives states)
     use_wrist_images: bool = True  # also encode wrist_images (same encoder) when the env provides them
@@ -69,8 +72,9 @@ class SquashedCNNConfig(CNNEncoderConfig):
     log_std_max: float = 2.0  # upper bound of the actor's log-std
 
     model_class: ClassVar[str] = "embodied.policies.cnn.squashed:SquashedCNNPolicy"
-    architecture_fields: ClassVar[tuple[str, ...]] = ("channels", "kernel_sizes", "strides", "image_features",
-                                                      "state_features", "use_wrist_images", "hidden_sizes")
+    architecture_fields: ClassVar[tuple[str, ...]] = ("channels", "kernel_sizes", "strides", "image_pooling",
+                                                      "image_features", "state_features", "use_wrist_images",
+                                                      "hidden_sizes")
 
     def validate(self) -> list[str]:
         """The encoder's checks; actor and critic widths; log-std bounds in order."""

@@ -2,8 +2,9 @@
 
 Encoder: a Nature-CNN-like stack of convolutions (by default 8x8/4, 4x4/2, 3x3/1 with 32, 64, 64
 channels: about 3.4 M multiply-adds for a 64x64 image, cheap on a CPU) and a linear layer turn
-``main_images`` uint8 [B, H, W, 3] into features. ``wrist_images``, when the env provides them
-(``PolicySpec.wrist_image_shape``) and ``use_wrist_images`` is on, go through the *same* encoder
+``main_images`` uint8 [B, H, W, 3] into features (``image_pooling: spatial_softmax``: the linear layer reads
+each last map's expected (x, y), ``SpatialSoftmax``, instead of every cell). ``wrist_images``, when the env
+provides them (``PolicySpec.wrist_image_shape``) and ``use_wrist_images`` is on, go through the *same* encoder
 (shared weights: half the parameters, and the convolutions see twice the images); their features
 are concatenated after the main camera's, so the heads still know which view is which. States
 [B, S], when present, go through a small two-layer MLP and are concatenated too.
@@ -52,8 +53,27 @@ def _mlp(sizes: list[int], out_gain: float) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+class SpatialSoftmax(nn.Module):
+    """[B, K, H, W] feature maps -> [B, 2K] keypoints: each channel's expected (x, y) in [-1, 1] under a softmax over
+    its H * W cells, with one learned temperature (Levine et al. 2016; robomimic's ``SpatialSoftmax``).
+
+    Why: a flattened map tells the heads *that* a feature fired somewhere, and they must learn where from thousands
+    of weights; keypoints hand them the position itself, which is what reaching for a small target needs."""
+
+    def __init__(self, height: int, width: int) -> None:
+        super().__init__()
+        ys, xs = torch.meshgrid(torch.linspace(-1.0, 1.0, height), torch.linspace(-1.0, 1.0, width), indexing="ij")
+        self.register_buffer("grid", torch.stack([xs.reshape(-1), ys.reshape(-1)], dim=-1), persistent=False)
+        self.log_temperature = nn.Parameter(torch.zeros(()))
+
+    def forward(self, maps: torch.Tensor) -> torch.Tensor:
+        weights = torch.softmax(maps.flatten(2) / self.log_temperature.exp(), dim=-1)  # [B, K, H * W]
+        return (weights @ self.grid).flatten(1)  # [B, K, 2] -> [B, 2K]
+
+
 class ImageEncoder(nn.Module):
-    """uint8 [B, H, W, 3] -> float32 [B, features]: convolutions, flatten, linear, ReLU."""
+    """uint8 [B, H, W, 3] -> float32 [B, features]: convolutions, flatten or spatial softmax
+    (``image_pooling``), linear, ReLU."""
 
     def __init__(self, config: CNNEncoderConfig, image_shape: tuple[int, ...]) -> None:
         super().__init__()
@@ -65,6 +85,10 @@ class ImageEncoder(nn.Module):
         for out_channels, kernel, stride in zip(config.channels, config.kernel_sizes, config.strides):
             layers += [_init(nn.Conv2d(in_channels, out_channels, kernel, stride)), nn.ReLU()]
             in_channels = out_channels
+        if config.image_pooling == "spatial_softmax":
+            with torch.no_grad():
+                height, width = nn.Sequential(*layers)(torch.zeros(1, 3, image_shape[0], image_shape[1])).shape[2:]
+            layers.append(SpatialSoftmax(height, width))
         self.convs = nn.Sequential(*layers, nn.Flatten())
         with torch.no_grad():
             flat = self.convs(torch.zeros(1, 3, image_shape[0], image_shape[1])).shape[1]

@@ -13,7 +13,7 @@ from embodied.config import ConfigError, load_config
 from embodied.policy import Policy, PolicySpec, build_policy
 from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES
 from embodied.policies.cnn.configuration import CNNConfig
-from embodied.policies.cnn.modeling import CNNPolicy
+from embodied.policies.cnn.modeling import CNNPolicy, SpatialSoftmax
 
 B, S, C, A = 5, 7, 4, 3
 IMAGE = (32, 32, 3)
@@ -264,3 +264,34 @@ def test_default_config_on_push_images(obs_mode):
     torch.testing.assert_close(logprobs, out.logprobs, rtol=0, atol=1e-6)
     torch.testing.assert_close(values, out.values, rtol=0, atol=1e-6)
     assert sum(p.numel() for p in policy.parameters()) < 1_000_000  # small enough for CPU PPO
+
+
+def test_spatial_softmax_gives_each_channel_the_position_of_its_peak():
+    pool = SpatialSoftmax(height=5, width=9)
+    maps = torch.zeros(2, 3, 5, 9)
+    peaks = [[(0, 0), (4, 8), (2, 4)], [(1, 6), (3, 2), (4, 0)]]  # (row, col) of each channel's peak
+    for b, channels in enumerate(peaks):
+        for k, (row, col) in enumerate(channels):
+            maps[b, k, row, col] = 50.0  # softmax ~ one-hot at temperature 1
+    expected = torch.tensor([[[-1 + col / 4, -1 + row / 2] for row, col in channels] for channels in peaks])
+    torch.testing.assert_close(pool(maps), expected.flatten(1), atol=1e-6, rtol=0)
+    flat = torch.zeros(1, 1, 5, 9)  # no peak: the centre of the image
+    torch.testing.assert_close(pool(flat), torch.zeros(1, 2), atol=1e-6, rtol=0)
+
+
+def test_spatial_softmax_pooling_moves_with_the_object_and_trains_its_temperature():
+    policy = make(RGB, strides=[2, 1], kernel_sizes=[5, 3], image_pooling="spatial_softmax")
+    keypoints = policy.encoder.convs[:-1]  # convs and pooling, without the flatten: [B, 2 * 16] coordinates
+    assert isinstance(keypoints[-1], SpatialSoftmax) and keypoints(torch.zeros(1, 3, 32, 32)).shape == (1, 32)
+    images = np.zeros((2, *IMAGE), dtype=np.uint8)
+    images[0, 4:8, 4:8] = images[1, 24:28, 24:28] = 255  # one white square, top left and bottom right
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255
+    coords = keypoints(x).view(2, 16, 2)
+    moved = (coords[1] - coords[0]).abs().sum(-1) > 0.1
+    assert moved.any(), "no keypoint followed the square"
+    assert torch.all(coords[1][moved] > coords[0][moved])  # down and to the right in both x and y
+    dist, values = policy._heads(policy.forward_inputs(obs(3)))
+    (dist.mean.sum() + values.sum()).backward()
+    assert policy.encoder.convs[-2].log_temperature.grad is not None
+    with pytest.raises(ConfigError, match=r"policy\.image_pooling"):
+        load_config(None, ["policy.type=cnn", "env.obs_mode=rgb", "policy.image_pooling=average"])
