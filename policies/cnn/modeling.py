@@ -85,13 +85,13 @@ class ImageEncoder(nn.Module):
         for out_channels, kernel, stride in zip(config.channels, config.kernel_sizes, config.strides):
             layers += [_init(nn.Conv2d(in_channels, out_channels, kernel, stride)), nn.ReLU()]
             in_channels = out_channels
+        with torch.no_grad():  # the last map's shape: [1, channels, height, width]
+            _, channels, height, width = nn.Sequential(*layers)(torch.zeros(1, 3, *image_shape[:2])).shape
+        flat = channels * height * width
         if config.image_pooling == "spatial_softmax":
-            with torch.no_grad():
-                height, width = nn.Sequential(*layers)(torch.zeros(1, 3, image_shape[0], image_shape[1])).shape[2:]
             layers.append(SpatialSoftmax(height, width))
+            flat = 2 * channels  # one (x, y) per map
         self.convs = nn.Sequential(*layers, nn.Flatten())
-        with torch.no_grad():
-            flat = self.convs(torch.zeros(1, 3, image_shape[0], image_shape[1])).shape[1]
         self.linear = nn.Sequential(_init(nn.Linear(flat, config.image_features)), nn.ReLU())
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
