@@ -19,7 +19,9 @@ What the env gives, and why:
 - **Episodes.** After every reset the scene settles for ``settle_steps`` steps of
   ``[0, 0, 0, 0, 0, 0, -1]`` (openvla-oft's ``num_steps_wait``), not counted as episode steps.
   Reward 1 and ``terminated`` on LIBERO's own success check; ``truncated`` after
-  ``max_episode_steps`` (the suites' published caps are in ``suites.SUITES``).
+  ``max_episode_steps`` (the suites' published caps are in ``suites.SUITES``). ``reward_type: dense``
+  (LIBERO-Object only) stages the pick-and-place instead: ``0.8 p - 1`` before success and 0 on it, ``p``
+  the task's progress (``shaping.PickPlaceShaping``); success and termination are unchanged.
 - **Tasks over the batch.** ``task_ids`` (default: the whole suite) are spread over the batch:
   env ``i`` (``env_index``, which the env factory passes) holds task
   ``task_ids[(i // envs_per_task) % len(task_ids)]``. Set ``envs_per_task`` to GRPO's
@@ -57,6 +59,7 @@ import gymnasium as gym
 import numpy as np
 
 from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES, EnvFootprint, EvalEpisode, Obs
+from embodied.envs.adapters.libero.shaping import SHAPED_SUITES, PickPlaceShaping
 from embodied.envs.adapters.libero.render import gl_strings, release_gl, render_cameras
 from embodied.envs.adapters.libero.suites import (
     LiberoSetupError, Suite, TaskInfo, import_libero, load_init_states, objects_of_interest, select_tasks, suite_for)
@@ -117,6 +120,7 @@ class LiberoEnv(gym.Env):
         one_pass: bool = False,
         env_index: int = 0,
         envs_per_task: int = 1,
+        reward_type: Literal["sparse", "dense"] = "sparse",
     ) -> None:
         self.suite: Suite = suite_for(self.suite_id)
         max_episode_steps = self.suite.max_steps if max_episode_steps is None else max_episode_steps
@@ -127,6 +131,11 @@ class LiberoEnv(gym.Env):
                              f"{MIN_IMAGE}..{MAX_IMAGE} px, got {image_size!r}")
         if train_init_states not in ("sampled", "fixed"):
             raise ValueError(f"env.kwargs.train_init_states: 'sampled' or 'fixed', got {train_init_states!r}")
+        if reward_type not in ("sparse", "dense"):
+            raise ValueError(f"env.kwargs.reward_type: 'sparse' or 'dense', got {reward_type!r}")
+        if reward_type == "dense" and self.suite_id not in SHAPED_SUITES:
+            raise ValueError(f"env.kwargs.reward_type: dense is defined for {', '.join(SHAPED_SUITES)}'s "
+                             f"pick-and-place tasks, not {self.suite_id}; use sparse (LIBERO's success reward)")
         if not 1 <= max_episode_steps <= INTERNAL_HORIZON - settle_steps:
             raise ValueError(f"env.max_episode_steps: {max_episode_steps} is outside 1..{INTERNAL_HORIZON - settle_steps}"
                              f" (LIBERO's horizon is {INTERNAL_HORIZON} steps, {settle_steps} of them settling)")
@@ -138,6 +147,8 @@ class LiberoEnv(gym.Env):
         self.max_episode_steps, self.image_size = max_episode_steps, image_size
         self.train_init_states, self.init_states_dir = train_init_states, init_states_dir
         self.settle_steps, self.hard_reset, self.one_pass = settle_steps, hard_reset, one_pass
+        self.reward_type = reward_type
+        self._shaping = PickPlaceShaping() if reward_type == "dense" else None
         self.num_objects = max(len(objects_of_interest(t)) for t in self.tasks) if obs_mode == "state" else 0
         self.observation_space = gym.spaces.Dict(self._spaces())
         self.action_space = gym.spaces.Box(-1.0, 1.0, (7,), np.float32)
@@ -187,6 +198,8 @@ class LiberoEnv(gym.Env):
         if raw_obs is None:
             raw_obs = raw.env._get_observations(force_update=True)
         self._steps = 0
+        if self._shaping is not None:
+            self._shaping.reset(raw.env)
         success = bool(raw.check_success())
         return self._observe(raw_obs), {"success": success, "task_id": self.task.index,
                                         "init_state": episode.init_state}
@@ -197,7 +210,8 @@ class LiberoEnv(gym.Env):
         self._steps += 1
         success = bool(self._raw.check_success())
         truncated = not success and self._steps >= self.max_episode_steps
-        return self._observe(raw_obs), float(success), success, truncated, {"success": success}
+        reward = float(success) if self._shaping is None else self._shaping(success)
+        return self._observe(raw_obs), reward, success, truncated, {"success": success}
 
     def render(self) -> np.ndarray | None:  # type: ignore[override]
         """The agentview frame of the current state (upright, ``image_size``)."""

@@ -72,7 +72,7 @@ def _axis_angle(r: np.ndarray) -> np.ndarray:
     return axis * angle
 
 
-def _collision_vertices(sim: Any, body_id: int) -> list[np.ndarray]:
+def collision_vertices(sim: Any, body_id: int) -> list[np.ndarray]:
     """Body-frame vertices of each collision geom of a body (boxes as their 8 corners)."""
     m = sim.model
     geoms = []
@@ -120,11 +120,11 @@ class LiberoObjectExpert:
         sim = e.sim
         self.obj, basket = e.obj_of_interest[0], e.obj_of_interest[1]
         self.obj_id = e.obj_body_id[self.obj]
-        self.obj_geoms = _collision_vertices(sim, self.obj_id)
+        self.obj_geoms = collision_vertices(sim, self.obj_id)
         basket_id = e.obj_body_id[basket]
         self.region = f"{basket}_contain_region"
         # The rim: the basket's highest collision point now (it is not moved during an episode).
-        verts = np.concatenate(_collision_vertices(sim, basket_id))
+        verts = np.concatenate(collision_vertices(sim, basket_id))
         r = sim.data.body_xmat[basket_id].reshape(3, 3)
         self.rim_z = float((verts @ r.T + sim.data.body_xpos[basket_id])[:, 2].max())
         self.grip_site = sim.model.site_name2id(GRIP_SITE)

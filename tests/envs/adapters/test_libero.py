@@ -210,6 +210,44 @@ def test_privileged_state_mode_adds_object_poses_and_renders_nothing():
         env.close()
 
 
+def test_a_reward_type_that_is_unknown_or_undefined_for_the_suite_is_refused_before_any_scene_is_built(monkeypatch):
+    monkeypatch.setattr(LiberoEnv, "_build", lambda *a: pytest.fail("a scene was built"))
+    with pytest.raises(ValueError, match=r"env.kwargs.reward_type: 'sparse' or 'dense', got 'shaped'"):
+        LiberoObject(obs_mode="state", task_ids=[0], reward_type="shaped")
+    with pytest.raises(ValueError, match=r"env.kwargs.reward_type: dense is defined for LIBERO-Object-v0's "
+                                         r"pick-and-place tasks, not LIBERO-Goal-v0"):
+        ENVS.resolve("LIBERO-Goal-v0")(obs_mode="state", task_ids=[0], reward_type="dense")
+
+
+def test_the_dense_reward_rises_through_the_expert_s_stages_and_is_zero_on_success():
+    from embodied.envs.adapters.libero.expert import LiberoObjectExpert
+
+    env = LiberoObject(obs_mode="state", max_episode_steps=280, task_ids=[0], reward_type="dense")
+    expert = LiberoObjectExpert()
+    try:
+        obs, _ = env.reset(options={"task_id": 0, "init_state": 0})
+        expert.reset(env)
+        rewards, seen = [], {}
+        for _ in range(280):
+            obs, reward, terminated, truncated, info = env.step(expert.act(env, obs))
+            rewards.append(reward)
+            if not terminated:
+                for name, value in env._shaping.progress()[1].items():
+                    seen[name] = max(seen.get(name, 0.0), value)
+            if terminated or truncated:
+                break
+        assert terminated and info["success"] and rewards[-1] == 0.0  # success: 0, and the episode ends
+        before = np.array(rewards[:-1])
+        assert before.min() >= -1.0 and before.max() <= -0.2  # 0.8 p - 1 before success
+        assert seen["reach"] > 0.8 and seen["grasp"] == 1.0 and seen["lift"] == 1.0 and seen["place"] > 0.8
+        assert before[-10:].mean() > before[:10].mean() + 0.5  # the carry over the basket pays more than the start
+        env.reset(options={"task_id": 0, "init_state": 0})
+        idle = [env.step(np.zeros(7, dtype=np.float32))[1] for _ in range(5)]
+        assert max(idle) < -0.9  # far from the object, nothing grasped: near -1
+    finally:
+        env.close()
+
+
 def test_init_states_that_do_not_match_the_model_name_the_task_and_both_sizes(tmp_path):
     task = suites.suite_tasks("libero_object")[0]
     np.savez(tmp_path / f"{task.name}.npz", states=np.zeros((3, 42)))
