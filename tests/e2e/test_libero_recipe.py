@@ -113,3 +113,41 @@ def test_pi0_gpu_recipe_loads_and_validates_with_a_pi0_folder(tmp_path):
     with pytest.raises(ConfigError, match="policy.action_chunk: 5 executed actions, but the checkpoint predicts "
                                           "chunks of 4"):
         load_config(PI0_GPU, [f"policy.model_path={folder}", "policy.device=auto"])
+
+
+RLPD = CONFIGS / "libero_object_mlp_rlpd.yaml"
+
+
+@pytest.mark.slow
+def test_rlpd_recipe_collects_dense_demonstrations_clones_them_and_fine_tunes_after_the_critic_warm_up(tmp_path):
+    """The header's three commands, shortened: demonstrations carry the recipe's dense reward, SFT clones them,
+    and RL from that clone trains the critics alone for the warm-up's iteration, then AWAC's actor as well."""
+    import datasets
+    import torch
+
+    from embodied.checkpoint import find_checkpoint, load_checkpoint
+    from embodied.collect import collect
+    from embodied.sft import sft
+
+    short = [*SHORT, "cluster.backend=local", "cluster.num_env_workers=1", "env.max_episode_steps=40",
+             "sft.epochs=1", "sft.batch_size=8", "sft.val_fraction=0", "algorithm.batch_size=8",
+             "algorithm.learning_starts=4", "algorithm.critic_warmup_iterations=1", "runner.iterations=3",
+             f"experiment.output_dir={tmp_path}"]
+    cfg = load_config(RLPD, short)
+    assert (cfg.env.kwargs["reward_type"], cfg.algorithm.awr_temperature, cfg.env.kwargs["train_init_states"]) == (
+        "dense", 1.0, "sampled")
+    demos = tmp_path / "demos"
+    collect(cfg, episodes=2, out=demos, keep_failed=True)  # 40 steps: the expert is still on its way
+    rewards = torch.tensor([r for row in datasets.load_from_disk(str(demos))["rewards"] for r in row])
+    assert rewards.min() >= -1.0 and rewards.max() <= -0.2 and rewards.max() > rewards.min()  # staged, not 0/1
+    cloned = sft(load_config(RLPD, [*short, f"sft.dataset={demos}"]))
+    result = train(load_config(RLPD, [*short, f"algorithm.demos={demos}", f"policy.init_from={cloned.checkpoint}"]))
+    assert [h["sac/critic_warmup"] for h in result.history] == [1.0, 0.0, 0.0]
+    assert all(h["rlpd/demo_share"] == 0.5 for h in result.history)
+
+    def actor(path):
+        policy = load_checkpoint(find_checkpoint(path))["actor"]["policy"]
+        return {k: v for k, v in policy.items() if "critic" not in k}
+
+    start, end = actor(cloned.checkpoint), actor(result.checkpoint)
+    assert start.keys() == end.keys() and any(not torch.equal(start[k], end[k]) for k in start)  # AWAC moved it

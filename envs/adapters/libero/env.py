@@ -59,8 +59,8 @@ import gymnasium as gym
 import numpy as np
 
 from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES, EnvFootprint, EvalEpisode, Obs
-from embodied.envs.adapters.libero.shaping import SHAPED_SUITES, PickPlaceShaping
 from embodied.envs.adapters.libero.render import gl_strings, release_gl, render_cameras
+from embodied.envs.adapters.libero.shaping import SHAPED_SUITES, PickPlaceShaping
 from embodied.envs.adapters.libero.suites import (
     LiberoSetupError, Suite, TaskInfo, import_libero, load_init_states, objects_of_interest, select_tasks, suite_for)
 
