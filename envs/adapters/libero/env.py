@@ -147,7 +147,6 @@ class LiberoEnv(gym.Env):
         self.max_episode_steps, self.image_size = max_episode_steps, image_size
         self.train_init_states, self.init_states_dir = train_init_states, init_states_dir
         self.settle_steps, self.hard_reset, self.one_pass = settle_steps, hard_reset, one_pass
-        self.reward_type = reward_type
         self._shaping = PickPlaceShaping() if reward_type == "dense" else None
         self.num_objects = max(len(objects_of_interest(t)) for t in self.tasks) if obs_mode == "state" else 0
         self.observation_space = gym.spaces.Dict(self._spaces())

@@ -72,7 +72,7 @@ def _axis_angle(r: np.ndarray) -> np.ndarray:
     return axis * angle
 
 
-def collision_vertices(sim: Any, body_id: int) -> list[np.ndarray]:
+def _collision_vertices(sim: Any, body_id: int) -> list[np.ndarray]:
     """Body-frame vertices of each collision geom of a body (boxes as their 8 corners)."""
     m = sim.model
     geoms = []
@@ -88,6 +88,13 @@ def collision_vertices(sim: Any, body_id: int) -> list[np.ndarray]:
             verts = corners * np.array(m.geom_size[g][:3])
         geoms.append(verts @ _quat2mat(m.geom_quat[g]).T + m.geom_pos[g])
     return geoms
+
+
+def body_top(sim: Any, body_id: int) -> float:
+    """World height of a body's highest collision point now (a basket's rim)."""
+    verts = np.concatenate(_collision_vertices(sim, body_id))
+    r = sim.data.body_xmat[body_id].reshape(3, 3)
+    return float((verts @ r.T + sim.data.body_xpos[body_id])[:, 2].max())
 
 
 class LiberoObjectExpert:
@@ -120,13 +127,10 @@ class LiberoObjectExpert:
         sim = e.sim
         self.obj, basket = e.obj_of_interest[0], e.obj_of_interest[1]
         self.obj_id = e.obj_body_id[self.obj]
-        self.obj_geoms = collision_vertices(sim, self.obj_id)
+        self.obj_geoms = _collision_vertices(sim, self.obj_id)
         basket_id = e.obj_body_id[basket]
         self.region = f"{basket}_contain_region"
-        # The rim: the basket's highest collision point now (it is not moved during an episode).
-        verts = np.concatenate(collision_vertices(sim, basket_id))
-        r = sim.data.body_xmat[basket_id].reshape(3, 3)
-        self.rim_z = float((verts @ r.T + sim.data.body_xpos[basket_id])[:, 2].max())
+        self.rim_z = body_top(sim, basket_id)  # the basket is not moved during an episode
         self.grip_site = sim.model.site_name2id(GRIP_SITE)
         self.finger_qpos = [sim.model.get_joint_qpos_addr(j) for j in FINGER_JOINTS]
         self.phase, self.timer = "approach", 0

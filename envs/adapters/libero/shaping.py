@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from embodied.envs.adapters.libero.expert import GRIP_SITE, collision_vertices
+from embodied.envs.adapters.libero.expert import GRIP_SITE, body_top
 from embodied.envs.mujoco_base import closeness, staged_reward
 
 LIFT_CLEARANCE = 0.06  # metres of the object's origin over the basket's rim at which lift is complete
@@ -40,9 +40,6 @@ class PickPlaceShaping:
     reads them (the object's body inside the site ``<basket>_contain_region``).
     """
 
-    def __init__(self) -> None:
-        self.start_z = 0.0
-
     def reset(self, raw_env: Any) -> None:
         """Read the scene after a reset: the bodies, the grip site, the basket's rim and the object's height."""
         e = raw_env
@@ -52,10 +49,7 @@ class PickPlaceShaping:
         self.obj_id = e.obj_body_id[self.obj]
         self.region = sim.model.site_name2id(f"{basket}_contain_region")
         self.grip_site = sim.model.site_name2id(GRIP_SITE)
-        basket_id = e.obj_body_id[basket]
-        verts = np.concatenate(collision_vertices(sim, basket_id))
-        rot = sim.data.body_xmat[basket_id].reshape(3, 3)
-        rim_z = float((verts @ rot.T + sim.data.body_xpos[basket_id])[:, 2].max())
+        rim_z = body_top(sim, e.obj_body_id[basket])
         self.start_z = float(sim.data.body_xpos[self.obj_id][2])
         self.lift_z = max(rim_z + LIFT_CLEARANCE, self.start_z + 1e-3)
 
