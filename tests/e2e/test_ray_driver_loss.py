@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from embodied.config import ConfigError
 from embodied.placement import check_reachable
 
 pytestmark = pytest.mark.slow
@@ -110,28 +111,55 @@ def test_no_worker_outlives_a_sigkilled_driver_that_started_its_own_ray(tmp_path
         kill_all(below)  # what Ray itself leaves (its dashboard and runtime-env agents linger)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_head(env: dict[str, str], log: Path, tries: int = 3) -> tuple[int, subprocess.Popen]:
+    """`ray start --head --block` on a free loopback port, retried on a fresh port when the head exits or does not
+    listen within 120 s (the port probed free can be taken before Ray binds it; a loaded machine starts slowly).
+    Fails with the head's own output, which is what says why."""
+    for attempt in range(1, tries + 1):
+        port = free_port()
+        head = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--head", "--port", str(port),
+                                 "--num-cpus", "2", "--block", "--include-dashboard", "false",
+                                 "--disable-usage-stats"], env=env, stdout=log.open("a"), stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        deadline = time.monotonic() + 120
+        while head.poll() is None and time.monotonic() < deadline:
+            try:
+                check_reachable(f"127.0.0.1:{port}", 2)
+                return port, head
+            except ConfigError:  # not listening yet
+                continue
+        stop_head(head)
+        with log.open("a") as f:
+            f.write(f"\n-- try {attempt} on port {port}: the head {'exited' if head.poll() else 'did not listen'}\n")
+    pytest.fail(f"`ray start --head` did not listen in {tries} tries; its output:\n{log.read_text()[-4000:]}")
+
+
+def stop_head(head: subprocess.Popen) -> None:
+    below = descendants(head.pid)
+    head.terminate()
+    try:
+        head.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        head.kill()
+    kill_all(below)
+
+
 @pytest.fixture(scope="module")
 def loopback_head(tmp_path_factory) -> Iterator[tuple[str, dict[str, str], subprocess.Popen]]:
     """`ray start --head` on a free loopback port (token authentication on, as Ray now defaults to)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16), "WANDB_MODE": "disabled",
            "PYTHONPATH": str(ROOT)}
-    head = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--head", "--port", str(port),
-                             "--num-cpus", "2", "--block", "--include-dashboard", "false", "--disable-usage-stats"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    port, head = start_head(env, tmp_path_factory.mktemp("ray_head") / "head.log")
     try:
-        check_reachable(f"127.0.0.1:{port}", 60)
         yield f"127.0.0.1:{port}", env, head
     finally:
-        below = descendants(head.pid)
-        head.terminate()
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            head.kill()
-        kill_all(below)
+        stop_head(head)
 
 
 def test_no_worker_outlives_a_sigkilled_driver_on_an_existing_cluster(tmp_path, loopback_head):
