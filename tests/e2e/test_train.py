@@ -168,20 +168,13 @@ def test_training_joins_an_existing_ray_cluster_and_leaves_it_running(tmp_path):
     """`ray start --head` on loopback (token authentication on, as Ray now defaults to), a short run
     against it through cluster.address, then the head is stopped by the test, not by the run."""
     import secrets
-    import socket
 
     from embodied.placement import check_reachable
+    from tests.e2e.ray_head import start_head, stop_head
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16), "WANDB_MODE": "disabled"}
-    ray_bin = Path(sys.executable).with_name("ray")
-    head = subprocess.Popen([str(ray_bin), "start", "--head", "--port", str(port), "--num-cpus", "2", "--block",
-                             "--include-dashboard", "false", "--disable-usage-stats"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port, head = start_head(env, tmp_path / "head.log")
     try:
-        check_reachable(f"127.0.0.1:{port}", 60)
         run = subprocess.run([sys.executable, "-m", "embodied.cli", "train", str(RECIPE), "cluster.backend=ray",
                               f"cluster.address=127.0.0.1:{port}", "runner.iterations=2", "runner.eval_every=0",
                               "runner.eval_video=none", "env.num_envs=8", "eval_env.num_envs=4",
@@ -192,5 +185,4 @@ def test_training_joins_an_existing_ray_cluster_and_leaves_it_running(tmp_path):
         assert list(tmp_path.glob("*/checkpoints/iter_000002/trainer.pt"))
         check_reachable(f"127.0.0.1:{port}", 5)  # the run disconnected; the cluster is still up
     finally:
-        head.terminate()
-        head.wait(timeout=60)
+        stop_head(head)
