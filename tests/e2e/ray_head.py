@@ -4,6 +4,7 @@ it: several slow tests join a run to an existing cluster this way."""
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -51,6 +52,12 @@ def kill_all(pids: list[int]) -> None:
                 pass
 
 
+def token_env(**extra: str) -> dict[str, str]:
+    """This process's environment with token authentication on (as Ray now defaults to) and wandb off."""
+    return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16), "WANDB_MODE": "disabled",
+            **extra}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -63,10 +70,11 @@ def start_head(env: dict[str, str], log: Path, tries: int = 3) -> tuple[int, sub
     Fails with the head's own output, which is what says why."""
     for attempt in range(1, tries + 1):
         port = free_port()
-        head = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--head", "--port", str(port),
-                                 "--num-cpus", "2", "--block", "--include-dashboard", "false",
-                                 "--disable-usage-stats"], env=env, stdout=log.open("a"), stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        with log.open("a") as out:  # the head holds its own copy of the file
+            head = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--head", "--port",
+                                     str(port), "--num-cpus", "2", "--block", "--include-dashboard", "false",
+                                     "--disable-usage-stats"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
         deadline = time.monotonic() + 120
         while head.poll() is None and time.monotonic() < deadline:
             try:

@@ -6,7 +6,6 @@ loopback. Only processes these tests start are killed."""
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from embodied.placement import check_reachable
-from tests.e2e.ray_head import alive, descendants, kill_all, start_head, stop_head
+from tests.e2e.ray_head import alive, descendants, kill_all, start_head, stop_head, token_env
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,8 +78,7 @@ def test_no_worker_outlives_a_sigkilled_driver_that_started_its_own_ray(tmp_path
 @pytest.fixture(scope="module")
 def loopback_head(tmp_path_factory) -> Iterator[tuple[str, dict[str, str], subprocess.Popen]]:
     """`ray start --head` on a free loopback port (token authentication on, as Ray now defaults to)."""
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16), "WANDB_MODE": "disabled",
-           "PYTHONPATH": str(ROOT)}
+    env = token_env(PYTHONPATH=str(ROOT))
     port, head = start_head(env, tmp_path_factory.mktemp("ray_head") / "head.log")
     try:
         yield f"127.0.0.1:{port}", env, head

@@ -167,12 +167,10 @@ def test_an_unreachable_cluster_address_fails_within_the_timeout_and_leaves_no_r
 def test_training_joins_an_existing_ray_cluster_and_leaves_it_running(tmp_path):
     """`ray start --head` on loopback (token authentication on, as Ray now defaults to), a short run
     against it through cluster.address, then the head is stopped by the test, not by the run."""
-    import secrets
-
     from embodied.placement import check_reachable
-    from tests.e2e.ray_head import start_head, stop_head
+    from tests.e2e.ray_head import start_head, stop_head, token_env
 
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16), "WANDB_MODE": "disabled"}
+    env = token_env()
     port, head = start_head(env, tmp_path / "head.log")
     try:
         run = subprocess.run([sys.executable, "-m", "embodied.cli", "train", str(RECIPE), "cluster.backend=ray",
