@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from embodied.config import ActorConfig, AlgorithmConfig, Config
+from embodied.algorithms.ppo_config import PPOConfig
+from embodied.config import ActorConfig, Config
 from embodied.config.schema import ClusterConfig
 from embodied.policy import PolicyConfig, PolicySpec
 from embodied.types import Trajectory
@@ -56,7 +57,7 @@ def rollout(policy_cfg: PolicyConfig, spec: PolicySpec, obs: Any, envs: int, ste
     """``parts`` rollout ranks' trajectories of ``envs / parts`` envs each, acted by the initial policy."""
     from embodied.workers.actor_worker import ActorWorker
 
-    policy = ActorWorker(policy_cfg, spec, AlgorithmConfig(), ActorConfig(), 1, 0).policy
+    policy = ActorWorker(policy_cfg, spec, PPOConfig(), ActorConfig(), 1, 0).policy
     out = []
     for part in range(parts):
         with torch.no_grad():
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         for strategy in (["ddp"] if n == 1 else args.strategies.split(",")):
             cfg = Config()
             cfg.policy = policy_cfg
-            cfg.algorithm = AlgorithmConfig(update_epochs=1, num_minibatches=args.minibatches)
+            cfg.algorithm = PPOConfig(update_epochs=1, num_minibatches=args.minibatches)
             cfg.actor = ActorConfig(num_ranks=n, strategy=strategy)  # type: ignore[arg-type]
             cfg.runner.iterations = 10
             update, sync = measure(cfg, spec, trajectories, args.repeats)

@@ -27,7 +27,7 @@ from dataclasses import fields
 import numpy as np
 import torch
 
-from embodied.algorithms.sac import ReplaySample, chunk_reward, n_step_returns
+from embodied.algorithms.transitions import ReplaySample, chunk_reward, n_step_returns
 from embodied.config import ConfigError
 from embodied.data import Demonstrations, ReadOptions, open_demonstrations
 from embodied.policy import PolicySpec

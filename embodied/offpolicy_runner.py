@@ -1,4 +1,5 @@
-"""The off-policy training loop (``algorithm.name: sac``): rollout epochs feed replay in the actor, and, with
+"""The off-policy training loop (an algorithm whose config is an ``OffPolicyConfig``): rollout epochs feed replay in
+the actor, and, with
 ``algorithm.overlap`` (the default), the next epoch runs while the actor makes this one's updates.
 
 One iteration ``it`` of the run (``embodied.runner.run``, shared with the PPO runners: eval, logging and
@@ -19,7 +20,7 @@ when an epoch outlasts an update. Who waits for whom is logged in seconds, overl
 ``time/actor_wait`` (the actor waiting for an epoch's data), ``time/rollout_wait`` (the rollout workers idle
 between epochs, waiting to be let start the next) and ``time/sync`` (the rollout workers loading new weights
 before the epoch), beside ``time/rollout`` and ``time/update``. In turn the actor waits through every sync and
-epoch, and the rollouts through every update; ``embodied bench``'s SAC row reports both waits as shares of the
+epoch, and the rollouts through every update; ``embodied bench``'s off-policy row reports both waits as shares of the
 loop's time (``embodied.bench.sac``).
 Between iterations nothing runs, so evals, logging and checkpoints see the workers at rest, in the same order
 in every run of a config.
@@ -37,7 +38,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from embodied.config import Config
+from embodied.config import Config, OffPolicyConfig
 from embodied.evaluation import episode_metrics
 from embodied.rollout_producer import RolloutProducer, Start
 from embodied.workers.group import Workers
@@ -48,7 +49,10 @@ class OffPolicyIterations(RolloutProducer):
     every ``algorithm.sync_every`` updates."""
 
     def __init__(self, workers: Workers, cfg: Config) -> None:
-        self.cfg = cfg
+        assert isinstance(cfg.algorithm, OffPolicyConfig)
+        self.cfg, self.algo = cfg, cfg.algorithm
+        # The learner's name prefixes its metrics (``<name>/updates``, the gradient updates of an iteration).
+        self.prefix: str = cfg.algorithm.learner().name
         self.since_sync: int | None = None  # gradient updates since the weights were last sent (None: send now)
         self.scheduled: dict[int, Start] = {}  # rollouts let start, not yet started (by index)
         self.started = 0  # rollouts let start in this process
@@ -60,7 +64,7 @@ class OffPolicyIterations(RolloutProducer):
     def _let_start(self, it: int) -> bool:
         """Let the next rollout start (for iteration ``it``), with new weights if ``sync_every`` updates were made
         since the last sync; returns whether they were sent."""
-        sync = self.since_sync is None or self.since_sync >= self.cfg.algorithm.sync_every
+        sync = self.since_sync is None or self.since_sync >= self.algo.sync_every
         weights = None
         if sync:  # a handle (Ray ships the weights once, by reference); colocated: (version, None)
             weights = self.workers.actor_group.call("weights", self.workers.colocated)[0]
@@ -77,12 +81,13 @@ class OffPolicyIterations(RolloutProducer):
         epoch = self.take()
         t1 = time.perf_counter()
         runner = self.cfg.runner
-        ahead = self.cfg.algorithm.overlap and it < runner.iterations and not runner.checkpoints_at(it)
+        ahead = self.algo.overlap and it < runner.iterations and not runner.checkpoints_at(it)
         if ahead:  # epoch it + 1 runs during this update, with the weights from before it
             synced = self._let_start(it + 1) or synced
         metrics = self.workers.update(epoch.rollout, it)
         t2 = time.perf_counter()
-        self.since_sync = (self.since_sync or 0) + int(metrics["sac/updates"])
+        updates = metrics[f"{self.prefix}/updates"]
+        self.since_sync = (self.since_sync or 0) + int(updates)
         if ahead:
             self.wait_produced(self.started)  # at rest between iterations (its failure is raised by the next take)
         t3 = time.perf_counter()
@@ -90,10 +95,11 @@ class OffPolicyIterations(RolloutProducer):
         metrics |= episode_metrics("env", [e for r in epoch.rollout for e in r.episodes])
         metrics |= {"time/rollout": epoch.seconds, "time/update": t2 - t1, "time/sync": epoch.sync_seconds,
                     "time/actor_wait": (t1 - t0) + (t3 - t2), "time/rollout_wait": self.waited(),
-                    "env_steps_per_s": steps / epoch.seconds,
-                    "sac/synced": float(synced), "sac/updates_since_sync": float(self.since_sync),
-                    "sac/behaviour_version": float(epoch.version), "sac/overlap": float(ahead),
-                    "sac/updates_per_s": metrics["sac/updates"] / max(t2 - t1, 1e-9)}
+                    "env_steps_per_s": steps / epoch.seconds}
+        loop = {"synced": float(synced), "updates_since_sync": float(self.since_sync),
+                "behaviour_version": float(epoch.version), "overlap": float(ahead),
+                "updates_per_s": updates / max(t2 - t1, 1e-9)}
+        metrics |= {f"{self.prefix}/{key}": value for key, value in loop.items()}
         return metrics, steps
 
     def pause(self) -> dict[str, Any]:

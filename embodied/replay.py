@@ -3,7 +3,7 @@
 Filled from the ``Trajectory`` objects the rollout workers send over the ``trajectories`` channel (recorded
 with their observations: ``Trajectory.observations`` / ``next_observations``). One row is one chunk step of
 one env: the obs as the env gave it (uint8 images stay uint8), the chunk ``[C, A]``, its discounted reward
-and bootstrap discount (``embodied.algorithms.sac.chunk_reward``), whether it bootstraps (not terminated)
+and bootstrap discount (``embodied.algorithms.transitions.chunk_reward``), whether it bootstraps (not terminated)
 and the next obs (``final_obs`` where the episode ended). With ``n_step`` > 1 the reward, discount, bootstrap
 and next obs are those of the n-step return from that chunk on (``n_step_returns``): up to n chunk steps of the
 same env within the trajectory, stopping where its episode ends. All on the CPU; when full the oldest rows go first.
@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from embodied.algorithms.sac import ReplaySample, chunk_reward, n_step_returns
+from embodied.algorithms.transitions import ReplaySample, chunk_reward, n_step_returns
 from embodied.types import Trajectory
 
 _FIELDS = ("actions", "reward", "discount", "bootstrap")

@@ -28,10 +28,9 @@ import numpy as np
 import torch
 import yaml
 
-from embodied.algorithms import is_off_policy, worker_policy_config
 from embodied.atomic import DiskFullError
 from embodied.checkpoint import check_init_from, prune_checkpoints, remove_partial
-from embodied.config import Config, ConfigError, to_dict
+from embodied.config import Config, ConfigError, OffPolicyConfig, to_dict
 from embodied.config.schema import due
 from embodied.config.validate import whole_episode_problems
 from embodied.demo_replay import fit_demos, open_demos
@@ -110,7 +109,7 @@ def train(cfg: Config) -> TrainResult:
     """Train ``cfg`` to completion (``runner.mode``: sync here, async in ``embodied.async_runner``; an off-policy
     algorithm in ``embodied.offpolicy_runner``);
     every worker is stopped on the way out, also on error."""
-    if is_off_policy(cfg.algorithm.name):  # SAC: replay in the actor, updates paced to the UTD ratio
+    if cfg.algorithm.off_policy:  # replay in the actor, updates paced to the UTD ratio
         from embodied.offpolicy_runner import OffPolicyIterations
 
         return run(cfg, OffPolicyIterations)
@@ -185,14 +184,14 @@ def check_before_start(cfg: Config) -> None:
     cap the envs will run (the env's own when the config sets none), check-env's fast checks on
     one env (``env.preflight``), and the ``policy.init_from`` checkpoint against the policy config; an off-policy
     algorithm's policy must have Q-functions (``embodied.q_functions``), and ``algorithm.demos`` must fit the env."""
-    if is_off_policy(cfg.algorithm.name):
+    if cfg.algorithm.off_policy:
         try:
-            require_q_functions(worker_policy_config(cfg.policy, cfg.algorithm), cfg.algorithm.name)
+            require_q_functions(cfg.algorithm.worker_policy(cfg.policy), cfg.algorithm.name)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     check_env_config(cfg.env, "env")
     check_env_config(cfg.resolved_eval_env(), "eval_env")
-    problems = whole_episode_problems(cfg, episode_steps(cfg.env))  # GRPO, against the cap the envs will run
+    problems = whole_episode_problems(cfg, episode_steps(cfg.env))  # against the cap the envs will run
     if problems:
         raise ConfigError("; ".join(problems))
     if cfg.env.preflight:
@@ -203,7 +202,8 @@ def check_before_start(cfg: Config) -> None:
             check_init_from(cfg.policy.init_from, cfg.policy)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    if cfg.algorithm.demos:  # RLPD: the demonstrations against one env's spec, before the actor reads them
+    # RLPD: the demonstrations against one env's spec, before the actor reads them
+    if isinstance(cfg.algorithm, OffPolicyConfig) and cfg.algorithm.demos:
         data = open_demos(cfg.algorithm.demos, cfg.policy.action_chunk)
         fit_demos(data, env_spec(cfg.env), cfg.policy.action_chunk)
 
@@ -263,6 +263,7 @@ def train_iteration(workers: Workers, cfg: Config, it: int) -> tuple[dict[str, f
     """Sync, rollout, update: the iteration's metrics and the env sub-steps it ran."""
     t0 = time.perf_counter()
     workers.sync_weights()
+    assert workers.algorithm is not None  # an on-policy run (an off-policy one has its own loop)
     reset = workers.algorithm.rollout_reset(it, cfg.env.num_envs, cfg.experiment.seed)
     trajectories = workers.rollout(cfg.rollout.chunk_steps, it, reset)
     t1 = time.perf_counter()

@@ -1,16 +1,22 @@
 """RL maths as pure functions of tensors, and the algorithms the actor trains with.
 
-Algorithms are found by ``algorithm.name`` through ``embodied.registry.ALGORITHMS`` (entry points
-of the ``embodied.algorithms`` group: ``ppo``, ``grpo``, ``sac``, ``dsrl``), as envs and policies are.
+Algorithms are found by ``algorithm.name`` through ``embodied.registry.ALGORITHMS`` (entry points of the
+``embodied.algorithms`` group), as envs and policies are: each name stands for a configuration class
+(``embodied.config.AlgorithmConfig``), which is the ``algorithm:`` section and names what trains with it. The
+built-ins: ``ppo`` (``ppo_config.PPOConfig``), ``grpo`` (``grpo_config.GRPOConfig``), ``sac`` (``sac_config.SACConfig``)
+and ``dsrl`` (``dsrl_config.DSRLConfig``). Names are imported on first use, so that a config loads without torch.
 """
 
 from __future__ import annotations
 
-from embodied.algorithms.base import Algorithm, LossOutput, RolloutReset, is_off_policy, worker_policy_config
-from embodied.algorithms.gae import compute_gae
-from embodied.algorithms.grpo import episode_mean_weights, group_advantages, grpo_loss
-from embodied.algorithms.ppo import PPOLossOutput, normalize_advantages, ppo_loss
+from embodied.registry import lazy_attributes
 
-__all__ = ["Algorithm", "LossOutput", "PPOLossOutput", "RolloutReset", "compute_gae", "episode_mean_weights",
-           "group_advantages", "grpo_loss", "is_off_policy", "normalize_advantages", "ppo_loss",
-           "worker_policy_config"]
+DEFAULT_NAME = "ppo"  # algorithm.name when a config leaves it out
+
+_WHERE = {
+    "Algorithm": "base", "LossOutput": "base", "OffPolicyLearner": "base", "RolloutReset": "base",
+    "compute_gae": "gae", "episode_mean_weights": "grpo", "group_advantages": "grpo", "grpo_loss": "grpo",
+    "PPOLossOutput": "ppo", "normalize_advantages": "ppo", "ppo_loss": "ppo",
+}
+__getattr__ = lazy_attributes(__name__, _WHERE)
+__all__ = ["DEFAULT_NAME", *sorted(_WHERE)]

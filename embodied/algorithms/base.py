@@ -1,10 +1,11 @@
-"""What the actor asks of a training algorithm (``algorithm.name``, found through a registry).
+"""What the actor asks of a training algorithm (``algorithm.name``, whose config class names it): two protocols.
 
-An algorithm turns the rollout's trajectories into a flat batch of chunk steps with advantages
-(``prepare``), and a minibatch of the policy's replayed outputs into a loss (``loss``). It may
-ask the env workers to reset every env at the start of each rollout epoch (``rollout_reset``),
-as GRPO does so that a group of envs starts from one seed. The maths lives in pure functions
-beside each algorithm (``gae.py``, ``ppo.py``, ``grpo.py``).
+``Algorithm`` is on-policy and trained by ``ActorWorker``: it turns the rollout's trajectories into a flat batch of
+chunk steps with advantages (``prepare``), and a minibatch of the policy's replayed outputs into a loss (``loss``).
+It may ask the env workers to reset every env at the start of each rollout epoch (``rollout_reset``), as GRPO does
+so that a group of envs starts from one seed. ``OffPolicyLearner`` is stepped on replay batches by
+``OffPolicyActorWorker``. The maths lives in pure functions beside each algorithm (``gae.py``, ``ppo.py``,
+``grpo.py``, ``sac.py``, ``transitions.py``).
 """
 
 from __future__ import annotations
@@ -12,16 +13,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 
-from embodied.registry import ALGORITHMS
 from embodied.types import Trajectory
-
-if TYPE_CHECKING:
-    from embodied.config import AlgorithmConfig
-    from embodied.policy_config import PolicyConfig
 
 
 @dataclass
@@ -133,17 +129,32 @@ class Algorithm(Protocol):
         ``mb`` is one part of a larger minibatch and every mean is taken through it (see ``Averages``)."""
 
 
-def is_off_policy(name: str) -> bool:
-    """Whether ``algorithm.name`` trains from replay (its class says ``off_policy = True``, as SAC's does): such an
-    algorithm gets the off-policy runner and actor, and rollout workers that record observations."""
-    return bool(getattr(ALGORITHMS.resolve(name), "off_policy", False))
+class OffPolicyLearner(Protocol):
+    """What ``OffPolicyActorWorker`` trains through (``OffPolicyConfig.learner()`` names the class): the learner's
+    networks beside the policy (critics, targets, a temperature), its optimizers, and one gradient step on a replay
+    batch. The worker owns replay, pacing, ranks and checkpoint I/O."""
 
+    name: ClassVar[str]  # its checkpoint keys (``<name>``, ``<name>_counters``, ``<name>_generator``) and metric prefix
+    actor_optimizer: torch.optim.Optimizer  # the policy's optimizer: a checkpoint saves it beside the policy
+    generator: torch.Generator  # the learner's random stream (this rank's), saved for exact resume
 
-def worker_policy_config(policy: PolicyConfig, algorithm: AlgorithmConfig) -> PolicyConfig:
-    """The policy the workers build: ``policy`` itself, or what the algorithm class wraps it in (its
-    ``policy_config``; DSRL: a noise actor over the frozen ``policy``)."""
-    wrap = getattr(ALGORITHMS.resolve(algorithm.name), "policy_config", None)
-    return policy if wrap is None else wrap(policy, algorithm)
+    def __init__(self, policy: Any, cfg: Any, lr: float, action_size: int, seed: int) -> None:
+        """Around ``policy`` (the actor the rollout workers act with), with ``cfg`` (its ``OffPolicyConfig``),
+        ``actor.lr``, the size of one action chunk and the run's seed."""
+
+    def rank_modules(self) -> list[torch.nn.Module]:
+        """Its own modules that must start equal on every actor rank (the policy is the worker's)."""
+
+    def step(self, batch: Any, ranks: Any = None, train_actor: bool = True, demo_rows: int = 0) -> dict[str, float]:
+        """One gradient update on a ``ReplaySample`` (this rank's share; ``ranks`` sums gradients over several);
+        ``train_actor`` False is critic warm-up; the first ``demo_rows`` rows are demonstrations. Returns its
+        logged stats, each named ``<name>/...``."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What exact resume needs of it (the policy and its optimizer travel as the worker's)."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from ``state_dict()``'s."""
 
 
 def flatten(traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor) -> dict[str, Any]:

@@ -34,19 +34,15 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
-from embodied.algorithms.sac import SAC
 from embodied.checkpoint import check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state
 from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.policy_config import policy_config_class
 from embodied.types import STATES, NoiseSteering, Obs, PolicyOutput
-
-if TYPE_CHECKING:
-    from embodied.config import AlgorithmConfig
 
 FEATURES = "dsrl_features"  # forward_inputs and replay key: what the noise actor and critics see, float32 [B, F]
 NOISE = "dsrl_noise"  # forward_inputs key: the initial noise the chunk was decoded from, float32 [B, Cn, An]
@@ -70,7 +66,7 @@ class SteerablePolicy(Protocol):
 
 @dataclass
 class DSRLPolicyConfig(PolicyConfig):
-    """The policy a dsrl run's workers build (``DSRL.policy_config``), not a ``policy.type`` of its own: the frozen
+    """The policy a dsrl run's workers build (``DSRLConfig.worker_policy``), not a ``policy.type`` of its own: the frozen
     flow policy's config (``policy``, whose ``init_from`` gives its weights) and the noise actor's settings."""
 
     type: str = "dsrl"
@@ -81,19 +77,6 @@ class DSRLPolicyConfig(PolicyConfig):
     critic_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # algorithm.noise_critic_hidden_sizes
 
     model_class: ClassVar[str] = "embodied.algorithms.dsrl:DSRLPolicy"
-
-
-class DSRL(SAC):
-    """``algorithm.name: dsrl``: SAC's off-policy loop, learner and replay, over a ``DSRLPolicy``."""
-
-    @staticmethod
-    def policy_config(policy: PolicyConfig, algorithm: AlgorithmConfig) -> PolicyConfig:
-        """The workers' policy: a noise actor over the frozen ``policy`` (``embodied.algorithms.base
-        .worker_policy_config`` asks for it)."""
-        return DSRLPolicyConfig(action_chunk=policy.action_chunk, frozen=policy, noise_scale=algorithm.noise_scale,
-                                features=algorithm.dsrl_features,
-                                hidden_sizes=list(algorithm.noise_actor_hidden_sizes),
-                                critic_hidden_sizes=list(algorithm.noise_critic_hidden_sizes))
 
 
 def build_frozen(config: PolicyConfig, spec: PolicySpec) -> Policy:

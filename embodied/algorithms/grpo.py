@@ -22,7 +22,7 @@ from embodied.algorithms.base import Averages, LossOutput, RolloutReset, flatten
 from embodied.types import Trajectory
 
 if TYPE_CHECKING:
-    from embodied.config import AlgorithmConfig
+    from embodied.algorithms.grpo_config import GRPOConfig
 
 GRPO_SEED_STRIDE = 1_000  # training seeds of iteration k start at seed + k * stride (far below eval's offset)
 
@@ -90,7 +90,7 @@ class GRPO:
     uses_values = False
     summed_metrics = frozenset({"grpo/groups", "grpo/dropped_groups"})
 
-    def __init__(self, cfg: AlgorithmConfig) -> None:
+    def __init__(self, cfg: GRPOConfig) -> None:
         self.cfg = cfg
 
     def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset:

@@ -16,7 +16,7 @@ from embodied.algorithms.gae import compute_gae
 from embodied.types import Trajectory
 
 if TYPE_CHECKING:
-    from embodied.config import AlgorithmConfig
+    from embodied.algorithms.ppo_config import PPOConfig
 
 
 @dataclass
@@ -160,7 +160,7 @@ class PPO:
     uses_values = True
     summed_metrics: frozenset[str] = frozenset()  # no batch metrics
 
-    def __init__(self, cfg: AlgorithmConfig) -> None:
+    def __init__(self, cfg: PPOConfig) -> None:
         self.cfg = cfg
 
     def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset | None:

@@ -30,69 +30,23 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import torch
 
 from embodied.algorithms.augment import random_shift
-from embodied.algorithms.base import Averages, LossOutput, RolloutReset
-from embodied.types import MAIN_IMAGES, WRIST_IMAGES, Trajectory
+from embodied.algorithms.transitions import ReplaySample, chunk_reward, n_step_returns
+from embodied.types import MAIN_IMAGES, WRIST_IMAGES
 
 if TYPE_CHECKING:
-    from embodied.config import AlgorithmConfig
+    from embodied.algorithms.sac_config import SACConfig
     from embodied.policy import Policy
+
+# Replay's rows and their maths are every off-policy learner's (``transitions``); named here too, as SAC's.
+__all__ = ["ReplaySample", "SACLearner", "chunk_reward", "n_step_returns"]
 
 
 # -- the maths ------------------------------------------------------------------------------------
-
-
-def chunk_reward(rewards: torch.Tensor, executed: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reward of a chunk and the discount of its bootstrap.
-
-    Args:
-        rewards: [B, C] per sub-step (0 where not executed).
-        executed: bool [B, C]; the executed sub-steps of a chunk are a prefix (it stops where the episode ends).
-        gamma: discount per sub-step.
-
-    Returns:
-        ``sum_k gamma^k r_k`` over the executed sub-steps [B], and ``gamma ** (executed sub-steps)`` [B].
-    """
-    powers = gamma ** torch.arange(rewards.shape[-1], dtype=rewards.dtype)
-    reward = (torch.where(executed, rewards, torch.zeros_like(rewards)) * powers).sum(-1)
-    discount = gamma ** executed.sum(-1).to(rewards.dtype)
-    return reward, discount
-
-
-def n_step_returns(reward: torch.Tensor, discount: torch.Tensor, terminated: torch.Tensor, following: torch.Tensor,
-                   n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """n-step returns over chunk transitions: each row's reward summed with those of the (up to) n - 1 chunks
-    after it, each discounted by the chunks before it, and the bootstrap of the last chunk summed.
-
-    Args:
-        reward, discount: [M] of one chunk each (``chunk_reward``): its discounted reward and ``gamma ** executed``.
-        terminated: bool [M], the episode terminated inside the row's chunk.
-        following: int64 [M], the row of the chunk after this one in the same episode, or -1 where none is known
-            (the episode ended in this chunk, or the data stops here: a rollout epoch's last chunk step).
-        n: chunks per return (1: each row as it is).
-
-    Returns:
-        ``reward_n [M]`` (``sum_j (prod_{i<j} discount_i) reward_j`` over the window), ``discount_n [M]`` (the
-        product of the window's discounts), ``bootstrap [M]`` (False where the window's last chunk terminated; a
-        truncation bootstraps from its ``final_obs``) and ``last`` int64 [M], the row whose next obs the target
-        bootstraps from. A window stops early where ``following`` is -1.
-    """
-    reward_n, discount_n = reward.clone(), discount.clone()
-    last = torch.arange(len(reward))
-    ahead = following.clone()
-    for _ in range(n - 1):
-        extend = ahead >= 0
-        row = ahead.clamp(min=0)
-        reward_n = torch.where(extend, reward_n + discount_n * reward[row], reward_n)
-        discount_n = torch.where(extend, discount_n * discount[row], discount_n)
-        last = torch.where(extend, row, last)
-        ahead = torch.where(extend, following[row], -1)
-    return reward_n, discount_n, ~terminated[last], last
 
 
 def td_target(reward: torch.Tensor, discount: torch.Tensor, bootstrap: torch.Tensor, next_q: torch.Tensor,
@@ -174,40 +128,6 @@ IMAGE_KEYS = (MAIN_IMAGES, WRIST_IMAGES)  # the inputs ``algorithm.image_shift``
 # -- the learner ------------------------------------------------------------------------------------
 
 
-@dataclass
-class ReplaySample:
-    """A batch of chunk transitions drawn from replay (``embodied.replay.ReplayBuffer.sample``)."""
-
-    obs: dict[str, torch.Tensor]  # each [B, ...], as the env gave it
-    actions: torch.Tensor  # float32 [B, C, A]
-    reward: torch.Tensor  # float32 [B], discounted over the chunk's executed sub-steps
-    discount: torch.Tensor  # float32 [B], gamma ** executed sub-steps
-    bootstrap: torch.Tensor  # bool [B], False where the episode terminated in the chunk
-    next_obs: dict[str, torch.Tensor]  # each [B, ...], final_obs where the episode ended
-
-
-class SAC:
-    """``algorithm.name: sac``: the registry entry. Trained by the off-policy actor (``embodied.workers.offpolicy``)
-    and run by ``embodied.offpolicy_runner``, so it has no PPO-style ``prepare``/``loss``."""
-
-    off_policy: ClassVar[bool] = True  # picks the off-policy runner, actor and observation recording
-    uses_values: ClassVar[bool] = False
-    summed_metrics: ClassVar[frozenset[str]] = frozenset()
-
-    def __init__(self, cfg: AlgorithmConfig) -> None:
-        self.cfg = cfg
-
-    def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset | None:
-        return None  # episodes run on across rollout epochs (auto-reset)
-
-    def prepare(self, trajectories: list[Trajectory]) -> tuple[dict[str, Any], dict[str, float]]:
-        raise TypeError("algorithm.name=sac trains from replay (SACLearner), not from prepared on-policy batches")
-
-    def loss(self, logprobs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, mb: dict[str, Any],
-             mask: torch.Tensor, warmup: bool, averages: Averages | None = None) -> LossOutput:
-        raise TypeError("algorithm.name=sac trains from replay (SACLearner), not through a PPO-style loss")
-
-
 class GradientSum(Protocol):
     """What the learner asks of several actor ranks (``embodied.workers.ranks.ProcessGroup`` is one)."""
 
@@ -218,13 +138,16 @@ class GradientSum(Protocol):
 
 
 class SACLearner:
-    """The critics, their targets, the temperature and the three optimizers around a ``QFunctionPolicy``.
+    """The critics, their targets, the temperature and the three optimizers around a ``QFunctionPolicy``: the
+    ``OffPolicyLearner`` of ``algorithm.name: sac`` and ``dsrl`` (``SACConfig.algorithm_class``).
 
     The policy is the actor (what rollouts act with and weight sync sends); the critics are built by the policy
     (``build_critics``) but live here, so they never travel to rollout workers.
     """
 
-    def __init__(self, policy: Policy, cfg: AlgorithmConfig, lr: float, action_size: int, seed: int) -> None:
+    name: ClassVar[str] = "sac"  # checkpoint keys and metric prefix (DSRL's too: its checkpoints say "sac")
+
+    def __init__(self, policy: Policy, cfg: SACConfig, lr: float, action_size: int, seed: int) -> None:
         self.policy, self.cfg = policy, cfg
         self.critics = policy.build_critics(cfg.num_critics, cfg.critic_layernorm)  # type: ignore[attr-defined]
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
@@ -243,6 +166,11 @@ class SACLearner:
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=lr)
         # The augmentation's shifts, the critic subsets and the actor's noise are drawn from it (exact resume).
         self.generator = torch.Generator().manual_seed(seed)
+
+    def rank_modules(self) -> list[torch.nn.Module]:
+        """The critics, their targets and the target encoder: made equal to rank 0's when the ranks join (the
+        temperature is a tensor the ranks' identical updates keep equal from its equal start)."""
+        return [self.critics, self.target_critics, self.target_encoder]
 
     def inputs(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The policy's forward inputs of a replay batch, its images shifted at random (``algorithm.image_shift``)."""

@@ -107,5 +107,5 @@ def loop_waits(cfg: Any, iterations: int) -> dict[str, float]:
     return {"rollout_s": round(seconds["rollout"], 3), "update_s": round(seconds["update"], 3),
             "sync_s": round(seconds["sync"], 4), "actor_wait_s": round(seconds["actor_wait"], 3),
             "rollout_wait_s": round(seconds["rollout_wait"], 3), "loop_s": round(wall, 3),
-            "updates_in_loop": int(sum(m["sac/updates"] for m in timed)),
+            "updates_in_loop": int(sum(m[f"{loop.prefix}/updates"] for m in timed)),
             **{k: round(v, 3) for k, v in shares.items()}}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from embodied.config.algorithm import OffPolicyConfig, OnPolicyConfig
 from embodied.config.loader import ConfigError, config_from_dict, load_config, to_dict
 from embodied.config.schema import (
     ActorConfig,
@@ -14,10 +15,11 @@ from embodied.config.schema import (
     LoggerConfig,
     RolloutConfig,
     RunnerConfig,
+    algorithm_config_class,
 )
 
 __all__ = [
     "ActorConfig", "AlgorithmConfig", "ClusterConfig", "Config", "ConfigError", "EnvConfig", "EvalEnvConfig",
-    "ExperimentConfig", "LoggerConfig", "RolloutConfig", "RunnerConfig", "config_from_dict", "load_config",
-    "to_dict",
+    "ExperimentConfig", "LoggerConfig", "OffPolicyConfig", "OnPolicyConfig", "RolloutConfig", "RunnerConfig",
+    "algorithm_config_class", "config_from_dict", "load_config", "to_dict",
 ]

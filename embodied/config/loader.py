@@ -19,7 +19,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from embodied.config.schema import Config
+from embodied.config.schema import AlgorithmConfig, Config, algorithm_config_class, default_algorithm_name
 from embodied.config.validate import validate
 from embodied.policy_config import PolicyConfig, policy_config_class
 from embodied.registry import UnknownNameError
@@ -150,15 +150,14 @@ def from_dict(cls: type, data: Any, path: str) -> Any:
         raise ConfigError(f"{path or 'config'}: expected a mapping, got {type(data).__name__} {data!r}")
     if cls is PolicyConfig:
         cls = _policy_class(data, path)
+    elif cls is AlgorithmConfig:
+        data = {"name": default_algorithm_name(), **data}  # the section names its algorithm, as the config says
+        cls = _algorithm_class(data, path)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = [k for k in data if k not in fields]
     if unknown:
-        key = unknown[0]
-        close = difflib.get_close_matches(str(key), fields, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"unknown field {_join(path, key)!r}{hint}; known fields of {path or 'the config'}: "
-                          f"{', '.join(fields)}")
+        raise ConfigError(_unknown_field(cls, path, str(unknown[0]), list(fields), data.get("name")))
     kwargs = {name: _convert(hints[name], data.get(name, {}), _join(path, name)) for name in fields
               if name in data or dataclasses.is_dataclass(hints[name])}  # absent section: its defaults
     return cls(**kwargs)
@@ -170,6 +169,32 @@ def _policy_class(data: dict[str, Any], path: str) -> type[PolicyConfig]:
         return policy_config_class(str(name))
     except (UnknownNameError, ImportError, TypeError) as exc:
         raise ConfigError(f"{_join(path, 'type')}: {exc}") from None
+
+
+def _algorithm_class(data: dict[str, Any], path: str) -> type[AlgorithmConfig]:
+    try:
+        return algorithm_config_class(str(data["name"]))
+    except (UnknownNameError, ImportError, TypeError) as exc:
+        raise ConfigError(f"{_join(path, 'name')}: {exc}") from None
+
+
+# Fields that moved to another section: where they are now (an old recipe is told, not just refused).
+MOVED = {"actor.adam_eps": "algorithm.adam_eps", "actor.anneal_lr": "algorithm.anneal_lr",
+         "actor.lr_warmup_iterations": "algorithm.lr_warmup_iterations"}
+
+
+def _unknown_field(cls: type, path: str, key: str, fields: list[str], name: Any = None) -> str:
+    """The error for a key ``cls`` has no field for: a moved field says where it went, an algorithm's section names
+    the algorithm, and a near miss is suggested."""
+    where = _join(path, key)
+    close = difflib.get_close_matches(key, fields, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    if where in MOVED:
+        return (f"{where}: moved to {MOVED[where]}, the algorithm's section, where it takes effect (an algorithm "
+                f"whose config has no such field refuses it)")
+    if issubclass(cls, AlgorithmConfig):
+        return f"{where}: not a field of algorithm {name!r} ({cls.__name__}); its fields: {', '.join(fields)}{hint}"
+    return f"unknown field {where!r}{hint}; known fields of {path or 'the config'}: {', '.join(fields)}"
 
 
 def _join(path: str, key: Any) -> str:

@@ -7,9 +7,10 @@ YAML files in ``configs/`` hold values only; ``embodied.config.loader`` turns th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from embodied.policy_config import PolicyConfig
+from embodied.registry import ALGORITHMS, load_entry_point
 
 
 @dataclass
@@ -84,84 +85,64 @@ class EvalEnvConfig:
     vectorization: Literal["native", "per_env"] = "per_env"
 
 
+# The package that declares the built-in algorithms names the default one (``algorithm.name`` left out).
+DEFAULT_NAME = "embodied.algorithms:DEFAULT_NAME"
+
+
 @dataclass
 class AlgorithmConfig:
-    name: str = "ppo"  # training algorithm, a registered name: ppo, grpo, sac, dsrl (see embodied.registry.ALGORITHMS)
-    gamma: float = 0.99  # discount per chunk step
-    gae_lambda: float = 0.95  # GAE lambda
-    clip_coef: float = 0.2  # PPO ratio clip (and value clip when clip_vloss)
-    clip_vloss: bool = True  # clip the value loss around the old values
-    vf_coef: float = 0.5  # value-loss weight
-    ent_coef: float = 0.0  # entropy-bonus weight
-    update_epochs: int = 4  # passes over each rollout batch
-    num_minibatches: int = 4  # minibatches per pass
-    max_grad_norm: float = 0.5  # gradient-norm clip
-    # ppo: rewards are multiplied by this before GAE, so the value head learns returns of order 1
-    # (Adam moves a weight about lr per step: a head at 0 never reaches returns of -60 at lr 1e-4).
-    # Logged returns stay in the env's units.
-    reward_scale: float = 1.0
-    normalize_advantages: bool = True  # per-minibatch advantage normalisation
-    target_kl: float | None = None  # stop the update early when approx_kl exceeds this
-    skip_nonfinite_updates: bool = False  # a minibatch with a NaN/inf loss or gradient is skipped and counted (off: the run stops)
-    # First iterations train only the value head (PPO, GRPO) or the critics (SAC, DSRL: the actor and temperature
-    # stay), after SFT, before the policy moves.
-    critic_warmup_iterations: int = 0
-    group_size: int = 8  # grpo: envs per group, sharing one reset seed (env.num_envs must be a multiple)
-    grpo_score: Literal["return", "success"] = "return"  # grpo: what is compared within a group
-    # grpo: what the loss averages over. "token": every executed sub-step of the batch (DAPO), so an episode
-    # weighs as much as it is long; "episode": each episode's sub-steps, then the episodes (DeepSeekMath's
-    # GRPO), so a group's advantages sum to zero in the loss even when successes end their episodes early.
-    grpo_loss_mean: Literal["token", "episode"] = "token"
-    clip_coef_low: float | None = None  # grpo: ratio clip below 1 (null: clip_coef)
-    clip_coef_high: float | None = None  # grpo: ratio clip above 1 (null: clip_coef; larger explores more)
-    # runner.mode=async: how many weight versions older than the actor's a trajectory may be when trained on
-    # (producers wait rather than run further ahead); 0 is synchronous PPO.
-    max_staleness: int = 1
-    # sac (embodied.algorithms.sac): a chunk [C, A] is the action; gamma above is then the discount per *sub-step*.
-    tau: float = 0.005  # sac: polyak rate of the target critics (target <- (1 - tau) target + tau online)
-    num_critics: int = 2  # sac: Q-functions in the critic ensemble (REDQ/RLPD use 10)
-    critic_subset: int = 2  # sac: the TD target takes the min over this many target critics drawn at random
-    critic_layernorm: bool = False  # sac: LayerNorm after every hidden layer of the critics (RLPD)
-    utd_ratio: float = 1.0  # sac: gradient updates per chunk transition received (update-to-data ratio)
-    sync_every: int = 1  # sac: gradient updates between weight syncs to the rollout workers
-    # sac: rollout epoch k + 1 runs while the actor makes epoch k's updates, acting with the weights from before
-    # them (embodied/offpolicy_runner.py); false: rollout and updates take turns
-    overlap: bool = True
-    batch_size: int = 256  # sac: chunk transitions per gradient update
-    replay_capacity: int = 100_000  # sac: chunk transitions the replay ring buffer holds (the oldest go first)
-    learning_starts: int = 1_000  # sac: transitions in replay before the first gradient update
-    init_alpha: float = 0.1  # sac: initial entropy temperature (then tuned)
-    critic_lr: float | None = None  # sac: the critics' (and image encoder's) learning rate (null: actor.lr)
-    target_entropy: float | None = None  # sac: entropy the temperature steers to (null: -C * A)
-    # sac: chunk transitions summed into one TD target (n-step return over chunks; 1: one chunk). A window stops where
-    # its episode ends (a truncation bootstraps from final_obs) or where the rollout epoch ends.
-    n_step: int = 1
-    checkpoint_replay: bool = True  # sac: save the replay buffer in checkpoints (false: resume is not exact)
-    # sac on images (DrQ): every update batch's images, obs and next_obs, are shifted at random by up to this many
-    # pixels (replicate-padded, cropped back); 0 disables. Only images the policy reads (policy.type=cnn_sac).
-    image_shift: int = 4
-    # RLPD (Ball et al. 2023) on sac: demonstrations in a second replay, sampled beside online replay.
-    demos: str | None = None  # sac: demonstrations folder (`embodied collect` or LeRobot) filling the demo replay
-    demo_ratio: float = 0.5  # sac with demos: share of each batch drawn from the demo replay (RLPD's symmetric 0.5)
-    # sac with demos: the actor's loss adds bc_weight * mean|Q| * the squared error between its greedy chunk and the
-    # demonstrated one, on the batch's demonstration rows (TD3+BC, Fujimoto & Gu 2021, with its alpha = 1 / bc_weight):
-    # keeps an SFT-started actor near the demonstrations while the critics are still wrong off them. 0: plain RLPD.
-    bc_weight: float = 0.0
-    # sac: what the actor maximises over the ensemble: "mean" (REDQ/RLPD) or "min", the most pessimistic critic (SAC-N,
-    # An et al. 2021): off the data the critics disagree, so the min penalises chunks that leave it.
-    actor_q: Literal["mean", "min"] = "mean"
-    # sac: null: the actor follows the critics' action gradient (SAC). A temperature: AWAC's actor instead, which
-    # regresses its greedy chunk onto replay's chunks weighted by exp(advantage / awr_temperature) (no entropy term):
-    # the critics' action gradient never reaches the actor, which only moves toward chunks replay holds.
-    awr_temperature: float | None = None
-    # DSRL (Wagenmaker et al. 2025; embodied.algorithms.dsrl): SAC (the fields above) over the initial noise of the
-    # frozen flow policy of the policy section, whose weights come from policy.init_from.
-    noise_scale: float = 1.0  # dsrl: the noise actor's output is tanh(u) * noise_scale, per noise entry
-    # dsrl: what the noise actor and critics see: "encoding", a frozen encoding the flow policy computes anyway (its
-    # backbone's or VLM prefix's features, which see the images and the instruction), or "states", the env's states.
-    dsrl_features: Literal["encoding", "states"] = "encoding"
-    noise_actor_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # dsrl: the noise actor's layers
-    noise_critic_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # dsrl: every critic's layers
+    """Fields every algorithm has. Subclasses add their own, each with a default and a doc line."""
+
+    name: str = ""  # registered algorithm name (see embodied.registry.ALGORITHMS); each subclass sets its own
+
+    algorithm_class: ClassVar[str] = ""
+    """``"module:attr"`` of what trains with this config: an ``embodied.algorithms.base.Algorithm`` (on-policy,
+    built as ``cls(config)``) or an ``OffPolicyLearner`` class (off-policy, built by ``OffPolicyConfig.learner``)."""
+    off_policy: ClassVar[bool] = False
+    """Trains from replay: the run gets the off-policy loop (``embodied.offpolicy_runner``) and actor
+    (``OffPolicyActorWorker``), and the policy the workers build must have Q-functions (``embodied.q_functions``)."""
+    records_observations: ClassVar[bool] = False
+    """Rollout workers record each observation in the trajectory (``Trajectory.observations``) for replay."""
+    needs_whole_episodes: ClassVar[bool] = False
+    """One whole episode per env per rollout epoch, every env reset at its start: ``env.auto_reset`` must be off and
+    a rollout's chunk steps must cover the env's episode cap (``whole_episode_problems``)."""
+    staleness_correction: ClassVar[bool] = False
+    """Corrects for data acted by older weights than those it trains (decoupled PPO), so ``runner.mode: async``
+    may feed it trajectories up to ``max_staleness`` versions old."""
+
+    def validate(self, cfg: Config) -> list[str]:
+        """Problems only this algorithm can see, in its own fields or against the rest of ``cfg``, each prefixed by
+        its field path (``algorithm.x``, ``env.y``). Called by the config loader before any worker starts."""
+        return []
+
+    def worker_policy(self, policy: PolicyConfig) -> PolicyConfig:
+        """The policy the workers build for this algorithm: ``policy`` itself, or what the algorithm wraps it in
+        (DSRL: a noise actor over the frozen ``policy``)."""
+        return policy
+
+    def algorithm(self) -> Any:
+        """What trains with this config: ``algorithm_class`` loaded (on first use, so torch only then)."""
+        return load_entry_point(self.algorithm_class)
+
+
+def algorithm_config_class(name: str) -> type[AlgorithmConfig]:
+    """The registered configuration dataclass for ``algorithm.name: name``."""
+    cls = ALGORITHMS.resolve(name)
+    if not (isinstance(cls, type) and issubclass(cls, AlgorithmConfig)):
+        raise TypeError(f"algorithm {name!r} resolves to {cls!r}, which is not an AlgorithmConfig subclass")
+    return cls
+
+
+def default_algorithm_name() -> str:
+    """``algorithm.name`` when a config leaves it out."""
+    return str(load_entry_point(DEFAULT_NAME))
+
+
+def default_algorithm() -> AlgorithmConfig:
+    """The default algorithm's config with its defaults (``Config()``'s ``algorithm`` section)."""
+    name = default_algorithm_name()
+    return algorithm_config_class(name)(name=name)
+
 
 
 @dataclass
@@ -172,13 +153,9 @@ class RolloutConfig:
 
 @dataclass
 class ActorConfig:
-    lr: float = 3e-4  # Adam learning rate
-    adam_eps: float = 1e-5  # Adam epsilon
-    anneal_lr: bool = True  # decay the learning rate linearly to 0 over runner.iterations
-    # Iterations over which the learning rate rises linearly from 0, per optimizer step, counted from the first
-    # policy update (after algorithm.critic_warmup_iterations). Adam's first steps move every weight by about lr
-    # whatever its gradient, before its second-moment estimate settles.
-    lr_warmup_iterations: int = 0
+    # Adam learning rate. Its epsilon and schedule are the algorithm's (algorithm.adam_eps, algorithm.anneal_lr,
+    # algorithm.lr_warmup_iterations of an on-policy algorithm), where they take effect.
+    lr: float = 3e-4
     # Data-parallel actor ranks (cluster.backend=ray): one torch.distributed process group; each minibatch is
     # split over the ranks and the gradients summed, so N ranks take the step one rank would.
     num_ranks: int = 1
@@ -287,7 +264,8 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     eval_env: EvalEnvConfig = field(default_factory=EvalEnvConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)  # replaced by the registered subclass of policy.type
-    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    # replaced by the registered subclass of algorithm.name
+    algorithm: AlgorithmConfig = field(default_factory=default_algorithm)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     runner: RunnerConfig = field(default_factory=RunnerConfig)

@@ -30,7 +30,6 @@ from embodied.checkpoint import (check_policy_spec, find_checkpoint, load_checkp
 from embodied.numerics import NonFiniteUpdateError, non_finite_terms
 from embodied.config import ActorConfig, AlgorithmConfig
 from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
-from embodied.registry import ALGORITHMS
 from embodied.types import Trajectory
 from embodied.workers.ranks import ProcessGroup, Ranks, rendezvous_address
 
@@ -52,7 +51,7 @@ class ActorWorker:
         self.algo, self.cfg, self.total_iterations, self.spec = algorithm, actor, total_iterations, spec
         self.policy_cfg = policy_cfg
         self.ranks: Ranks = Ranks()
-        self.algorithm: Algorithm = ALGORITHMS.resolve(algorithm.name)(algorithm)
+        self.algorithm: Algorithm | None = self._build_algorithm()
         self.policy: Policy = build_policy(policy_cfg, spec)
         if policy_cfg.init_from:  # e.g. an SFT checkpoint; the driver checked its type and chunk already
             state = load_checkpoint(find_checkpoint(policy_cfg.init_from))
@@ -70,10 +69,18 @@ class ActorWorker:
         self.version = 0
         self._live: dict[str, torch.Tensor] | None = None  # the live weights while the policy holds the average
 
+    def _build_algorithm(self) -> Algorithm | None:
+        """The on-policy algorithm the update runs through (``algorithm.name``'s ``algorithm_class``)."""
+        return self.algo.algorithm()(self.algo)
+
+    def _new_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+        """Adam over ``params`` with the algorithm's epsilon (``lr_at`` sets the learning rate of every step)."""
+        return torch.optim.Adam(params, lr=self.cfg.lr, eps=self.algo.adam_eps)  # type: ignore[attr-defined]
+
     def _build_optimizer(self) -> None:
         # Only what trains: a LoRA-wrapped backbone's frozen weights get no optimizer state.
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.Adam(self.params, lr=self.cfg.lr, eps=self.cfg.adam_eps)
+        self.optimizer = self._new_optimizer(self.params)
         self.device = self.params[0].device if self.params else torch.device("cpu")
         self.value_head = {id(p) for p in self.policy.value_head_parameters()}
         self._reset_average()
@@ -166,12 +173,12 @@ class ActorWorker:
 
     def lr_at(self, iteration: int, step: int) -> float:
         """The learning rate of optimizer step ``step`` (0-based) of ``iteration`` (1-based): linear decay to 0
-        over the run (``actor.anneal_lr``) times a linear rise over the first ``actor.lr_warmup_iterations``
+        over the run (``algorithm.anneal_lr``) times a linear rise over the first ``algorithm.lr_warmup_iterations``
         policy iterations. A function of the position alone, so a resumed run takes the same steps."""
         lr = self.cfg.lr
-        if self.cfg.anneal_lr:
+        if self.algo.anneal_lr:
             lr *= 1.0 - (iteration - 1) / max(self.total_iterations, 1)
-        warm = self.cfg.lr_warmup_iterations
+        warm = self.algo.lr_warmup_iterations
         policy_iteration = iteration - self.algo.critic_warmup_iterations  # the value head alone trains before
         if warm and policy_iteration > 0:
             steps = self.algo.update_epochs * self.algo.num_minibatches
@@ -359,7 +366,7 @@ class ActorWorker:
         """An unsharded CPU policy of the same config and its optimizer (same parameter order as the actor's)."""
         twin = build_policy(self.policy_cfg, self.spec)
         params = [p for p in twin.parameters() if p.requires_grad]
-        return twin, torch.optim.Adam(params, lr=self.cfg.lr, eps=self.cfg.adam_eps)
+        return twin, self._new_optimizer(params)
 
     def _load_sharded(self, state: dict[str, Any]) -> None:
         """A one-process checkpoint into the sharded policy: loaded whole into a twin, then scattered."""

@@ -17,7 +17,6 @@ from embodied.config import Config
 from embodied.placement import (ActorLostError, Backend, ClusterLostError, LocalBackend, WorkerGroup, process_rss_mib,
                                 without_frames)
 from embodied.policy import PolicySpec
-from embodied.registry import ALGORITHMS
 from embodied.types import EpisodeStats, RolloutSummary, Trajectory
 from embodied.workers.env_group import EnvGroup, exchange
 from embodied.workers.evaluator import Evaluator
@@ -26,6 +25,11 @@ from embodied.workers.launch import (dropped_envs, fresh_seed, overlaps, restart
                                      start_env_group, start_eval_envs, start_rollout_group)
 from embodied.workers.resources import check_resources
 from embodied.workers.restarts import FaultStop, Restart, RestartBudget
+
+
+def on_policy_algorithm(cfg: Config) -> Algorithm | None:
+    """The driver's copy of an on-policy algorithm (asked how envs reset); None for an off-policy one."""
+    return None if cfg.algorithm.off_policy else cfg.algorithm.algorithm()(cfg.algorithm)
 
 
 @dataclass
@@ -40,7 +44,7 @@ class Workers:
     evaluator: Evaluator
     spec: PolicySpec
     colocated: bool  # rollout workers act with the actor's own module
-    algorithm: Algorithm  # the driver's copy: asked only how envs reset before a rollout
+    algorithm: Algorithm | None  # the driver's copy: asked only how envs reset before a rollout (on-policy runs)
     train_envs: EnvGroup  # env_group with the rollout ranks' side of its exchange
     restarts: RestartBudget  # the run's restart rate (runner.max_worker_restarts...), shared with the evaluator
     weights_inbox: Channel | None = None  # async runs: new weights reach rollout workers mid-epoch (key rollout<r>)
@@ -67,7 +71,7 @@ class Workers:
         rollout = start_rollout_group(cfg, backend, spec, train, evaluation, shared, inbox)
         restarts = RestartBudget.of(cfg.runner)
         return cls(cfg, backend, train.group, rollout, actor, Evaluator(cfg, backend, evaluation, rollout, restarts),
-                   spec, colocated, ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm), train, restarts, inbox,
+                   spec, colocated, on_policy_algorithm(cfg), train, restarts, inbox,
                    backend.channel("trajectories"))
 
     def sync_weights(self) -> int:

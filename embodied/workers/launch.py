@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import warnings
 
-from embodied.algorithms import is_off_policy, worker_policy_config
 from embodied.channels import Channel, route, shards_for_rollout_rank
-from embodied.config import Config, EnvConfig
+from embodied.config import Config, EnvConfig, OffPolicyConfig
 from embodied.config.schema import VideoConfig
 from embodied.placement import Backend, WorkerGroup
 from embodied.policy import Policy, PolicySpec
@@ -27,6 +26,7 @@ from embodied.workers.rollout_worker import MultiStepRolloutWorker
 
 EVAL_SEED_OFFSET = 1_000_000  # eval initial states never coincide with training ones
 FRESH_SEED_OFFSET = 1_000_000_000  # nor do those of envs rebuilt after a replayed fault (``Workers.fresh_seed``)
+HOLD_EPOCHS = 3  # epochs' trajectories a rollout worker keeps for the actor, without staleness correction
 
 
 def fresh_seed(seed: int, restart: int) -> int:
@@ -57,7 +57,7 @@ def dropped_envs(envs: EnvGroup, failure: WorkerFailure, fresh: dict[int, int], 
 def overlaps(cfg: Config) -> bool:
     """Whether rollouts run while the actor trains (``runner.mode: async``, or an off-policy algorithm with
     ``algorithm.overlap``), so the rollout workers need a copy of the policy of their own."""
-    return cfg.runner.mode == "async" or (is_off_policy(cfg.algorithm.name) and cfg.algorithm.overlap)
+    return cfg.runner.mode == "async" or (isinstance(cfg.algorithm, OffPolicyConfig) and cfg.algorithm.overlap)
 
 
 def start_env_group(cfg: Config, backend: Backend, env_cfg: EnvConfig, section: str, seed: int,
@@ -89,11 +89,13 @@ def start_rollout_group(cfg: Config, backend: Backend, spec: PolicySpec, train: 
     """Rollout workers acting on ``train`` (None: eval only) and ``evaluation`` envs; ``inbox``: where
     async runs send them new weights mid-epoch."""
     c = cfg.cluster
-    record = is_off_policy(cfg.algorithm.name)  # replay stores the observations
-    policy = worker_policy_config(cfg.policy, cfg.algorithm)  # DSRL: the noise actor over the frozen policy
+    a = cfg.algorithm
+    # An async run holds up to max_staleness + 1 epochs in flight; else at most two (an overlapped off-policy run).
+    hold = a.max_staleness + 2 if a.staleness_correction else HOLD_EPOCHS  # type: ignore[attr-defined]
+    policy = a.worker_policy(cfg.policy)  # e.g. a noise actor over the frozen policy
     return backend.create(MultiStepRolloutWorker, [
         (r, policy, spec, train.rollout_links[r] if train else None, evaluation.rollout_links[r], shared,
-         c.torch_threads, cfg.experiment.seed, inbox, cfg.algorithm.max_staleness + 2, record)
+         c.torch_threads, cfg.experiment.seed, inbox, hold, a.records_observations)
         for r in range(c.num_rollout_workers)
     ], c.rollout_resources)
 
@@ -106,9 +108,9 @@ def start_actor_group(cfg: Config, backend: Backend, spec: PolicySpec) -> Worker
         warnings.warn("actor.strategy=fsdp with actor.num_ranks=1: there is nothing to shard over, so the one rank "
                       "holds the whole policy (as ddp); set actor.num_ranks > 1 (cluster.backend=ray) to shard",
                       stacklevel=3)
-    policy = worker_policy_config(cfg.policy, cfg.algorithm)  # DSRL: the noise actor over the frozen policy
+    policy = cfg.algorithm.worker_policy(cfg.policy)  # e.g. a noise actor over the frozen policy
     args = (policy, spec, cfg.algorithm, a, cfg.runner.iterations, cfg.experiment.seed, c.torch_threads)
-    actor_class = OffPolicyActorWorker if is_off_policy(cfg.algorithm.name) else ActorWorker  # replay and SAC
+    actor_class = OffPolicyActorWorker if cfg.algorithm.off_policy else ActorWorker  # replay and its learner
     group = backend.create(actor_class, [args] * a.num_ranks, c.actor_resources)
     if a.num_ranks > 1:
         address = backend.wait(group.call("rendezvous"))[0]

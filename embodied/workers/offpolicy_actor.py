@@ -1,4 +1,5 @@
-"""``OffPolicyActorWorker``: the actor of an off-policy algorithm (SAC) — replay in the actor process.
+"""``OffPolicyActorWorker``: the actor of an off-policy algorithm — replay in the actor process, around the
+algorithm's learner (``OffPolicyConfig.learner()``, an ``embodied.algorithms.base.OffPolicyLearner``).
 
 Each ``update`` receives the rollout epoch's trajectories (over the same ``trajectories`` channel as PPO),
 adds their chunk transitions to a bounded replay buffer (``embodied.replay``), and makes
@@ -11,10 +12,11 @@ the runner syncs weights every ``algorithm.sync_every`` of them (``embodied.offp
 With ``actor.num_ranks > 1`` (data parallel, as PPO's ranks): rollout rank r's trajectories reach actor rank
 r mod N, so each rank's replay holds its own share; the pacing counts what all ranks received, so every rank
 makes the same number of updates; each update draws ``batch_size / N`` rows from every rank's replay and the
-gradients of the critics, the actor and the temperature are summed over the ranks (``SACLearner.step``), so
-the ranks' weights stay identical.
+gradients are summed over the ranks (``OffPolicyLearner.step``), so the ranks' weights stay identical.
 
-Checkpoints hold the learner (critics, targets, temperature, optimizers) in trainer.pt and, unless
+Checkpoints hold the learner's state (a SAC learner's: critics, targets, temperature, optimizers) in trainer.pt
+under the learner's own name (``OffPolicyLearner.name``: ``<name>``, ``<name>_counters`` and, per rank,
+``<name>_generator``; checkpoints written before learners were plug-ins have the same keys) and, unless
 ``algorithm.checkpoint_replay`` is off, the replay buffer as chunk files in the checkpoint's ``replay/`` folder
 (``ReplayBuffer.save``), in the same atomic write as the policy: a full disk leaves the previous checkpoint as it
 was. Chunks unchanged since the checkpoint this actor last wrote or resumed from are hard-linked from it. With
@@ -30,9 +32,10 @@ from typing import Any
 
 import torch
 
-from embodied.algorithms.sac import ReplaySample, SACLearner
+from embodied.algorithms.base import OffPolicyLearner
+from embodied.algorithms.transitions import ReplaySample
 from embodied.checkpoint import REPLAY_DIR, save_policy_checkpoint
-from embodied.config import ActorConfig, AlgorithmConfig
+from embodied.config import ActorConfig, OffPolicyConfig
 from embodied.demo_replay import demo_replay, fit_demos, mixed_sample, open_demos
 from embodied.numerics import NonFiniteUpdateError, non_finite_terms
 from embodied.policy import PolicyConfig, PolicySpec
@@ -46,16 +49,20 @@ RANK_SEED_STRIDE = 1_000_003  # rank r's replay and learner streams start from e
 
 
 class OffPolicyActorWorker(ActorWorker):
-    """Replay, the SAC learner and the UTD pacing around the policy the ``ActorWorker`` holds."""
+    """Replay, the algorithm's learner and the UTD pacing around the policy the ``ActorWorker`` holds."""
 
     warms_value_head = False  # its critic warm-up trains the learner's critics, not a value head of the policy
 
-    def __init__(self, policy_cfg: PolicyConfig, spec: PolicySpec, algorithm: AlgorithmConfig, actor: ActorConfig,
+    algo: OffPolicyConfig
+
+    def __init__(self, policy_cfg: PolicyConfig, spec: PolicySpec, algorithm: OffPolicyConfig, actor: ActorConfig,
                  total_iterations: int, seed: int, torch_threads: int = 1) -> None:
         require_q_functions(policy_cfg, algorithm.name)
         super().__init__(policy_cfg, spec, algorithm, actor, total_iterations, seed, torch_threads)
-        self.learner = SACLearner(self.policy, algorithm, actor.lr, policy_cfg.action_chunk * spec.action_dim, seed)
+        self.learner: OffPolicyLearner = algorithm.learner()(self.policy, algorithm, actor.lr,
+                                                             policy_cfg.action_chunk * spec.action_dim, seed)
         self.optimizer = self.learner.actor_optimizer  # what the policy checkpoint saves beside the policy
+        self.prefix = self.learner.name  # its checkpoint keys and metric names
         self.replay = ReplayBuffer(algorithm.replay_capacity)
         self.demos: ReplayBuffer | None = None  # RLPD: the demonstrations' chunk transitions, built once here
         if algorithm.demos:
@@ -70,6 +77,14 @@ class OffPolicyActorWorker(ActorWorker):
         self.replay_files: dict[str, int] = {}  # chunk files the last checkpoint wrote and linked
         self.owed = 0.0  # gradient updates owed by the UTD ratio, not yet made (a fraction carries over)
 
+    def _build_algorithm(self) -> None:
+        """None: the learner (built once the policy is) trains, not an on-policy algorithm."""
+        return None
+
+    def _new_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+        """A stand-in until the learner is built: the policy's optimizer is then the learner's actor optimizer."""
+        return torch.optim.Adam(params, lr=self.cfg.lr)
+
     def join_group(self, rank: int, size: int, address: str) -> None:
         """Become rank ``rank`` of ``size`` (``ActorWorker.join_group``, data parallel): the actor (its feature
         encoder included), critics, target critics, target encoder and temperature start as rank 0's, and this rank
@@ -78,9 +93,8 @@ class OffPolicyActorWorker(ActorWorker):
         self.ranks = ProcessGroup(rank, size, address, self.cfg.dist_backend, self.cfg.strategy)
         learner = self.learner
         self.ranks.prepare(self.policy)
-        self.ranks.prepare(learner.critics)
-        self.ranks.prepare(learner.target_critics)
-        self.ranks.prepare(learner.target_encoder)  # a copy of this rank's own initial encoder until now
+        for module in learner.rank_modules():  # SAC's target encoder: a copy of this rank's own initial one until now
+            self.ranks.prepare(module)
         stream = self.seed + RANK_SEED_STRIDE * rank  # replay rows, critic subsets and actor noise differ per rank
         self.generator.manual_seed(stream)
         learner.generator.manual_seed(stream)
@@ -110,7 +124,7 @@ class OffPolicyActorWorker(ActorWorker):
                 step = {key: value / ranks.size for key, value in ranks.sum_stats(step).items()}
             bad = non_finite_terms(step)
             if bad:
-                raise NonFiniteUpdateError(f"sac update {k} of iteration {iteration}: non-finite "
+                raise NonFiniteUpdateError(f"{self.prefix} update {k} of iteration {iteration}: non-finite "
                                            f"{', '.join(f'{n}={step[n]}' for n in bad)}")
             for key, value in step.items():
                 stats.setdefault(key, []).append(value)
@@ -119,11 +133,11 @@ class OffPolicyActorWorker(ActorWorker):
             self._observe({k: torch.cat([t.forward_inputs[k].flatten(0, 1) for t in trajectories])
                            for k in self.policy.observes})
         metrics = {key: sum(values) / len(values) for key, values in stats.items()}
-        metrics |= {"sac/updates": float(updates), "sac/updates_total": float(self.version),
-                    "sac/critic_warmup": float(warmup),
-                    "sac/transitions_received": float(received), "replay/size": float(replay_size),
-                    "sac/utd_ratio": self.version / max(self.received, 1),
-                    "sac/staleness": float(self.version - updates - behaviour) if trajectories else 0.0}
+        pacing = {"updates": float(updates), "updates_total": float(self.version), "critic_warmup": float(warmup),
+                  "transitions_received": float(received), "utd_ratio": self.version / max(self.received, 1),
+                  "staleness": float(self.version - updates - behaviour) if trajectories else 0.0}
+        metrics |= {f"{self.prefix}/{key}": value for key, value in pacing.items()}
+        metrics["replay/size"] = float(replay_size)
         if self.demos is not None:
             demo_rows = int(ranks.sum(torch.tensor([demo_rows], dtype=torch.float64)).item())
             metrics |= {"rlpd/demo_share": demo_rows / (updates * a.batch_size) if updates else 0.0,
@@ -141,13 +155,14 @@ class OffPolicyActorWorker(ActorWorker):
 
     def _extra(self) -> dict[str, Any]:
         """The learner's state and pacing counters for the checkpoint's ``actor`` entry (replay is saved beside)."""
-        return {"sac": self.learner.state_dict(), "sac_counters": {"received": self.received, "owed": self.owed}}
+        return {self.prefix: self.learner.state_dict(),
+                f"{self.prefix}_counters": {"received": self.received, "owed": self.owed}}
 
     def _mine(self, replay: bool) -> dict[str, Any]:
         """This rank's own part of the state: its streams and, with ``replay``, its replay share in memory."""
         mine: dict[str, Any] = {"generator": self.generator.get_state()}
         if self.ranks.size > 1:
-            mine["sac_generator"] = self.learner.generator.get_state()  # "sac" holds rank 0's
+            mine[f"{self.prefix}_generator"] = self.learner.generator.get_state()  # the learner's state: rank 0's
         if replay:
             mine["replay"] = self.replay.state_dict()
         return mine
@@ -209,11 +224,11 @@ class OffPolicyActorWorker(ActorWorker):
         self.version = int(state["version"])
         if "generator" in mine:
             self.generator.set_state(mine["generator"])
-        if "sac" in state:
-            self.learner.load_state_dict(state["sac"])
-            if "sac_generator" in mine:
-                self.learner.generator.set_state(mine["sac_generator"])
-            counters = state.get("sac_counters", {})
+        if self.prefix in state:
+            self.learner.load_state_dict(state[self.prefix])
+            if f"{self.prefix}_generator" in mine:
+                self.learner.generator.set_state(mine[f"{self.prefix}_generator"])
+            counters = state.get(f"{self.prefix}_counters", {})
             self.received, self.owed = int(counters.get("received", 0)), float(counters.get("owed", 0.0))
         if "replay_dir" in state:  # a checkpoint's replay/ folder (replay/rank_K/ of several ranks)
             folder = Path(state["replay_dir"])
@@ -221,8 +236,8 @@ class OffPolicyActorWorker(ActorWorker):
             self.saved_replay = folder
         elif "replay" in mine:  # state() in memory
             self.replay.load_state_dict(mine["replay"])
-        elif "sac" in state:
-            warnings.warn("resuming SAC from a checkpoint saved without its replay buffer "
+        elif self.prefix in state:
+            warnings.warn("resuming an off-policy run from a checkpoint saved without its replay buffer "
                           "(algorithm.checkpoint_replay=false): replay starts empty, so the resumed run is not exact",
                           stacklevel=2)
 

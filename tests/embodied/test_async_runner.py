@@ -123,7 +123,7 @@ def test_async_on_the_local_backend_warns_that_threads_overlap_little(tmp_path):
 def test_async_config_errors():
     with pytest.raises(ConfigError, match="algorithm.max_staleness: must be >= 0"):
         load_config(None, ["algorithm.max_staleness=-1"])
-    with pytest.raises(ConfigError, match="'grpo' cannot use off-policy data"):
+    with pytest.raises(ConfigError, match="algorithm.name=grpo does not correct for"):
         load_config("configs/pick_place_mlp_grpo.yaml", ["runner.mode=async"])
     with pytest.raises(ConfigError, match="cluster.placement: colocated rollout workers act with the actor's"):
         load_config(None, ["runner.mode=async", "cluster.placement=colocated"])

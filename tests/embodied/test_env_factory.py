@@ -442,7 +442,8 @@ def test_grpo_checks_whole_episodes_against_the_envs_own_cap_before_any_worker_s
     overrides = ["env.id=PickPlace-v0", "algorithm.name=grpo", "env.auto_reset=false", "env.num_envs=8",
                  "algorithm.group_size=4", "policy.action_chunk=4", "env.preflight=false"]
     cfg = load_config(None, [*overrides, "rollout.chunk_steps=20"])  # 80 sub-steps: the config cannot tell
-    with pytest.raises(ConfigError, match=r"rollout.chunk_steps: GRPO needs whole episodes, but 20 chunk steps x "
+    with pytest.raises(ConfigError, match=r"rollout.chunk_steps: algorithm.name=grpo needs whole episodes, "
+                                          r"but 20 chunk steps x "
                                           r"policy.action_chunk=4 = 80 sub-steps < env.max_episode_steps=100 "
                                           r"\(the env's own cap"):
         check_before_start(cfg)

@@ -42,7 +42,7 @@ def test_bad_sac_config_names_the_field(override, field):
 
 
 def test_n_step_with_another_algorithm_names_the_field():
-    with pytest.raises(ConfigError, match=r"algorithm\.n_step: .*algorithm\.name=ppo"):
+    with pytest.raises(ConfigError, match=r"algorithm\.n_step: not a field of algorithm 'ppo' \(PPOConfig\)"):
         load_config(None, ["algorithm.name=ppo", "algorithm.n_step=3"])
 
 

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from embodied.algorithms.sac import ReplaySample, SACLearner, actor_loss, critic_loss
-from embodied.config import AlgorithmConfig, ConfigError, load_config
+from embodied.algorithms.sac_config import SACConfig
+from embodied.config import ConfigError, load_config
 from embodied.policies.cnn.configuration import SquashedCNNConfig
 from embodied.policies.cnn.squashed import SquashedCNNPolicy
 from embodied.policies.squashed import EnsembleLinear
@@ -44,7 +45,7 @@ def batch(seed: int = 0, n: int = B) -> ReplaySample:
 
 
 def learner(policy: SquashedCNNPolicy, **overrides) -> SACLearner:
-    cfg = AlgorithmConfig(name="sac", num_critics=4, critic_subset=2, critic_layernorm=True, **overrides)
+    cfg = SACConfig(num_critics=4, critic_subset=2, critic_layernorm=True, **overrides)
     return SACLearner(policy, cfg, lr=1e-3, action_size=C * A, seed=0)
 
 

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from embodied.checkpoint import load_checkpoint, save_checkpoint
-from embodied.config import ActorConfig, AlgorithmConfig
+from embodied.algorithms.ppo_config import PPOConfig
+from embodied.config import ActorConfig
 from embodied.workers.actor_worker import ActorWorker
 from embodied.workers.rollout_worker import MultiStepRolloutWorker
 from embodied.policies.vla.configuration import VLAConfig
@@ -21,7 +22,7 @@ def tensor_bytes(state: dict[str, torch.Tensor]) -> int:
 
 def actor(**fields) -> ActorWorker:
     cfg = VLAConfig(model_path="tiny:smolvlm-tiny", **{"action_chunk": 2, **fields})
-    return ActorWorker(cfg, spec(), AlgorithmConfig(), ActorConfig(), total_iterations=10, seed=0)
+    return ActorWorker(cfg, spec(), PPOConfig(), ActorConfig(), total_iterations=10, seed=0)
 
 
 def perturb(policy: torch.nn.Module) -> None:

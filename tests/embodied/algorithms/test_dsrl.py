@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from embodied.algorithms import worker_policy_config
 from embodied.algorithms.dsrl import FEATURES, NOISE, DSRLPolicy, DSRLPolicyConfig
 from embodied.config import ConfigError, load_config
 from embodied.policies.pi0.configuration import PI0PolicyConfig
@@ -31,7 +30,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:algorithm.name=dsrl without poli
 
 def dsrl_config(*overrides: str) -> DSRLPolicyConfig:
     cfg = load_config(RECIPE, [*TINY, *overrides])
-    policy = worker_policy_config(cfg.policy, cfg.algorithm)
+    policy = cfg.algorithm.worker_policy(cfg.policy)
     assert isinstance(policy, DSRLPolicyConfig) and isinstance(policy.frozen, VLAConfig)
     return policy
 
@@ -137,7 +136,7 @@ def transitions(policy: DSRLPolicy, T: int = 2, N: int = 3, seed: int = 0) -> Tr
 
 def test_updates_move_only_the_noise_actor_and_the_critics_and_sync_sends_only_the_actor():
     cfg = load_config(RECIPE, TINY)
-    worker = OffPolicyActorWorker(worker_policy_config(cfg.policy, cfg.algorithm), spec(), cfg.algorithm, cfg.actor,
+    worker = OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), spec(), cfg.algorithm, cfg.actor,
                                   cfg.runner.iterations, seed=0)
     policy = worker.policy
     assert isinstance(policy, DSRLPolicy)

@@ -86,7 +86,7 @@ def test_the_episode_mean_weighs_every_episode_alike_and_a_group_sums_to_zero():
 @pytest.mark.parametrize("mean", ["token", "episode"])
 def test_grpo_prepare_weighs_episodes_as_configured(mean):
     from embodied.algorithms.grpo import GRPO
-    from embodied.config import AlgorithmConfig
+    from embodied.algorithms.grpo_config import GRPOConfig
     from embodied.types import Trajectory
 
     steps, envs, chunk = 5, 4, 2
@@ -99,7 +99,7 @@ def test_grpo_prepare_weighs_episodes_as_configured(mean):
     traj = Trajectory(forward_inputs={"x": torch.zeros(steps, envs, 1)}, actions=torch.zeros(steps, envs, chunk, 2),
                       logprobs=torch.zeros(steps, envs, chunk), values=z, rewards=rewards, executed=executed,
                       dones=z.bool(), terminated=z.bool(), final_values=z, next_values=torch.zeros(envs), version=0)
-    batch, _ = GRPO(AlgorithmConfig(name="grpo", group_size=4, grpo_loss_mean=mean)).prepare([traj])
+    batch, _ = GRPO(GRPOConfig(group_size=4, grpo_loss_mean=mean)).prepare([traj])
     total = float((batch["advantages"].double() * batch["executed"].sum(1)).sum())  # the loss's weight on the group
     if mean == "episode":
         assert total == pytest.approx(0.0, abs=1e-6)

@@ -213,7 +213,7 @@ def test_reward_scale_scales_the_returns_the_value_head_learns():
     and returns are exactly those of the unscaled rewards times the scale."""
     from embodied.algorithms import compute_gae
     from embodied.algorithms.ppo import PPO
-    from embodied.config.schema import AlgorithmConfig
+    from embodied.algorithms.ppo_config import PPOConfig
     from embodied.types import Trajectory
 
     g = torch.Generator().manual_seed(3)
@@ -232,8 +232,8 @@ def test_reward_scale_scales_the_returns_the_value_head_learns():
     raw = trajectory(1.0)
     adv, ret = compute_gae(raw.rewards.sum(-1), raw.values, raw.dones, raw.terminated, raw.final_values,
                            raw.next_values, 0.9, 0.95)
-    batch, _ = PPO(AlgorithmConfig(gamma=0.9, gae_lambda=0.95, reward_scale=scale)).prepare([trajectory(scale)])
+    batch, _ = PPO(PPOConfig(gamma=0.9, gae_lambda=0.95, reward_scale=scale)).prepare([trajectory(scale)])
     assert torch.allclose(batch["advantages"], (adv * scale).reshape(-1), atol=1e-6)
     assert torch.allclose(batch["returns"], (ret * scale).reshape(-1), atol=1e-6)
-    unscaled, _ = PPO(AlgorithmConfig(gamma=0.9, gae_lambda=0.95)).prepare([raw])
+    unscaled, _ = PPO(PPOConfig(gamma=0.9, gae_lambda=0.95)).prepare([raw])
     assert torch.allclose(unscaled["returns"], ret.reshape(-1))

@@ -43,13 +43,13 @@ def test_defaults_load_without_a_file():
 
 def test_scalar_overrides_reach_their_fields():
     cfg = load_config(ROOT / "configs" / "reach_mlp_ppo.yaml", [
-        "env.num_envs=8", "cluster.backend=ray", "algorithm.gamma=0.9", "actor.anneal_lr=false",
+        "env.num_envs=8", "cluster.backend=ray", "algorithm.gamma=0.9", "algorithm.anneal_lr=false",
         "experiment.name=my run", "actor.lr=1", "cluster.num_env_workers=2",
     ])
     assert cfg.env.num_envs == 8
     assert cfg.cluster.backend == "ray"
     assert cfg.algorithm.gamma == 0.9
-    assert cfg.actor.anneal_lr is False
+    assert cfg.algorithm.anneal_lr is False
     assert cfg.experiment.name == "my run"
     assert cfg.actor.lr == 1.0 and isinstance(cfg.actor.lr, float)  # int widened to float
     assert cfg.cluster.num_env_workers == 2
@@ -128,7 +128,7 @@ def test_unknown_policy_field_is_checked_against_the_policy_subclass():
     ("env.num_envs=true", "env.num_envs"),  # a bool is not an int
     ("env.num_envs=2.5", "env.num_envs"),
     ("algorithm.gamma=high", "algorithm.gamma"),
-    ("actor.anneal_lr=1", "actor.anneal_lr"),
+    ("algorithm.anneal_lr=1", "algorithm.anneal_lr"),
     ("experiment.name=3", "experiment.name"),
     ("policy.hidden_sizes=32", "policy.hidden_sizes"),
     ("policy.hidden_sizes=[32, x]", "policy.hidden_sizes[1]"),
@@ -216,7 +216,7 @@ def test_address_needs_ray():
     ("algorithm.actor_q=median", "algorithm.actor_q"),
 ])
 def test_bad_literal_names_the_choices(override, path):
-    msg = error_of([override])
+    msg = error_of(["algorithm.name=sac", override] if override.startswith("algorithm.") else [override])
     assert path in msg and "is not one of" in msg, msg
 
 
@@ -320,9 +320,9 @@ def test_the_observations_a_policy_needs_are_checked_against_obs_mode(overrides,
 
 def test_yaml_floats_with_an_exponent_and_no_dot_are_floats(tmp_path):
     path = tmp_path / "r.yaml"
-    path.write_text("actor:\n  lr: 3e-4\n  adam_eps: 1E-5\nalgorithm:\n  ent_coef: 1e-3\n")
+    path.write_text("actor:\n  lr: 3e-4\nalgorithm:\n  adam_eps: 1E-5\n  ent_coef: 1e-3\n")
     cfg = load_config(path, ["algorithm.vf_coef=5e-1"])
-    assert (cfg.actor.lr, cfg.actor.adam_eps, cfg.algorithm.ent_coef, cfg.algorithm.vf_coef) == (3e-4, 1e-5, 1e-3, 0.5)
+    assert (cfg.actor.lr, cfg.algorithm.adam_eps, cfg.algorithm.ent_coef, cfg.algorithm.vf_coef) == (3e-4, 1e-5, 1e-3, 0.5)
 
 
 def test_an_override_typo_names_the_override_not_the_file(tmp_path):
@@ -344,13 +344,14 @@ def test_grpo_needs_groups_whole_episodes_and_no_auto_reset():
     msg = error_of(["algorithm.name=grpo", "algorithm.group_size=5", "env.num_envs=32", "env.max_episode_steps=50",
                     "rollout.chunk_steps=10", "policy.action_chunk=4"])
     assert "algorithm.group_size: env.num_envs=32 is not a multiple of group_size=5" in msg
-    assert "env.auto_reset: GRPO runs one episode per env" in msg
-    assert "rollout.chunk_steps: GRPO needs whole episodes" in msg and "40 sub-steps < env.max_episode_steps=50" in msg
+    assert "env.auto_reset: algorithm.name=grpo runs one episode per env" in msg
+    assert "rollout.chunk_steps: algorithm.name=grpo needs whole episodes" in msg
+    assert "40 sub-steps < env.max_episode_steps=50" in msg
     assert "algorithm.group_size: GRPO compares" in error_of(["algorithm.name=grpo", "algorithm.group_size=1"])
     cfg = load_config(None, ["algorithm.name=grpo", "algorithm.group_size=4", "env.num_envs=8", "env.auto_reset=false",
                              "env.max_episode_steps=40", "rollout.chunk_steps=10", "policy.action_chunk=4"])
     assert cfg.algorithm.name == "grpo"
-    assert "algorithm.clip_coef_high: must be > 0" in error_of(["algorithm.clip_coef_high=0"])
+    assert "algorithm.clip_coef_high: must be > 0" in error_of(["algorithm.name=grpo", "algorithm.clip_coef_high=0"])
     assert "algorithm.critic_warmup_iterations" in error_of(["algorithm.critic_warmup_iterations=-1"])
 
 
@@ -367,7 +368,7 @@ def test_a_key_given_twice_in_yaml_is_an_error_naming_file_and_lines(tmp_path):
 @pytest.mark.parametrize(("override", "expected"), [
     ("actor.lr=.inf", "actor.lr: must be a finite number, got inf"),
     ("actor.lr=.nan", "actor.lr: must be > 0, got nan"),
-    ("actor.adam_eps=0", "actor.adam_eps: must be > 0"),
+    ("algorithm.adam_eps=0", "algorithm.adam_eps: must be > 0"),
     ("experiment.seed=-1", "experiment.seed: must be in [0, 2**32)"),
     ("experiment.seed=4294967296", "experiment.seed: must be in [0, 2**32)"),
     ("algorithm.target_kl=0", "algorithm.target_kl: must be > 0"),

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from embodied.algorithms.base import Averages
-from embodied.config import ActorConfig, AlgorithmConfig, Config
+from embodied.algorithms.ppo_config import PPOConfig
+from embodied.config import ActorConfig, Config
 from embodied.config.schema import ClusterConfig
 from embodied.policies.mlp.configuration import MLPConfig
 from embodied.policies.vla.configuration import VLAConfig
@@ -65,10 +66,11 @@ def rollout(policy: Policy, obs: dict, steps: int, seed: int) -> Trajectory:
 
 def actor_args(kind: str, accumulation: int = 1, ranks: int = 1) -> tuple:
     config, spec, _ = CASES[kind]
-    algo = AlgorithmConfig(update_epochs=1, num_minibatches=1, normalize_advantages=True, max_grad_norm=1e9)
+    algo = PPOConfig(update_epochs=1, num_minibatches=1, normalize_advantages=True, max_grad_norm=1e9, adam_eps=1e-2,
+                     anneal_lr=False)
     # Adam's first step is lr * g / (|g| + eps): with a small eps it turns the rounding of a near-zero gradient
     # into a step of the learning rate's size, so the comparison uses a large one.
-    return (config(), spec, algo, ActorConfig(lr=1e-2, adam_eps=1e-2, anneal_lr=False, num_ranks=ranks,
+    return (config(), spec, algo, ActorConfig(lr=1e-2, num_ranks=ranks,
                                               grad_accumulation_steps=accumulation), 3, 0)
 
 
@@ -254,9 +256,9 @@ def test_a_grpo_group_straddling_rollout_ranks_is_refused_with_several_actor_ran
 
     with pytest.raises(ConfigError, match=r"algorithm.group_size: with actor.num_ranks=2, a GRPO group must sit on "
                                           r"one rollout rank"):
-        load_config("configs/reach_mlp_ppo.yaml", ["cluster.backend=ray", "actor.num_ranks=2", "algorithm.name=grpo",
-                                                   "cluster.num_rollout_workers=2", "env.num_envs=12",
-                                                   "algorithm.group_size=4", "algorithm.num_minibatches=1"])
+        load_config(None, ["cluster.backend=ray", "actor.num_ranks=2", "algorithm.name=grpo",
+                           "cluster.num_rollout_workers=2", "env.num_envs=12", "algorithm.group_size=4",
+                           "algorithm.num_minibatches=1"])
 
 
 @pytest.mark.slow

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from embodied.config import ActorConfig, AlgorithmConfig
+from embodied.algorithms.ppo_config import PPOConfig
+from embodied.config import ActorConfig
 from embodied.policy import Policy
 from embodied.policies.cnn.configuration import CNNConfig
 from embodied.policies.vla.configuration import VLAConfig
@@ -40,9 +41,9 @@ CASES = {
 @pytest.mark.parametrize("kind", sorted(CASES))
 def test_warmup_steps_the_value_head_alone_then_everything_trains(kind):
     config, spec, obs = CASES[kind]
-    actor = ActorWorker(config(), spec, AlgorithmConfig(critic_warmup_iterations=1, update_epochs=1,
-                                                        num_minibatches=2),
-                        ActorConfig(lr=1e-3, anneal_lr=False), total_iterations=2, seed=0)
+    actor = ActorWorker(config(), spec, PPOConfig(critic_warmup_iterations=1, update_epochs=1, num_minibatches=2,
+                                                  anneal_lr=False),
+                        ActorConfig(lr=1e-3), total_iterations=2, seed=0)
     head = {name for name, p in actor.policy.named_parameters() if p.requires_grad and name.startswith(
         actor.policy.value_head_prefixes)}
     assert head and len(head) < sum(1 for _ in actor.policy.parameters())
@@ -66,4 +67,4 @@ def test_warmup_on_a_policy_without_a_named_value_head_is_refused(monkeypatch):
     monkeypatch.setattr(CNNPolicy, "value_head_prefixes", ())
     with pytest.raises(ValueError, match=r"critic_warmup_iterations=3: policy.type=cnn \(CNNPolicy\) names no"):
         ActorWorker(CNNConfig(action_chunk=test_cnn.C, **test_cnn.SMALL), test_cnn.WRIST,
-                    AlgorithmConfig(critic_warmup_iterations=3), ActorConfig(), total_iterations=2, seed=0)
+                    PPOConfig(critic_warmup_iterations=3), ActorConfig(), total_iterations=2, seed=0)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from embodied.config import ActorConfig, AlgorithmConfig, ConfigError, load_config
+from embodied.algorithms.ppo_config import PPOConfig
+from embodied.config import ActorConfig, ConfigError, load_config
 from embodied.policies.cnn.configuration import CNNConfig
 from embodied.workers.actor_worker import ActorWorker
 from tests.embodied.workers.test_critic_warmup import rollout
@@ -15,9 +16,10 @@ from tests.policies import test_cnn
 def actor(warmup: int, anneal: bool, critic_warmup: int = 0, epochs: int = 2, minibatches: int = 2,
           lr: float = 1e-3) -> ActorWorker:
     return ActorWorker(CNNConfig(action_chunk=test_cnn.C, **test_cnn.SMALL), test_cnn.WRIST,
-                       AlgorithmConfig(update_epochs=epochs, num_minibatches=minibatches,
-                                       critic_warmup_iterations=critic_warmup),
-                       ActorConfig(lr=lr, anneal_lr=anneal, lr_warmup_iterations=warmup), total_iterations=10, seed=0)
+                       PPOConfig(update_epochs=epochs, num_minibatches=minibatches,
+                                 critic_warmup_iterations=critic_warmup, anneal_lr=anneal,
+                                 lr_warmup_iterations=warmup),
+                       ActorConfig(lr=lr), total_iterations=10, seed=0)
 
 
 def test_the_schedule_is_decay_times_warmup_per_optimizer_step():
@@ -47,5 +49,5 @@ def test_the_first_adam_step_moves_the_weights_by_the_warmed_up_rate():
 
 
 def test_a_negative_warmup_is_refused_by_name():
-    with pytest.raises(ConfigError, match="actor.lr_warmup_iterations: must be >= 0"):
-        load_config(None, ["actor.lr_warmup_iterations=-1"])
+    with pytest.raises(ConfigError, match="algorithm.lr_warmup_iterations: must be >= 0"):
+        load_config(None, ["algorithm.lr_warmup_iterations=-1"])

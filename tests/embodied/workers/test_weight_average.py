@@ -9,7 +9,8 @@ import torch
 
 import embodied.runner as runner
 from embodied.checkpoint import load_checkpoint
-from embodied.config import ActorConfig, AlgorithmConfig, load_config
+from embodied.algorithms.ppo_config import PPOConfig
+from embodied.config import ActorConfig, load_config
 from embodied.evaluation import evaluate_checkpoint
 from embodied.policies.cnn.configuration import CNNConfig
 from embodied.policy import PolicySpec
@@ -22,8 +23,8 @@ from tests.policies import test_cnn
 
 def cnn_actor(decay: float) -> ActorWorker:
     return ActorWorker(CNNConfig(action_chunk=test_cnn.C, **test_cnn.SMALL), test_cnn.WRIST,
-                       AlgorithmConfig(update_epochs=2, num_minibatches=2),
-                       ActorConfig(lr=1e-2, anneal_lr=False, ema_decay=decay), total_iterations=2, seed=0)
+                       PPOConfig(update_epochs=2, num_minibatches=2, anneal_lr=False),
+                       ActorConfig(lr=1e-2, ema_decay=decay), total_iterations=2, seed=0)
 
 
 def trained(actor: ActorWorker) -> dict[str, torch.Tensor]:
@@ -108,7 +109,7 @@ def test_a_run_without_an_average_resumes_its_live_weights_from_a_run_that_had_o
                                             f"experiment.output_dir={tmp_path}"]))
     saved = load_checkpoint(first.checkpoint)["actor"]
     spec = PolicySpec(**load_checkpoint(first.checkpoint)["policy_spec"])
-    actor = ActorWorker(load_config(None, EXACT).policy, spec, AlgorithmConfig(), ActorConfig(), total_iterations=4,
+    actor = ActorWorker(load_config(None, EXACT).policy, spec, PPOConfig(), ActorConfig(), total_iterations=4,
                         seed=0)
     actor.load_state(saved)
     assert actor.ema is None

@@ -1,0 +1,77 @@
+"""``algorithm.name: sac``'s configuration: soft actor-critic over action chunks, with its REDQ, RLPD, DrQ, AWAC,
+TD3+BC and SAC-N options (``embodied.algorithms.sac``). The replay, pacing and sync fields the engine's off-policy
+loop reads are ``OffPolicyConfig``'s. Torch-free, so that loading a config imports no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from embodied.config.algorithm import OffPolicyConfig
+
+if TYPE_CHECKING:
+    from embodied.config.schema import Config
+
+
+@dataclass
+class SACConfig(OffPolicyConfig):
+    """The ``algorithm:`` section of a SAC run. A chunk [C, A] is the action; ``gamma`` is per *sub-step*. Its three
+    Adam optimizers (actor, critics, temperature) take ``actor.lr`` (the critics: ``critic_lr`` if set) and Adam's
+    own epsilon, with no schedule and no gradient clip."""
+
+    algorithm_class: ClassVar[str] = "embodied.algorithms.sac:SACLearner"
+
+    name: str = "sac"  # registered algorithm name
+    tau: float = 0.005  # polyak rate of the target critics (target <- (1 - tau) target + tau online)
+    num_critics: int = 2  # Q-functions in the critic ensemble (REDQ/RLPD use 10)
+    critic_subset: int = 2  # the TD target takes the min over this many target critics drawn at random
+    critic_layernorm: bool = False  # LayerNorm after every hidden layer of the critics (RLPD)
+    init_alpha: float = 0.1  # initial entropy temperature (then tuned)
+    critic_lr: float | None = None  # the critics' (and image encoder's) learning rate (null: actor.lr)
+    target_entropy: float | None = None  # entropy the temperature steers to (null: -C * A)
+    # On images (DrQ): every update batch's images, obs and next_obs, are shifted at random by up to this many
+    # pixels (replicate-padded, cropped back); 0 disables. Only images the policy reads (policy.type=cnn_sac).
+    image_shift: int = 4
+    # With demos: the actor's loss adds bc_weight * mean|Q| * the squared error between its greedy chunk and the
+    # demonstrated one, on the batch's demonstration rows (TD3+BC, Fujimoto & Gu 2021, with its alpha = 1 / bc_weight):
+    # keeps an SFT-started actor near the demonstrations while the critics are still wrong off them. 0: plain RLPD.
+    bc_weight: float = 0.0
+    # What the actor maximises over the ensemble: "mean" (REDQ/RLPD) or "min", the most pessimistic critic (SAC-N,
+    # An et al. 2021): off the data the critics disagree, so the min penalises chunks that leave it.
+    actor_q: Literal["mean", "min"] = "mean"
+    # null: the actor follows the critics' action gradient (SAC). A temperature: AWAC's actor instead, which
+    # regresses its greedy chunk onto replay's chunks weighted by exp(advantage / awr_temperature) (no entropy term):
+    # the critics' action gradient never reaches the actor, which only moves toward chunks replay holds.
+    awr_temperature: float | None = None
+
+    def validate(self, cfg: Config) -> list[str]:
+        """The critic ensemble, the temperature, the actor's options, and the off-policy loop's checks."""
+        p = super().validate(cfg)
+        if self.critic_subset < 1 or self.critic_subset > self.num_critics:
+            p.append(f"algorithm.critic_subset: the target's min is over 1 to num_critics={self.num_critics} critics, "
+                     f"got {self.critic_subset}")
+        if self.critic_subset >= 2 and self.num_critics < 2:
+            p.append(f"algorithm.num_critics: a min over a subset of {self.critic_subset} critics needs num_critics "
+                     f">= 2, got {self.num_critics}")
+        if self.num_critics < 1:
+            p.append(f"algorithm.num_critics: must be >= 1, got {self.num_critics}")
+        if not 0 < self.tau <= 1:
+            p.append(f"algorithm.tau: the polyak rate must be in (0, 1], got {self.tau}")
+        if not self.init_alpha > 0:
+            p.append(f"algorithm.init_alpha: the temperature must be > 0, got {self.init_alpha}")
+        if self.critic_lr is not None and not self.critic_lr > 0:
+            p.append(f"algorithm.critic_lr: must be > 0 (null: actor.lr), got {self.critic_lr}")
+        if self.image_shift < 0:
+            p.append(f"algorithm.image_shift: the random shift's pixels must be >= 0 (0 disables it), got "
+                     f"{self.image_shift}")
+        if self.awr_temperature is not None and not self.awr_temperature > 0:
+            p.append(f"algorithm.awr_temperature: the advantage weights' temperature must be > 0 (null: SAC's actor), "
+                     f"got {self.awr_temperature}")
+        if self.bc_weight < 0:
+            p.append(f"algorithm.bc_weight: the behaviour-cloning term's weight must be >= 0 (0: off), got "
+                     f"{self.bc_weight}")
+        elif self.bc_weight > 0 and (self.demos is None or self.demo_ratio == 0):
+            p.append(f"algorithm.bc_weight: the behaviour-cloning term is computed on the batch's demonstration rows, "
+                     f"and there are none (algorithm.demos={self.demos}, algorithm.demo_ratio={self.demo_ratio}); set "
+                     f"both, or bc_weight=0")
+        return p

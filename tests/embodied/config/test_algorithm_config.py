@@ -1,0 +1,122 @@
+"""``algorithm.name`` picks a registered config class, which is the ``algorithm:`` section: its own fields (a key it
+does not have is refused by name), its own checks, and the capabilities the engine reads instead of the name."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from embodied.algorithms.dsrl_config import DSRLConfig
+from embodied.algorithms.grpo_config import GRPOConfig
+from embodied.algorithms.ppo_config import PPOConfig
+from embodied.algorithms.sac_config import SACConfig
+from embodied.config import (AlgorithmConfig, Config, ConfigError, OffPolicyConfig, OnPolicyConfig,
+                             algorithm_config_class, config_from_dict, load_config, to_dict)
+from embodied.registry import ALGORITHMS
+
+ROOT = Path(__file__).resolve().parents[3]
+BUILT_IN = {"ppo": PPOConfig, "grpo": GRPOConfig, "sac": SACConfig, "dsrl": DSRLConfig}
+CAPABILITIES = ("off_policy", "records_observations", "needs_whole_episodes", "staleness_correction")
+
+
+def error_of(overrides: list[str], path: Path | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(path, overrides)
+    return str(info.value)
+
+
+def test_each_name_stands_for_its_config_class_and_the_default_is_ppo():
+    for name, cls in BUILT_IN.items():
+        assert ALGORITHMS.resolve(name) is cls and algorithm_config_class(name) is cls
+        assert cls().name == name
+    assert type(Config().algorithm) is PPOConfig and type(load_config(None).algorithm) is PPOConfig
+    assert type(load_config(None, ["algorithm.name=sac"]).algorithm) is SACConfig
+
+
+def test_capabilities_are_declared_with_docs_and_read_by_kind():
+    for name in CAPABILITIES:
+        assert isinstance(getattr(AlgorithmConfig, name), bool)
+    assert (SACConfig.off_policy, SACConfig.records_observations, DSRLConfig.off_policy) == (True, True, True)
+    assert (PPOConfig.off_policy, GRPOConfig.off_policy) == (False, False)
+    assert GRPOConfig.needs_whole_episodes and not PPOConfig.needs_whole_episodes
+    assert PPOConfig.staleness_correction and not GRPOConfig.staleness_correction and not SACConfig.staleness_correction
+    assert issubclass(PPOConfig, OnPolicyConfig) and issubclass(DSRLConfig, OffPolicyConfig)
+    source = (ROOT / "embodied" / "config" / "schema.py").read_text()
+    for name in CAPABILITIES:  # each capability has an attribute docstring under it
+        after = source.split(f"    {name}: ClassVar[bool] = False\n", 1)[1]
+        assert after.lstrip().startswith('"""'), name
+
+
+def test_a_field_of_another_algorithm_is_refused_by_name():
+    msg = error_of(["algorithm.name=sac", "algorithm.target_kl=0.02"])
+    assert "algorithm.target_kl: not a field of algorithm 'sac' (SACConfig); its fields: name, " in msg
+    assert "algorithm.gae_lambda: not a field of algorithm 'grpo' (GRPOConfig)" in error_of(
+        ["algorithm.name=grpo", "algorithm.gae_lambda=0.9"])
+    assert "algorithm.utd_ratio: not a field of algorithm 'ppo' (PPOConfig)" in error_of(["algorithm.utd_ratio=2"])
+    assert "algorithm.noise_scale: not a field of algorithm 'sac'" in error_of(
+        ["algorithm.name=sac", "algorithm.noise_scale=1.5"])
+    # a near miss is suggested, as for every section
+    assert error_of(["algorithm.update_epoch=2"]).endswith("(did you mean 'update_epochs'?)")
+
+
+def test_the_schedule_is_the_on_policy_algorithms_and_refused_where_it_does_not_take_effect():
+    assert "algorithm.anneal_lr: not a field of algorithm 'sac'" in error_of(
+        ["algorithm.name=sac", "algorithm.anneal_lr=false"])
+    assert "algorithm.adam_eps: not a field of algorithm 'dsrl'" in error_of(
+        ["algorithm.name=dsrl", "algorithm.adam_eps=1e-8"])
+    for old in ("actor.anneal_lr=false", "actor.adam_eps=1e-8", "actor.lr_warmup_iterations=2"):
+        field = old.partition("=")[0]
+        assert f"{field}: moved to algorithm.{field.split('.')[1]}" in error_of([old]), old
+    cfg = load_config(None, ["algorithm.name=grpo", "algorithm.anneal_lr=false", "algorithm.lr_warmup_iterations=3",
+                             "env.auto_reset=false", "env.max_episode_steps=16"])
+    assert (cfg.algorithm.anneal_lr, cfg.algorithm.lr_warmup_iterations, cfg.algorithm.adam_eps) == (False, 3, 1e-5)
+
+
+def test_what_the_off_policy_loop_cannot_run_with_is_refused_for_each_off_policy_algorithm():
+    for name in ("sac", "dsrl"):
+        msg = error_of([f"algorithm.name={name}", "actor.grad_accumulation_steps=2", "actor.ema_decay=0.9"])
+        assert "actor.grad_accumulation_steps: algorithm.name=" + name in msg and "actor.ema_decay" in msg
+
+
+def test_async_needs_an_algorithm_that_corrects_for_staleness():
+    msg = error_of(["algorithm.name=grpo", "runner.mode=async", "cluster.placement=disaggregated"])
+    assert "runner.mode: async trains on data of older weight versions, which algorithm.name=grpo does not" in msg
+    assert load_config(None, ["runner.mode=async"]).runner.mode == "async"
+
+
+def test_the_defaults_are_the_flat_configs_of_before():
+    """No behaviour change: each algorithm's fields keep the defaults the one flat AlgorithmConfig had."""
+    before = {"gamma": 0.99, "gae_lambda": 0.95, "clip_coef": 0.2, "clip_vloss": True, "vf_coef": 0.5, "ent_coef": 0.0,
+              "update_epochs": 4, "num_minibatches": 4, "max_grad_norm": 0.5, "reward_scale": 1.0,
+              "normalize_advantages": True, "target_kl": None, "skip_nonfinite_updates": False,
+              "critic_warmup_iterations": 0, "group_size": 8, "grpo_score": "return", "grpo_loss_mean": "token",
+              "clip_coef_low": None, "clip_coef_high": None, "max_staleness": 1, "tau": 0.005, "num_critics": 2,
+              "critic_subset": 2, "critic_layernorm": False, "utd_ratio": 1.0, "sync_every": 1, "overlap": True,
+              "batch_size": 256, "replay_capacity": 100_000, "learning_starts": 1_000, "init_alpha": 0.1,
+              "critic_lr": None, "target_entropy": None, "n_step": 1, "checkpoint_replay": True, "image_shift": 4,
+              "demos": None, "demo_ratio": 0.5, "bc_weight": 0.0, "actor_q": "mean", "awr_temperature": None,
+              "noise_scale": 1.0, "dsrl_features": "encoding", "noise_actor_hidden_sizes": [256, 256],
+              "noise_critic_hidden_sizes": [256, 256], "adam_eps": 1e-5, "anneal_lr": True, "lr_warmup_iterations": 0}
+    seen = set()
+    for cls in BUILT_IN.values():
+        for field in dataclasses.fields(cls):
+            if field.name != "name":
+                assert getattr(cls(), field.name) == before[field.name], (cls.__name__, field.name)
+                seen.add(field.name)
+    assert seen == set(before)
+
+
+@pytest.mark.parametrize("name", sorted(BUILT_IN))
+def test_a_config_round_trips_through_its_dict(name):
+    overrides = [f"algorithm.name={name}"]
+    if name == "grpo":
+        overrides += ["env.auto_reset=false", "env.max_episode_steps=16"]
+    if name == "dsrl":
+        overrides += ["policy.type=vla", "policy.action_head=flow", "env.obs_mode=state+rgb", "policy.device=cpu"]
+    try:
+        cfg = load_config(None, overrides)
+    except ConfigError as exc:  # dsrl needs a flow policy whose extras may be missing
+        pytest.skip(str(exc))
+    assert config_from_dict(to_dict(cfg)) == cfg and to_dict(cfg)["algorithm"]["name"] == name

@@ -1,0 +1,62 @@
+"""Off-policy checkpoints written before algorithms were plug-ins still resume.
+
+Until then ``OffPolicyActorWorker`` named SAC itself and wrote the learner's state under the literal keys
+``"sac"`` (critics, targets, temperature, optimizers, stream), ``"sac_counters"`` (the UTD pacing) and, per rank,
+``"sac_generator"``. The worker now writes ``<learner.name>``, ``<learner.name>_counters`` and
+``<learner.name>_generator``; SAC's (and DSRL's) learner is named ``sac``, so those checkpoints are read as they are.
+The checkpoint below is assembled by hand in that layout (literal keys, not the worker's own ``_extra``), written
+with the checkpoint writer and replay's chunk files, and must resume exactly.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from embodied.checkpoint import REPLAY_DIR, load_checkpoint, save_policy_checkpoint
+from tests.embodied.test_offpolicy import SPEC, actor, transitions
+
+# The actor entry of an off-policy checkpoint of one rank, as commit 3809b96 wrote it (besides policy/optimizer).
+LEGACY_LEARNER_KEYS = {"sac", "sac_counters"}
+
+
+def write_legacy_checkpoint(worker, path):
+    """``worker``'s state as a pre-plug-in checkpoint folder: trainer.pt with the learner under ``"sac"``."""
+    learner_state = worker.learner.state_dict()
+    actor_extra = {"sac": learner_state, "sac_counters": {"received": worker.received, "owed": worker.owed},
+                   "generator": worker.generator.get_state()}
+    save_policy_checkpoint(path, worker.policy, worker.optimizer, worker.version, SPEC,
+                           {"iteration": 1, "env_steps": 0}, actor_extra,
+                           lambda tmp: worker.replay.save(tmp / REPLAY_DIR, previous=None))
+    return path
+
+
+def test_the_learner_is_saved_under_the_keys_it_always_had(tmp_path):
+    worker = actor()
+    worker.update([transitions(T=4)], 1)
+    assert worker.learner.name == "sac"
+    path = tmp_path / "iter_000001"
+    worker.save_checkpoint(str(path), {"iteration": 1, "env_steps": 0})
+    assert LEGACY_LEARNER_KEYS <= set(load_checkpoint(path)["actor"])
+
+
+@pytest.mark.parametrize("overrides", [(), ("algorithm.utd_ratio=0.5",)])
+def test_a_checkpoint_in_the_pre_plug_in_layout_resumes_exactly(tmp_path, overrides):
+    first = actor(*overrides)
+    first.update([transitions(T=4)], 1)
+    first.update([transitions(T=1, seed=3)], 2)  # a fraction of an update owed (utd 0.5 x 3)
+    path = write_legacy_checkpoint(first, tmp_path / "checkpoints" / "iter_000001")
+    state = load_checkpoint(path)["actor"]
+    assert LEGACY_LEARNER_KEYS <= set(state) and "replay_dir" in state
+
+    second = actor(*overrides)
+    second.load_state(state)
+    assert (second.version, second.received, second.owed) == (first.version, first.received, first.owed)
+    assert len(second.replay) == len(first.replay)
+    assert torch.equal(second.learner.log_alpha, first.learner.log_alpha)
+    a, b = first.update([transitions(seed=5)], 3), second.update([transitions(seed=5)], 3)
+    assert a == b
+    for name, value in first.learner.critics.state_dict().items():
+        assert torch.equal(value, second.learner.critics.state_dict()[name]), name
+    for name, value in first.policy.state_dict().items():
+        assert torch.equal(value, second.policy.state_dict()[name]), name
