@@ -8,7 +8,7 @@ CLI reads the config first and starts what can run beside torch's import (the wa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from embodied.registry import POLICIES
 
@@ -37,6 +37,13 @@ class PolicyConfig:
     # Fields that shape the weights (besides type and action_chunk): a checkpoint whose policy
     # differs in one of them cannot be loaded by policy.init_from, which says so up front.
     architecture_fields: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def folder_defaults(cls, section: dict[str, Any]) -> dict[str, Any]:
+        """Field values the model folder named in the YAML ``policy:`` section (``section``, raw) declares, used
+        where the section leaves a field unset (a LeRobot folder's ``n_action_steps`` for ``action_chunk``, say);
+        read without torch or weights, by the config loader. The default declares none."""
+        return {}
 
     def required_observations(self) -> set[str]:
         """What the env must give: a subset of {"states", "images"} (checked against env.obs_mode up front)."""

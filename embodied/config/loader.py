@@ -150,6 +150,7 @@ def from_dict(cls: type, data: Any, path: str) -> Any:
         raise ConfigError(f"{path or 'config'}: expected a mapping, got {type(data).__name__} {data!r}")
     if cls is PolicyConfig:
         cls = _policy_class(data, path)
+        data = {**cls.folder_defaults(data), **data}  # what the model folder says, where the YAML is silent
     elif cls is AlgorithmConfig:
         data = {"name": default_algorithm_name(), **data}  # the section names its algorithm, as the config says
         cls = _algorithm_class(data, path)

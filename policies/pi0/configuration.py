@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from embodied.policies.pi0.folders import TINY_NAMES, TINY_PREFIX, pi0_folder_problem, read_config_json
+from embodied.policies.pi0.folders import (CAMERA_SOURCES, TINY_NAMES, TINY_PREFIX, camera_sources,
+                                           is_lerobot_config, pi0_folder_problem, read_config_json)
 from embodied.policy_config import PolicyConfig, PolicySpec
 
 FLOW_LOGPROBS = ("sde", "noise")
@@ -31,10 +32,11 @@ class PI0PolicyConfig(PolicyConfig):
     flow_noise_level: float = 0.5  # sde: a in sigma_t = a * sqrt(t / (1 - t))
     flow_noise_std_min: float = 0.08  # noise: lower bound of the learned std (normalized action units)
     flow_noise_std_max: float = 0.16  # noise: upper bound of the learned std
-    use_wrist_image: bool = True  # the wrist camera is a second π0 camera when the env has one
+    use_wrist_image: bool = True  # the wrist camera is a second π0 camera when the env has one (when cameras is null)
+    cameras: list[str] | None = None  # the env image for each of the model's cameras, in its order: main_images, wrist_images or empty (null: main, then wrist; a LeRobot folder's other cameras empty)
     use_states: bool = True  # the normalized proprioceptive state enters the action expert (zeros when false)
     max_cameras: int = 3  # cameras the prompt may hold (π0 was trained with up to 3: base and two wrists)
-    max_instruction_tokens: int = 32  # instruction tokens kept in the fixed-length prompt (longer is an error)
+    max_instruction_tokens: int | None = None  # prompt tokens after the images (<bos>, instruction, newline), truncated and padded to it (LeRobot's tokenizer_max_length; null: the folder's, else 48)
     value_hidden: int = 256  # width of the value head's hidden layer
     lora_rank: int = 0  # LoRA rank through peft on the VLM's language model and the action expert; 0 trains all
     lora_alpha: float = 16.0  # LoRA scaling numerator (scale = alpha / rank)
@@ -46,6 +48,17 @@ class PI0PolicyConfig(PolicyConfig):
 
     model_class: ClassVar[str] = "embodied.policies.pi0.modeling:PI0Policy"
     architecture_fields: ClassVar[tuple[str, ...]] = ("use_states",)
+
+    @classmethod
+    def folder_defaults(cls, section: dict[str, Any]) -> dict[str, Any]:
+        """A LeRobot folder's ``n_action_steps`` (the actions it executes of each chunk) for ``action_chunk``."""
+        path = section.get("model_path")
+        if not isinstance(path, str) or path.startswith(TINY_PREFIX):
+            return {}
+        config = read_config_json(Path(path).expanduser()) or {}
+        if not is_lerobot_config(config) or not isinstance(config.get("n_action_steps"), int):
+            return {}
+        return {"action_chunk": config["n_action_steps"]}
 
     def flow_noise(self) -> bool:
         """π0's chunks come from its flow's Euler loop (DSRL steers its initial noise)."""
@@ -90,8 +103,11 @@ class PI0PolicyConfig(PolicyConfig):
                      f"{self.flow_noise_std_min} and {self.flow_noise_std_max}")
         if self.max_cameras < 1:
             p.append(f"policy.max_cameras: must be >= 1, got {self.max_cameras}")
-        if self.max_instruction_tokens < 1:
-            p.append(f"policy.max_instruction_tokens: must be >= 1, got {self.max_instruction_tokens}")
+        if self.cameras is not None and (not self.cameras or any(c not in CAMERA_SOURCES for c in self.cameras)):
+            p.append(f"policy.cameras: {self.cameras!r}: give one of {', '.join(CAMERA_SOURCES)} per camera of the "
+                     "model, in its order")
+        if self.max_instruction_tokens is not None and self.max_instruction_tokens < 2:
+            p.append(f"policy.max_instruction_tokens: must be >= 2 (<bos> and a token), got {self.max_instruction_tokens}")
         if self.lora_rank < 0:
             p.append(f"policy.lora_rank: must be >= 0 (0: no LoRA), got {self.lora_rank}")
         if self.device == "cuda":
@@ -113,7 +129,7 @@ class PI0PolicyConfig(PolicyConfig):
         config = read_config_json(folder) or {}
         where = f"policy.model_path {self.model_path!r}"
         p = size_problems(self, spec, int(config.get("max_action_dim", 32)), int(config.get("max_state_dim", 32)),
-                          where)
+                          where, config)
         try:
             if self.norm_stats:
                 stats, source = load_stats(Path(self.norm_stats).expanduser(), self.norm_stats), "policy.norm_stats"
@@ -127,8 +143,9 @@ class PI0PolicyConfig(PolicyConfig):
 
 
 def size_problems(config: PI0PolicyConfig, spec: PolicySpec, max_action_dim: int, max_state_dim: int,
-                  where: str) -> list[str]:
-    """What of the env does not fit a π0 of these padded dimensions, or ``policy.max_cameras``."""
+                  where: str, folder: dict[str, Any]) -> list[str]:
+    """What of the env does not fit a π0 of these padded dimensions, the folder's cameras (its ``config.json``,
+    ``folder``) or ``policy.max_cameras``."""
     p: list[str] = []
     if spec.image_shape is None:
         p.append("policy.type=pi0 needs images: set env.obs_mode to 'rgb' or 'state+rgb'")
@@ -138,8 +155,12 @@ def size_problems(config: PI0PolicyConfig, spec: PolicySpec, max_action_dim: int
     if state_dim > max_state_dim:
         p.append(f"env state dimension {state_dim} exceeds max_state_dim {max_state_dim} of {where} (or set "
                  "policy.use_states=false)")
-    cameras = 1 + int(config.use_wrist_image and spec.wrist_image_shape is not None)
-    if cameras > config.max_cameras:
-        p.append(f"policy.max_cameras: the env gives {cameras} cameras (main and wrist), more than "
+    try:
+        sources = camera_sources(config.cameras, config.use_wrist_image, spec.wrist_image_shape is not None, folder)
+    except ValueError as exc:
+        return p + [str(exc)]
+    cameras = [c for c in sources if c != "empty"]
+    if len(cameras) > config.max_cameras:
+        p.append(f"policy.max_cameras: the env gives {len(cameras)} cameras ({', '.join(cameras)}), more than "
                  f"{config.max_cameras}; raise it or set policy.use_wrist_image=false")
     return p

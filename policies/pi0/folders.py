@@ -32,3 +32,50 @@ def pi0_folder_problem(path: Path) -> tuple[str | None, int | None]:
         return (f"{where} is not a π0: its config.json says {('model_type' if 'model_type' in config else 'type')}="
                 f"{kind!r} (policy.type=vla reads image-text-to-text backbones)"), None
     return None, config.get("chunk_size", 50)
+
+
+CAMERA_SOURCES = ("main_images", "wrist_images", "empty")  # embodied.types MAIN_IMAGES, WRIST_IMAGES; no camera
+LEROBOT_MAX_LENGTH = 48  # LeRobot's π0 tokenizer_max_length default (openpi's)
+
+
+def is_lerobot_config(config: dict[str, Any]) -> bool:
+    """A LeRobot π0 ``config.json`` (``"type": "pi0"``, no transformers ``model_type``)."""
+    return config.get("type") == "pi0" and "model_type" not in config
+
+
+def lerobot_cameras(config: dict[str, Any]) -> list[str]:
+    """The image features of a LeRobot ``config.json``, in its order (the order its π0 puts cameras in)."""
+    features = config.get("input_features") or {}
+    return [name for name, f in features.items() if isinstance(f, dict) and f.get("type") == "VISUAL"]
+
+
+def camera_sources(cameras: list[str] | None, use_wrist: bool, env_has_wrist: bool,
+                   folder: dict[str, Any]) -> list[str]:
+    """The env image for each of the model's cameras (``empty`` where the env has none), from ``policy.cameras`` or
+    by default: main, then wrist (when used), then a LeRobot folder's remaining cameras empty. A mismatch between
+    the folder's cameras and the env's raises, naming both."""
+    env = ["main_images"] + (["wrist_images"] if use_wrist and env_has_wrist else [])
+    model = lerobot_cameras(folder) if is_lerobot_config(folder) else []
+    if cameras is None:
+        if model and len(env) > len(model):
+            raise ValueError(f"policy.cameras: the env gives {len(env)} cameras ({', '.join(env)}) but the folder's "
+                             f"π0 takes {len(model)} ({', '.join(model)}); map them with policy.cameras or set "
+                             "policy.use_wrist_image=false")
+        return env + ["empty"] * (len(model) - len(env)) if model else env
+    if model and len(cameras) != len(model):
+        raise ValueError(f"policy.cameras: {len(cameras)} given ({', '.join(cameras)}) for the folder's "
+                         f"{len(model)} cameras ({', '.join(model)}); give one env image (or empty) per camera")
+    missing = [c for c in cameras if c == "wrist_images" and not env_has_wrist]
+    if missing:
+        raise ValueError(f"policy.cameras: {', '.join(cameras)} asks for wrist_images, but the env gives only "
+                         "main_images (set env.obs_mode or the env's wrist camera, or map that camera to empty)")
+    if all(c == "empty" for c in cameras):
+        raise ValueError(f"policy.cameras: {cameras} maps no env image to any camera")
+    return list(cameras)
+
+
+def folder_max_length(folder: dict[str, Any]) -> int:
+    """The prompt length a folder declares: a LeRobot π0's ``tokenizer_max_length``, else LeRobot's default."""
+    if is_lerobot_config(folder) and isinstance(folder.get("tokenizer_max_length"), int):
+        return folder["tokenizer_max_length"]
+    return LEROBOT_MAX_LENGTH

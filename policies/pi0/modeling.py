@@ -42,14 +42,15 @@ from torch import nn
 from embodied.policies.flow_logprob import (CHAIN, STEP, Velocity, make_flow_logprob, sample_chain,
                                             score_chain)
 from embodied.policies.pi0.configuration import PI0PolicyConfig, size_problems
+from embodied.policies.pi0.folders import camera_sources, folder_max_length, read_config_json
 from embodied.policies.pi0.pretrained import load_pi0, parameter_split, resolve_model_path, seed_vlm
 from embodied.policies.pi0.processing import STD_EPS, NormStats, PI0Inputs, fitted_stats, folder_stats, load_stats
 from embodied.policy import Policy, PolicySpec
-from embodied.types import (MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, NoiseSteering, Obs,
-                            PolicyOutput)
+from embodied.types import STATES, TASK_DESCRIPTIONS, NoiseSteering, Obs, PolicyOutput
 
 HEADS_FILE = "heads.pt"  # value head and Flow-Noise's std head (a plain state dict)
 POLICY_FILE = "embodied_policy.json"  # the policy config and the base model, for people and tools
+PROCESSOR_FILE = "processor_config.json"  # PI0Processor's statistics and our pipeline's settings
 LORA_TARGETS = r"model\.(vlm\.language_model|dit)\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
 PROJECTIONS = ["embed_action_time", "action_out_proj"]  # trained whole under LoRA
 
@@ -95,10 +96,13 @@ class PI0Policy(Policy):
         self.chunk_size, self.max_action_dim, self.max_state_dim = pc.chunk_size, pc.max_action_dim, pc.max_state_dim
         self.chunk, self.action_dim = config.action_chunk, spec.action_dim
         self.state_dim = spec.state_dim if config.use_states else 0
-        self.use_wrist = config.use_wrist_image and spec.wrist_image_shape is not None
-        self._check_sizes(config, spec)
+        folder = read_config_json(self.model_dir) or {}
+        self._check_sizes(config, spec, folder)
+        sources = camera_sources(config.cameras, config.use_wrist_image, spec.wrist_image_shape is not None, folder)
+        self.cameras = [c for c in sources if c != "empty"]  # the env images π0 sees, in the model's camera order
         self.steps = config.flow_steps or int(pc.num_inference_steps)
-        self.inputs = PI0Inputs(self.tokenizer, pc, 1 + int(self.use_wrist), config.max_instruction_tokens)
+        self.inputs = PI0Inputs(self.tokenizer, pc, len(self.cameras),
+                                config.max_instruction_tokens or folder_max_length(folder))
         self.stats_source = ""
         for name in ("state_mean", "state_std", "action_mean", "action_std"):
             self.register_buffer(name, torch.zeros(0))
@@ -132,9 +136,9 @@ class PI0Policy(Policy):
 
     # -- construction ------------------------------------------------------------------------
 
-    def _check_sizes(self, config: PI0PolicyConfig, spec: PolicySpec) -> None:
+    def _check_sizes(self, config: PI0PolicyConfig, spec: PolicySpec, folder: dict[str, Any]) -> None:
         where = f"policy.model_path {config.model_path!r}"
-        problems = size_problems(config, spec, self.max_action_dim, self.max_state_dim, where)
+        problems = size_problems(config, spec, self.max_action_dim, self.max_state_dim, where, folder)
         if config.action_chunk > self.chunk_size:
             problems.append(f"policy.action_chunk: {config.action_chunk} executed actions, but {where} predicts "
                             f"chunks of {self.chunk_size} (its chunk_size)")
@@ -213,15 +217,20 @@ class PI0Policy(Policy):
                 f"{split['dit_unused_embed'] / 1e6:.3f}M unused embed_tokens, frozen), projections "
                 f"{split['projections'] / 1e6:.3f}M; {trainable / 1e6:.3f}M trainable{lora}; chunk "
                 f"{self.chunk}/{self.chunk_size}, {self.steps} Euler steps, log-probs {self.logprob.name}; "
+                f"cameras {', '.join(self.cameras)}; prompt of {self.inputs.max_length} tokens; "
                 f"statistics from {self.stats_source}")
 
     # -- the policy interface ----------------------------------------------------------------
 
     @torch.no_grad()
-    def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
+    def act(self, obs: Obs, deterministic: bool = False, noise: torch.Tensor | None = None) -> PolicyOutput:
+        """A chunk per env; ``noise`` [B, chunk_size, max_action_dim] is the flow's initial noise (drawn when None;
+        given by checks against another implementation on the same noise)."""
         inputs = self.forward_inputs(obs)
         prefix = self._prefix(inputs)
-        noise = torch.randn(prefix.mask.shape[0], self.chunk_size, self.max_action_dim, device=self.device_)
+        if noise is None:
+            noise = torch.randn(prefix.mask.shape[0], self.chunk_size, self.max_action_dim, device=self.device_)
+        noise = noise.to(self.device_, torch.float32)
         chain = sample_chain(self._velocity(prefix), noise, self.steps, self.logprob, deterministic, self.scored)
         inputs |= {k: v.detach().cpu() for k, v in chain.record.items()}
         return PolicyOutput(actions=self.env_actions(chain.actions).cpu(),
@@ -307,17 +316,15 @@ class PI0Policy(Policy):
             raise ValueError("policy.type=pi0 reads an instruction per env from obs['task_descriptions'], and the "
                              "env gave none (or an empty one): give the env a task_description")
         prompt = self.inputs.prompts(list(descriptions))
-        inputs = {"input_ids": prompt.input_ids, "attention_mask": prompt.attention_mask,
-                  MAIN_IMAGES: _uint8(obs[MAIN_IMAGES])}
-        if self.use_wrist:
-            inputs[WRIST_IMAGES] = _uint8(obs[WRIST_IMAGES])
+        inputs = {"input_ids": prompt.input_ids, "attention_mask": prompt.attention_mask}
+        inputs |= {camera: _uint8(obs[camera]) for camera in self.cameras}
         if self.state_dim:
             inputs[STATES] = torch.as_tensor(np.asarray(obs[STATES]), dtype=torch.float32)
         return inputs
 
     def _prompt_inputs(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``input_ids``, ``attention_mask``, ``pixel_values``, ``pixel_attention_mask`` on the device."""
-        images = [inputs[MAIN_IMAGES]] + ([inputs[WRIST_IMAGES]] if self.use_wrist else [])
+        images = [inputs[camera] for camera in self.cameras]
         return {"input_ids": inputs["input_ids"].to(self.device_),
                 "attention_mask": inputs["attention_mask"].to(self.device_),
                 **self.inputs.pixels(images, self.device_, self.dtype_)}
@@ -389,10 +396,26 @@ class PI0Policy(Policy):
             self.model.save_pretrained(out)
             self.tokenizer.save_pretrained(out)
         torch.save({name: m.state_dict() for name, m in self._heads().items()}, out / HEADS_FILE)
-        self.stats().save(out)
+        stats = self.stats()
+        stats.save(out)
+        (out / PROCESSOR_FILE).write_text(json.dumps(self.processor_settings(stats), indent=2))
         meta = {"config": asdict(self.config), "base_model": str(self.model_dir), "source": self.source,
                 "steps": self.steps, "chunk_size": self.chunk_size}
         (out / POLICY_FILE).write_text(json.dumps(meta, indent=2))
+
+    def processor_settings(self, stats: NormStats) -> dict[str, Any]:
+        """What turns an env's observation into this π0's inputs, for ``processor_config.json``: PI0Processor's
+        statistics (``state_mean`` ... ``actions_std``, so ``PI0Processor.from_pretrained`` normalizes as we do) and
+        the rest of our pipeline (prompt length, cameras in the model's order, executed actions, resize), so the
+        folder acts the same outside this code (``docs/pretrained_vla.md``)."""
+        return {"processor_class": "PI0Processor", "state_mean": stats.state_mean, "state_std": stats.state_std,
+                "actions_mean": stats.action_mean, "actions_std": stats.action_std,
+                "max_state_dim": self.max_state_dim, "chunk_size": self.chunk_size,
+                "embodied": {"tokenizer_max_length": self.inputs.max_length, "cameras": self.cameras,
+                             "n_action_steps": self.chunk, "num_inference_steps": self.steps,
+                             "instruction": "newline appended when missing, <bos> first, truncated, right-padded",
+                             "resize": "LeRobot resize_with_pad_torch: sizes truncated, bilinear without "
+                                       "antialiasing, centred on black; pixels x / 255 * 2 - 1"}}
 
     def load_pretrained(self, directory: str | Path) -> None:
         """Load what ``save_pretrained`` wrote into this policy (built from the same config)."""

@@ -15,12 +15,13 @@ hub): give ``policy.tokenizer_path``.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from embodied.policies.pi0.folders import TINY_NAMES, TINY_PREFIX, read_config_json
+from embodied.policies.pi0.folders import TINY_NAMES, TINY_PREFIX, is_lerobot_config, read_config_json
 
 # LeRobot's Gemma variants (openpi's get_config): the VLM's language model and the action expert.
 VARIANTS: dict[str, dict[str, int]] = {
@@ -29,38 +30,88 @@ VARIANTS: dict[str, dict[str, int]] = {
     "gemma_2b": dict(hidden_size=2048, intermediate_size=16384, num_hidden_layers=18, num_attention_heads=8,
                      num_key_value_heads=1, head_dim=256),
 }
+# LeRobot's π0 fuses the VLM's and the expert's attention and reshapes it by 8 heads, so every LeRobot π0 has 8.
+LEROBOT_HEADS = 8
 # LeRobot's fields that are PI0Config's under the same name (num_steps is the older name of num_inference_steps).
 SAME_FIELDS = ("chunk_size", "max_state_dim", "max_action_dim", "num_inference_steps", "time_sampling_beta_alpha",
                "time_sampling_beta_beta", "time_sampling_scale", "time_sampling_offset", "min_period", "max_period")
+WEIGHTS = "model.safetensors"
+# Where LeRobot keeps the VLM's token embedding and the head that transformers' mapping also loads into it.
+EMBED_KEY = "paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight"
+LM_HEAD_KEY = "paligemma_with_expert.paligemma.lm_head.weight"
 
 
-def lerobot_pi0_config(lerobot: dict[str, Any]) -> Any:
-    """A transformers ``PI0Config`` from a LeRobot π0 ``config.json`` (its variants, chunk and dimensions)."""
+def weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Each tensor's shape in a folder's ``model.safetensors``, read from its header (no tensor is loaded), keys
+    without LeRobot's leading ``model.``."""
+    from safetensors import safe_open
+
+    with safe_open(str(path / WEIGHTS), "pt") as f:
+        return {k.removeprefix("model."): tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+
+
+def _gemma_sizes(shapes: dict[str, tuple[int, ...]], prefix: str, where: str) -> dict[str, int]:
+    """A Gemma stack's sizes from its weights: layers counted, widths read off the first layer's projections."""
+    layer = f"{prefix}.layers.0."
+    needed = [layer + n for n in ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "mlp.gate_proj.weight")]
+    missing = [k for k in needed if k not in shapes]
+    if missing:
+        raise ValueError(f"{where}: no {missing[0]} in {WEIGHTS} (not a LeRobot π0's key layout)")
+    depth = len({k[len(prefix) + 8:].split(".")[0] for k in shapes if k.startswith(f"{prefix}.layers.")})
+    q, width = shapes[needed[0]]
+    head_dim = q // LEROBOT_HEADS
+    return dict(hidden_size=width, intermediate_size=shapes[needed[2]][0], num_hidden_layers=depth,
+                num_attention_heads=LEROBOT_HEADS, num_key_value_heads=shapes[needed[1]][0] // head_dim,
+                head_dim=head_dim)
+
+
+def lerobot_pi0_config(lerobot: dict[str, Any], shapes: dict[str, tuple[int, ...]] | None = None,
+                       where: str = "policy.model_path") -> Any:
+    """A transformers ``PI0Config`` from a LeRobot π0 ``config.json`` and, when given, its weights' shapes.
+
+    The shapes are the truth: the VLM's and the expert's widths, depths and heads, the vocabulary and the SigLIP
+    tower are read off them (a folder whose variant names disagree with its weights still loads as what it holds).
+    Without shapes the named variants give them."""
     from transformers import PI0Config
 
     defaults = PI0Config()
     vlm = defaults.vlm_config.to_dict()
     variant = lerobot.get("paligemma_variant", "gemma_2b")
     expert = lerobot.get("action_expert_variant", "gemma_300m")
-    for name, value in (("paligemma_variant", variant), ("action_expert_variant", expert)):
-        if value not in VARIANTS:
-            raise ValueError(f"policy.model_path: LeRobot config {name}={value!r} is unknown; known: "
-                             f"{', '.join(VARIANTS)}")
-    vlm["text_config"].update(VARIANTS[variant])
     resolution = lerobot.get("image_resolution") or [vlm["vision_config"]["image_size"]] * 2
     if resolution[0] != resolution[1]:
-        raise ValueError(f"policy.model_path: LeRobot config image_resolution={resolution} is not square")
+        raise ValueError(f"{where}: LeRobot config image_resolution={resolution} is not square")
     vlm["vision_config"]["image_size"] = int(resolution[0])
+    if shapes is None:
+        for name, value in (("paligemma_variant", variant), ("action_expert_variant", expert)):
+            if value not in VARIANTS:
+                raise ValueError(f"{where}: LeRobot config {name}={value!r} is unknown; known: {', '.join(VARIANTS)}")
+        text, dit_sizes = VARIANTS[variant], VARIANTS[expert]
+    else:
+        text = _gemma_sizes(shapes, "paligemma_with_expert.paligemma.model.language_model", where)
+        text["vocab_size"] = shapes[EMBED_KEY][0] if EMBED_KEY in shapes else shapes[LM_HEAD_KEY][0]
+        dit_sizes = _gemma_sizes(shapes, "paligemma_with_expert.gemma_expert.model", where)
+        vlm["vision_config"].update(_siglip_sizes(shapes))
+        vlm["projection_dim"] = text["hidden_size"]
+    vlm["text_config"].update(text)
     fields = {k: lerobot[k] for k in SAME_FIELDS if k in lerobot}
     if "num_inference_steps" not in fields and "num_steps" in lerobot:
         fields["num_inference_steps"] = lerobot["num_steps"]
-    dit = defaults.dit_config.to_dict() | VARIANTS[expert]
+    dit = defaults.dit_config.to_dict() | dit_sizes
     return PI0Config(vlm_config=vlm, dit_config=dit, **fields)
 
 
+def _siglip_sizes(shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """The SigLIP tower's width, depth, MLP and patch from its weights (its heads stay SigLIP-so400m's 16)."""
+    tower = "paligemma_with_expert.paligemma.model.vision_tower.vision_model."
+    patch = shapes[tower + "embeddings.patch_embedding.weight"]
+    depth = len({k[len(tower) + 15:].split(".")[0] for k in shapes if k.startswith(tower + "encoder.layers.")})
+    return dict(hidden_size=patch[0], patch_size=patch[-1], num_hidden_layers=depth,
+                intermediate_size=shapes[tower + "encoder.layers.0.mlp.fc1.weight"][0])
+
+
 def is_lerobot_folder(path: Path) -> bool:
-    config = read_config_json(path) or {}
-    return config.get("type") == "pi0" and "model_type" not in config
+    return is_lerobot_config(read_config_json(path) or {})
 
 
 def load_pi0(path: Path, dtype: torch.dtype, tokenizer_path: str | None) -> tuple[Any, Any, str]:
@@ -68,10 +119,13 @@ def load_pi0(path: Path, dtype: torch.dtype, tokenizer_path: str | None) -> tupl
     from transformers import AutoTokenizer, PI0ForConditionalGeneration
 
     lerobot = is_lerobot_folder(path)
-    config = lerobot_pi0_config(read_config_json(path) or {}) if lerobot else None
     try:
-        model = PI0ForConditionalGeneration.from_pretrained(path, config=config, dtype=dtype) if lerobot else \
-            PI0ForConditionalGeneration.from_pretrained(path, dtype=dtype)
+        if lerobot:
+            config = lerobot_pi0_config(read_config_json(path) or {}, weight_shapes(path))
+            model = PI0ForConditionalGeneration.from_pretrained(path, config=config, dtype=dtype)
+            use_trained_embedding(model, path)
+        else:
+            model = PI0ForConditionalGeneration.from_pretrained(path, dtype=dtype)
     except (OSError, ValueError, KeyError) as exc:
         raise ValueError(f"policy.model_path: {str(path)!r} does not load as a π0: {exc}") from None
     tokenizer_dir = Path(tokenizer_path).expanduser() if tokenizer_path else path
@@ -82,6 +136,32 @@ def load_pi0(path: Path, dtype: torch.dtype, tokenizer_path: str | None) -> tupl
         hint = "" if tokenizer_path else " (a LeRobot folder has none: set policy.tokenizer_path to PaliGemma's)"
         raise ValueError(f"{where}: no tokenizer in {str(tokenizer_dir)!r}{hint}: {exc}") from None
     return model, tokenizer, "LeRobot" if lerobot else "transformers"
+
+
+def use_trained_embedding(model: Any, path: Path) -> None:
+    """Load the VLM's token embedding from LeRobot's ``embed_tokens`` tensor, as LeRobot itself ends up doing.
+
+    LeRobot does not tie ``paligemma.lm_head`` to ``embed_tokens`` and saves both; its fine-tuning trains the
+    embedding (π0 never reads the head). transformers' conversion mapping for ``pi0`` renames both onto the one
+    embedding and the head wins, so a fine-tuned folder would act with the base model's embedding. LeRobot's loader
+    copies the head into the embedding only when the folder has no ``embed_tokens`` (openpi's conversions), and so
+    does this: the head stays where transformers put it then. A warning says when the two tensors disagree."""
+    from safetensors import safe_open
+
+    with safe_open(str(path / WEIGHTS), "pt") as f:
+        keys = {k.removeprefix("model."): k for k in f.keys()}
+        if EMBED_KEY not in keys:
+            return
+        embed = f.get_tensor(keys[EMBED_KEY])
+        head = f.get_tensor(keys[LM_HEAD_KEY]) if LM_HEAD_KEY in keys else None
+    target = model.model.vlm.get_input_embeddings().weight
+    with torch.no_grad():
+        target.copy_(embed.to(target.dtype))
+    if head is not None and head.shape == embed.shape and not torch.equal(head, embed):
+        diff = (head.float() - embed.float()).abs().max().item()
+        warnings.warn(f"policy.model_path {str(path)!r}: the VLM's lm_head and embed_tokens differ (max {diff:.3g}); "
+                      "using embed_tokens, the tensor LeRobot's π0 reads and fine-tunes (lm_head is never read, so "
+                      "it keeps the base model's values)", stacklevel=3)
 
 
 def seed_vlm(model: Any, folder: Path) -> int:

@@ -1,11 +1,16 @@
 """Observations -> π0's inputs, and its actions back to the env, in torch (no image processor, no torchvision).
 
-- **Prompt** (PI0Processor's layout): ``<image> x n`` per camera, ``<bos>``, the instruction, ``\\n``;
-  right-padded to one fixed length ``L`` so a rollout's prompts stack and replay exactly. Positions
-  are the attention mask's cumulative sum minus one, as ``sample_actions`` computes them.
-- **Cameras**: the main image, then the wrist image, each resized (aspect kept, padded with black, as
-  LeRobot's ``resize_with_pad``) to the SigLIP tower's side and scaled to [-1, 1] (PaliGemma's mean
-  and std of 0.5); ``pixel_attention_mask`` marks them all present.
+Each step is LeRobot 0.6.1's π0 pipeline, checked against LeRobot itself (``benchmarks/parity/``):
+
+- **Prompt**: the model's cameras' ``<image>`` tokens, then the instruction as LeRobot's π0 tokenizes it: a
+  ``\\n`` appended when it does not end with one (nothing else is cleaned), ``<bos>`` first, truncated to the
+  tokenizer length (``tokenizer_max_length``, 48) and right-padded to it, so a rollout's prompts stack and replay
+  exactly. Positions are the attention mask's cumulative sum minus one, as ``sample_actions`` computes them.
+- **Cameras**: each camera's uint8 image scaled to [0, 1], resized as LeRobot's ``resize_with_pad_torch``
+  (aspect kept, sizes truncated, plain bilinear with no antialiasing, centred on black) to the SigLIP tower's
+  side, then scaled to [-1, 1]. A camera of the model that the env lacks (LeRobot's empty camera: -1 pixels,
+  masked out) is left out of the prompt: a masked token changes no attention and no position, so the result is
+  the same.
 - **State and actions**: normalized with mean/std (``(x - mean) / (std + 1e-8)``, as PI0Processor)
   and zero-padded to ``max_state_dim`` / ``max_action_dim``; actions come back un-normalized, cut to
   the env's dimensions and to the executed ``action_chunk``.
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -125,34 +131,40 @@ class Prompt:
 class PI0Inputs:
     """Fixed-length prompts and pixel inputs for π0, from instructions and uint8 images."""
 
-    def __init__(self, tokenizer: Any, pi0_config: Any, num_cameras: int, max_instruction_tokens: int) -> None:
+    def __init__(self, tokenizer: Any, pi0_config: Any, num_cameras: int, max_length: int) -> None:
         vlm = pi0_config.vlm_config
         vision = vlm.vision_config
         self.tokenizer = tokenizer
         self.image_size = int(vision.image_size)
         self.tokens_per_image = (self.image_size // int(vision.patch_size)) ** 2
         self.num_cameras = num_cameras
-        self.max_instruction_tokens = max_instruction_tokens
+        self.max_length = max_length
         self.image_token_id = int(vlm.image_token_id)
         self.bos_id = _token_id(tokenizer, "bos")
         self.pad_id = _token_id(tokenizer, "pad")
-        self._prefix = [self.image_token_id] * (self.tokens_per_image * num_cameras) + [self.bos_id]
-        self._suffix = tokenizer.encode("\n", add_special_tokens=False)
-        self.length = len(self._prefix) + max_instruction_tokens + len(self._suffix)
+        self._images = [self.image_token_id] * (self.tokens_per_image * num_cameras)
+        self.length = len(self._images) + max_length
         self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def prompts(self, instructions: list[str]) -> Prompt:
         rows = [self._encode(text) for text in instructions]
         return Prompt(torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows]))
 
+    def instruction_ids(self, text: str) -> list[int]:
+        """The instruction's tokens as LeRobot's π0 makes them: ``\\n`` appended when missing (its
+        ``Pi0NewLineProcessor``; no other cleaning), tokenized with ``<bos>`` first, truncated to ``max_length``."""
+        ids = list(self.tokenizer(text if text.endswith("\n") else text + "\n")["input_ids"])
+        if not ids or ids[0] != self.bos_id:  # PaliGemma's tokenizer adds <bos> itself; a tiny one may not
+            ids = [self.bos_id] + ids
+        if len(ids) > self.max_length:
+            warnings.warn(f"policy.max_instruction_tokens: the instruction {text!r} is {len(ids)} tokens with <bos> "
+                          f"and its newline, more than {self.max_length}; truncated as LeRobot truncates it",
+                          stacklevel=4)
+        return ids[:self.max_length]
+
     def _encode(self, text: str) -> tuple[torch.Tensor, torch.Tensor]:
         if text not in self._cache:
-            clean = text.strip().replace("_", " ").replace("\n", " ")  # as LeRobot's π0 cleans a task
-            ids = self.tokenizer.encode(clean, add_special_tokens=False)
-            if len(ids) > self.max_instruction_tokens:
-                raise ValueError(f"policy.max_instruction_tokens: the instruction {text!r} is {len(ids)} tokens, "
-                                 f"more than {self.max_instruction_tokens}; raise the limit")
-            row = self._prefix + ids + self._suffix
+            row = self._images + self.instruction_ids(text)
             pad = self.length - len(row)
             self._cache[text] = (torch.tensor(row + [self.pad_id] * pad, dtype=torch.long),
                                  torch.tensor([1] * len(row) + [0] * pad, dtype=torch.long))
@@ -168,13 +180,15 @@ class PI0Inputs:
 
 
 def resize_with_pad(x: torch.Tensor, side: int) -> torch.Tensor:
-    """[N, 3, H, W] in [0, 1] -> [N, 3, side, side]: scaled to fit, centred on black (LeRobot pads so)."""
+    """[N, 3, H, W] in [0, 1] -> [N, 3, side, side], as LeRobot's (and openpi's) ``resize_with_pad_torch``: scaled
+    by the larger ratio with the sizes truncated (``int(h / ratio)``), plain bilinear (no antialiasing), clamped,
+    centred on black."""
     h, w = x.shape[-2:]
     if h == side and w == side:
         return x
-    scale = side / max(h, w)
-    nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
-    x = F.interpolate(x, size=(nh, nw), mode="bilinear", align_corners=False, antialias=True).clamp(0.0, 1.0)
+    ratio = max(w / side, h / side)
+    nh, nw = int(h / ratio), int(w / ratio)
+    x = F.interpolate(x, size=(nh, nw), mode="bilinear", align_corners=False).clamp(0.0, 1.0)
     top, left = (side - nh) // 2, (side - nw) // 2
     return F.pad(x, (left, side - nw - left, top, side - nh - top))
 

@@ -15,12 +15,13 @@ from embodied.config import ConfigError, load_config
 from embodied.policies.flow_logprob import CHAIN, step_distribution
 from embodied.policies.pi0.configuration import PI0PolicyConfig
 from embodied.policies.pi0.modeling import PI0Policy
-from embodied.policies.pi0.pretrained import VARIANTS, lerobot_pi0_config, resolve_model_path
+from embodied.policies.pi0.pretrained import lerobot_pi0_config, load_pi0, resolve_model_path
 from embodied.policy import PolicySpec
 
 SPEC = PolicySpec(state_dim=7, image_shape=(64, 64, 3), action_dim=4, action_low=(-1.0,) * 4, action_high=(1.0,) * 4,
                   wrist_image_shape=(48, 64, 3))
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+PARITY = Path(__file__).resolve().parent / "parity" / "pi0"  # folders LeRobot 0.6.1 built (benchmarks/parity)
 
 
 def make(spec: PolicySpec = SPEC, **fields) -> PI0Policy:
@@ -216,6 +217,59 @@ def test_a_checkpoint_opens_with_transformers_alone_and_reloads_to_the_same_chun
     assert torch.equal(chunks[0][0], chunks[1][0]) and torch.equal(chunks[0][1], chunks[1][1])
 
 
+def test_a_saved_checkpoint_acts_the_same_under_transformers_alone_from_its_processor_settings(tmp_path,
+                                                                                               noise_policy):
+    """The other direction a user takes: our folder, opened by transformers' PI0ForConditionalGeneration and fed by
+    hand from what processor_config.json says (PI0Processor's statistics, our prompt, cameras, resize and executed
+    actions), gives our chunk from the same noise, with none of our code."""
+    import torch.nn.functional as F
+    from transformers import AutoTokenizer, PI0ForConditionalGeneration
+
+    noise_policy.save_pretrained(tmp_path / "policy")
+    folder = tmp_path / "policy"
+    settings = json.loads((folder / "processor_config.json").read_text())
+    ours = settings["embodied"]
+    model = PI0ForConditionalGeneration.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    vision = model.config.vlm_config.vision_config
+    side = vision.image_size
+    obs = observations(3, seed=4)
+    obs["task_descriptions"][1] = "put_the cube  in the bowl\n"
+
+    def pixels(images: np.ndarray) -> torch.Tensor:  # LeRobot's resize_with_pad_torch, as the settings say
+        x = torch.as_tensor(images).permute(0, 3, 1, 2).float() / 255
+        h, w = x.shape[-2:]
+        ratio = max(w / side, h / side)
+        nh, nw = int(h / ratio), int(w / ratio)
+        x = F.interpolate(x, size=(nh, nw), mode="bilinear", align_corners=False).clamp(0, 1)
+        top, left = (side - nh) // 2, (side - nw) // 2
+        return F.pad(x, (left, side - nw - left, top, side - nh - top)) * 2 - 1
+
+    bos = tokenizer.convert_tokens_to_ids("<bos>")
+    images = [model.config.vlm_config.image_token_id] * ((side // vision.patch_size) ** 2 * len(ours["cameras"]))
+    rows = []
+    for text in obs["task_descriptions"]:
+        ids = tokenizer(text if text.endswith("\n") else text + "\n")["input_ids"]
+        rows.append(images + ([bos] + ids if ids[0] != bos else ids)[:ours["tokenizer_max_length"]])
+    length = len(images) + ours["tokenizer_max_length"]
+    input_ids = torch.tensor([r + [tokenizer.pad_token_id] * (length - len(r)) for r in rows])
+    attention_mask = torch.tensor([[1] * len(r) + [0] * (length - len(r)) for r in rows])
+    state = (torch.as_tensor(obs["states"]) - torch.tensor(settings["state_mean"])) / \
+        (torch.tensor(settings["state_std"]) + 1e-8)
+    state = F.pad(state, (0, settings["max_state_dim"] - state.shape[1]))
+    noise = torch.randn(3, settings["chunk_size"], model.config.max_action_dim, generator=torch.Generator().manual_seed(5))
+    chunk = model.sample_actions(state=state, input_ids=input_ids, noise=noise, attention_mask=attention_mask,
+                                 pixel_values=torch.stack([pixels(obs[c]) for c in ours["cameras"]], 1),
+                                 pixel_attention_mask=torch.ones(3, len(ours["cameras"]), dtype=torch.bool),
+                                 num_steps=ours["num_inference_steps"])
+    action_dim = len(settings["actions_mean"])
+    alone = chunk[:, :ours["n_action_steps"], :action_dim] * (torch.tensor(settings["actions_std"]) + 1e-8) + \
+        torch.tensor(settings["actions_mean"])
+    mine = noise_policy.act(obs, deterministic=True, noise=noise).actions
+    assert ours["cameras"] == ["main_images", "wrist_images"] and alone.shape == mine.shape == (3, 3, 4)
+    assert (alone - mine).abs().max() <= 1e-5
+
+
 def test_lora_trains_adapters_and_projections_and_saves_a_peft_adapter(tmp_path):
     from peft import PeftModel
     from transformers import PI0ForConditionalGeneration
@@ -272,52 +326,33 @@ def test_vision_tower_checkpointing_gives_the_same_gradients():
         assert torch.allclose(grads[0][name], grads[1][name], atol=1e-6, rtol=1e-4), name
 
 
-def test_a_lerobot_pi0_folder_loads_through_the_conversion_mapping(tmp_path, monkeypatch):
-    """A tiny π0 rewritten into LeRobot's key layout and config: the same weights come back."""
-    from safetensors.torch import load_file, save_file
+def test_a_lerobot_pi0_folder_loads_every_tensor_it_holds_with_sizes_read_off_its_weights():
+    """A folder LeRobot 0.6.1 built and saved (tests/policies/parity/pi0): its config.json names gemma_2b and
+    gemma_300m, its weights are tiny; every tensor comes back under transformers' names, the VLM's embedding from
+    embed_tokens (LeRobot's trained one), not from the lm_head transformers' mapping would put there."""
+    from safetensors.torch import load_file
 
-    tiny = resolve_model_path("tiny:pi0-tiny")
-    weights = load_file(str(tiny / "model.safetensors"))
-    renamed = {}
-    for key, value in weights.items():
-        key = key.replace("model.vlm.", "paligemma_with_expert.paligemma.model.")
-        key = key.replace("model.dit.", "paligemma_with_expert.gemma_expert.model.")
-        key = key.replace("embed_action_time.", "")
-        renamed["model." + key] = value
-    folder = tmp_path / "lerobot_pi0"
-    folder.mkdir()
-    save_file(renamed, str(folder / "model.safetensors"))
-    tiny_config = json.loads((tiny / "config.json").read_text())
-    monkeypatch.setitem(VARIANTS, "tiny_vlm", {k: tiny_config["vlm_config"]["text_config"][k] for k in
-                                               ("hidden_size", "intermediate_size", "num_hidden_layers",
-                                                "num_attention_heads", "num_key_value_heads", "head_dim")})
-    monkeypatch.setitem(VARIANTS, "tiny_dit", {k: tiny_config["dit_config"][k] for k in VARIANTS["tiny_vlm"]})
-    lerobot = {"type": "pi0", "paligemma_variant": "tiny_vlm", "action_expert_variant": "tiny_dit", "chunk_size": 4,
-               "n_action_steps": 4, "max_state_dim": 32, "max_action_dim": 32, "num_inference_steps": 4,
-               "image_resolution": [64, 64]}
-    (folder / "config.json").write_text(json.dumps(lerobot))
-    import embodied.policies.pi0.pretrained as pretrained
-
-    real = pretrained.lerobot_pi0_config
-
-    from transformers import PI0Config
-
-    tiny_pc = PI0Config.from_pretrained(tiny)
-
-    def with_tiny_vision(config):  # LeRobot's π0 has SigLIP-So400m and Gemma's vocabulary; the tiny one is smaller
-        pc = real(config)
-        pc.vlm_config.vision_config = tiny_pc.vlm_config.vision_config
-        pc.vlm_config.text_config.vocab_size = pc.dit_config.vocab_size = tiny_pc.vlm_config.text_config.vocab_size
-        pc.vlm_config.projection_dim = tiny_pc.vlm_config.projection_dim
-        pc.vlm_config.image_token_id = tiny_pc.vlm_config.image_token_id
-        return pc
-
-    monkeypatch.setattr(pretrained, "lerobot_pi0_config", with_tiny_vision)
-    policy = make(model_path=str(folder), tokenizer_path=str(tiny))
-    assert policy.source == "LeRobot"
-    reference = make()
-    for (name, a), b in zip(reference.model.state_dict().items(), policy.model.state_dict().values()):
-        assert torch.equal(a, b), name
+    folder = PARITY / "untied_no_resize" / "lerobot"
+    with pytest.warns(UserWarning, match="lm_head and embed_tokens differ.*using embed_tokens"):
+        model, _, source = load_pi0(folder, torch.float32, str(PARITY / "tokenizer"))
+    assert source == "LeRobot"
+    text = model.config.vlm_config.text_config
+    assert (text.hidden_size, text.num_hidden_layers, text.intermediate_size, text.head_dim) == (64, 2, 128, 8)
+    assert model.config.dit_config.hidden_size == 32 and model.config.vlm_config.vision_config.hidden_size == 64
+    theirs = {k.removeprefix("model."): v for k, v in load_file(str(folder / "model.safetensors")).items()}
+    mine = model.state_dict()
+    renames = [("paligemma_with_expert.paligemma.model.", "model.vlm."),
+               ("paligemma_with_expert.gemma_expert.model.", "model.dit."),
+               ("paligemma_with_expert.gemma_expert.lm_head.", "model.dit.embed_tokens."),
+               ("state_proj", "embed_action_time.state_proj"), ("action_in_proj", "embed_action_time.action_in_proj"),
+               ("action_time_mlp", "embed_action_time.action_time_mlp")]
+    for key, value in theirs.items():
+        if key == "paligemma_with_expert.paligemma.lm_head.weight":
+            continue  # π0 has no VLM head: LeRobot never reads it
+        for old, new in renames:
+            key = key.replace(old, new) if key.startswith(old) else key
+        key = key.replace("vision_tower.vision_model.", "vision_tower.")  # SigLIP's inner module, flattened
+        assert torch.equal(mine[key], value), key
 
 
 def test_lerobot_configs_translate_into_pi0config_shapes():

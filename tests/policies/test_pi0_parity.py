@@ -1,0 +1,71 @@
+"""Our π0 acts as LeRobot 0.6.1's own π0 on folders LeRobot built and saved, stage by stage, within 1e-4.
+
+The folders and LeRobot's recorded stages are under ``parity/pi0/`` (made by ``benchmarks/parity/``, which says
+how to make them again); these tests need no LeRobot. Each case varies one thing a user's folder varies.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.parity.parity_pi0 import STAGES, TOLERANCE, check_case, table
+from embodied.config.loader import from_dict
+from embodied.policies.pi0.configuration import PI0PolicyConfig
+from embodied.policies.pi0.folders import camera_sources, read_config_json
+from embodied.policy_config import PolicyConfig
+
+PARITY = Path(__file__).resolve().parent / "parity" / "pi0"
+TOKENIZER = PARITY / "tokenizer"
+CASES = sorted(p.parent.name for p in PARITY.glob("*/case.json"))
+
+
+def test_the_recorded_cases_cover_what_a_folder_varies():
+    assert {"tied_no_resize", "untied_no_resize", "untied_non_integral_ratios", "untied_empty_camera",
+            "untied_raw_instructions", "untied_long_chunk", "untied_truncated_instruction",
+            "untied_two_cameras_integral"} <= set(CASES)
+    for case in CASES:
+        meta = json.loads((PARITY / case / "case.json").read_text())
+        assert meta["lerobot"] == "0.6.1", case
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_stage_matches_lerobot_within_tolerance(case):
+    result = check_case(PARITY / case, TOKENIZER)
+    assert set(result.differences) == set(STAGES)
+    assert result.first_differing is None, f"{case}: first differing stage {result.first_differing}\n" + \
+        table([result])
+    assert max(result.differences.values()) <= TOLERANCE
+
+
+def test_the_folder_settings_are_read_where_the_yaml_is_silent():
+    folder = PARITY / "untied_long_chunk" / "lerobot"
+    config = from_dict(PolicyConfig, {"type": "pi0", "model_path": str(folder)}, "policy")
+    assert config.action_chunk == json.loads((folder / "config.json").read_text())["n_action_steps"] == 50
+    mine = from_dict(PolicyConfig, {"type": "pi0", "model_path": str(folder), "action_chunk": 8}, "policy")
+    assert mine.action_chunk == 8  # the user's value wins
+    assert PI0PolicyConfig.folder_defaults({"model_path": "tiny:pi0-tiny"}) == {}
+
+
+def test_cameras_map_onto_the_folders_and_a_mismatch_names_both():
+    empty = read_config_json(PARITY / "untied_empty_camera" / "lerobot")
+    assert camera_sources(None, True, True, empty) == ["main_images", "wrist_images", "empty"]
+    assert camera_sources(["wrist_images", "empty", "main_images"], True, True, empty) == \
+        ["wrist_images", "empty", "main_images"]
+    one = read_config_json(PARITY / "untied_no_resize" / "lerobot")
+    assert camera_sources(None, False, True, one) == ["main_images"]
+    with pytest.raises(ValueError, match=r"env gives 2 cameras \(main_images, wrist_images\) but the folder's π0 "
+                                         r"takes 1 \(observation.images.base_0_rgb\)"):
+        camera_sources(None, True, True, one)
+    with pytest.raises(ValueError, match=r"2 given .* for the folder's 3 cameras \(observation.images.base_0_rgb"):
+        camera_sources(["main_images", "wrist_images"], True, True, empty)
+    with pytest.raises(ValueError, match="asks for wrist_images, but the env gives only main_images"):
+        camera_sources(["main_images", "wrist_images", "empty"], True, False, empty)
+    assert "policy.cameras" in PI0PolicyConfig(cameras=["main_images", "left"]).validate()[0]
+
+
+def test_a_tied_folder_loads_without_the_embedding_warning(recwarn):
+    check_case(PARITY / "tied_no_resize", TOKENIZER)
+    assert not [w for w in recwarn if "embed_tokens" in str(w.message)]
