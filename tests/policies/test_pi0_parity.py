@@ -69,3 +69,15 @@ def test_cameras_map_onto_the_folders_and_a_mismatch_names_both():
 def test_a_tied_folder_loads_without_the_embedding_warning(recwarn):
     check_case(PARITY / "tied_no_resize", TOKENIZER)
     assert not [w for w in recwarn if "embed_tokens" in str(w.message)]
+
+
+def test_a_camera_mismatch_is_named_before_any_worker_or_weights():
+    from embodied.policy import PolicySpec
+
+    config = PI0PolicyConfig(model_path=str(PARITY / "untied_no_resize" / "lerobot"), tokenizer_path=str(TOKENIZER),
+                             action_chunk=5)
+    spec = PolicySpec(state_dim=6, image_shape=(56, 56, 3), action_dim=4, action_low=(-1.0,) * 4,
+                      action_high=(1.0,) * 4, wrist_image_shape=(56, 56, 3))
+    problems = config.spec_problems(spec)
+    assert any("env gives 2 cameras (main_images, wrist_images)" in p and "observation.images.base_0_rgb" in p
+               for p in problems), problems
