@@ -4,7 +4,7 @@
     embodied train configs/reach_mlp_ppo.yaml runner.resume_from=runs/reach_mlp_ppo-20250101-120000
     embodied eval configs/reach_mlp_ppo.yaml --checkpoint runs/reach_mlp_ppo-20250101-120000 --episodes 64 --video
     embodied plot runs/reach_mlp_ppo-20250101-120000
-    embodied list envs
+    embodied list envs  (or policies, algorithms)
     embodied check-env Reach-v0 --steps 200
     embodied make-tiny-vla runs/tiny-smolvlm --backbone smolvlm-tiny
     embodied collect configs/pick_place_mlp_sft.yaml --episodes 200 --out data/pick_place [--format lerobot]
@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     p_plot.add_argument("--out", help="with several runs: the comparison PNG (default: compare.png here)")
     p_plot.add_argument("--baseline", action="append", default=[],
                         help="an eval.json (embodied eval) drawn as a dashed level in the comparison; repeatable")
-    p_list = sub.add_parser("list", help="list registered envs or policies")
-    p_list.add_argument("what", choices=["envs", "policies"])
+    p_list = sub.add_parser("list", help="list registered envs, policies or algorithms")
+    p_list.add_argument("what", choices=["envs", "policies", "algorithms"])
     sub.add_parser("check-env", help="validate a simulator against the contracts (see `embodied check-env --help`)",
                    add_help=False)  # listed here; embodied.check_env parses its own arguments, --help included
     p_tiny = sub.add_parser("make-tiny-vla", help="build a tiny VLA backbone offline (save_pretrained folder)")
@@ -304,7 +304,7 @@ def _make_tiny_vla(out_dir: str, backbone: str, seed: int) -> int:
 
 
 def _list(what: str) -> int:
-    from embodied.registry import ENVS, POLICIES
+    from embodied.registry import ALGORITHMS, ENVS, POLICIES
 
     if what == "envs":
         from embodied.env_catalog import describe_env, format_env_table
@@ -312,8 +312,9 @@ def _list(what: str) -> int:
         print(format_env_table([describe_env(name) for name in ENVS.names()]))
         print("Any gymnasium id (e.g. HalfCheetah-v5) and any 'package.module:Class' work as env.id too.")
         return 0
-    for name in POLICIES.names():
-        print(f"{name:24s} {POLICIES.entry_point(name)}")
+    registry = POLICIES if what == "policies" else ALGORITHMS  # each name: its config class
+    for name in registry.names():
+        print(f"{name:24s} {registry.entry_point(name)}")
     return 0
 
 

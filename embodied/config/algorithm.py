@@ -105,7 +105,7 @@ class OffPolicyConfig(AlgorithmConfig):
 
     def learner(self) -> Any:
         """The learner class (an ``embodied.algorithms.base.OffPolicyLearner``): ``algorithm_class`` loaded."""
-        return self.algorithm()
+        return self.algorithm_type()
 
     def validate(self, cfg: Config) -> list[str]:
         p = []

@@ -85,8 +85,9 @@ class EvalEnvConfig:
     vectorization: Literal["native", "per_env"] = "per_env"
 
 
-# The package that declares the built-in algorithms names the default one (``algorithm.name`` left out).
-DEFAULT_NAME = "embodied.algorithms:DEFAULT_NAME"
+# The package that declares the built-in algorithms names the default one (``algorithm.name`` left out): read
+# through an entry point, as every algorithm is, so that the engine names none.
+DEFAULT_ALGORITHM = "embodied.algorithms:DEFAULT_NAME"
 
 
 @dataclass
@@ -108,7 +109,7 @@ class AlgorithmConfig:
     a rollout's chunk steps must cover the env's episode cap (``whole_episode_problems``)."""
     staleness_correction: ClassVar[bool] = False
     """Corrects for data acted by older weights than those it trains (decoupled PPO), so ``runner.mode: async``
-    may feed it trajectories up to ``max_staleness`` versions old."""
+    may feed it trajectories up to its config's ``max_staleness`` (a field it must have) versions old."""
 
     def validate(self, cfg: Config) -> list[str]:
         """Problems only this algorithm can see, in its own fields or against the rest of ``cfg``, each prefixed by
@@ -120,7 +121,7 @@ class AlgorithmConfig:
         (DSRL: a noise actor over the frozen ``policy``)."""
         return policy
 
-    def algorithm(self) -> Any:
+    def algorithm_type(self) -> Any:
         """What trains with this config: ``algorithm_class`` loaded (on first use, so torch only then)."""
         return load_entry_point(self.algorithm_class)
 
@@ -135,14 +136,13 @@ def algorithm_config_class(name: str) -> type[AlgorithmConfig]:
 
 def default_algorithm_name() -> str:
     """``algorithm.name`` when a config leaves it out."""
-    return str(load_entry_point(DEFAULT_NAME))
+    return str(load_entry_point(DEFAULT_ALGORITHM))
 
 
 def default_algorithm() -> AlgorithmConfig:
     """The default algorithm's config with its defaults (``Config()``'s ``algorithm`` section)."""
     name = default_algorithm_name()
     return algorithm_config_class(name)(name=name)
-
 
 
 @dataclass

@@ -10,7 +10,7 @@ import dataclasses
 import math
 from typing import Any
 
-from embodied.config.algorithm import whole_episode_problems
+from embodied.config.algorithm import OffPolicyConfig, OnPolicyConfig, whole_episode_problems
 from embodied.config.schema import Config, RunnerConfig
 from embodied.registry import ENVS, UnknownNameError
 
@@ -32,6 +32,9 @@ def _obs_mode_problems(cfg: Config) -> list[str]:
 def _algorithm_problems(cfg: Config) -> list[str]:
     """What the algorithm declares it needs of the engine (its class variables), then its own ``validate``."""
     a, problems = cfg.algorithm, []
+    if not isinstance(a, (OnPolicyConfig, OffPolicyConfig)):  # the engine drives these two kinds only
+        return [f"algorithm.name: {a.name}'s config {type(a).__name__} must subclass OnPolicyConfig (trained by the "
+                f"actor worker's update) or OffPolicyConfig (stepped on replay), of embodied.config"]
     if cfg.runner.mode == "async" and not a.staleness_correction:
         problems.append(f"runner.mode: async trains on data of older weight versions, which algorithm.name={a.name} "
                         f"does not correct for (an algorithm with staleness correction, such as decoupled PPO, does)")

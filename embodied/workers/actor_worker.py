@@ -71,7 +71,7 @@ class ActorWorker:
 
     def _build_algorithm(self) -> Algorithm | None:
         """The on-policy algorithm the update runs through (``algorithm.name``'s ``algorithm_class``)."""
-        return self.algo.algorithm()(self.algo)
+        return self.algo.algorithm_type()(self.algo)
 
     def _new_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
         """Adam over ``params`` with the algorithm's epsilon (``lr_at`` sets the learning rate of every step)."""

@@ -29,7 +29,7 @@ from embodied.workers.restarts import FaultStop, Restart, RestartBudget
 
 def on_policy_algorithm(cfg: Config) -> Algorithm | None:
     """The driver's copy of an on-policy algorithm (asked how envs reset); None for an off-policy one."""
-    return None if cfg.algorithm.off_policy else cfg.algorithm.algorithm()(cfg.algorithm)
+    return None if cfg.algorithm.off_policy else cfg.algorithm.algorithm_type()(cfg.algorithm)
 
 
 @dataclass

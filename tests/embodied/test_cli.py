@@ -40,6 +40,12 @@ def test_list_policies(capsys):
     assert "mlp" in capsys.readouterr().out
 
 
+def test_list_algorithms_names_each_config_class(capsys):
+    assert main(["list", "algorithms"]) == 0
+    out = capsys.readouterr().out
+    assert "embodied.algorithms.ppo_config:PPOConfig" in out and "embodied.algorithms.sac_config:SACConfig" in out
+
+
 def test_missing_config_file_exits_2_with_the_error_on_stderr(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert main(["train", "configs/missing.yaml"]) == 2

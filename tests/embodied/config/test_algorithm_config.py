@@ -120,3 +120,12 @@ def test_a_config_round_trips_through_its_dict(name):
     except ConfigError as exc:  # dsrl needs a flow policy whose extras may be missing
         pytest.skip(str(exc))
     assert config_from_dict(to_dict(cfg)) == cfg and to_dict(cfg)["algorithm"]["name"] == name
+
+
+def test_a_registered_algorithm_of_neither_kind_is_refused(monkeypatch):
+    @dataclasses.dataclass
+    class Bare(AlgorithmConfig):
+        name: str = "bare"
+
+    monkeypatch.setitem(ALGORITHMS._entries, "bare", Bare)
+    assert "algorithm.name: bare's config Bare must subclass OnPolicyConfig" in error_of(["algorithm.name=bare"])
