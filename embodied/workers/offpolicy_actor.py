@@ -14,7 +14,7 @@ r mod N, so each rank's replay holds its own share; the pacing counts what all r
 makes the same number of updates; each update draws ``batch_size / N`` rows from every rank's replay and the
 gradients are summed over the ranks (``OffPolicyLearner.step``), so the ranks' weights stay identical.
 
-Checkpoints hold the learner's state (a SAC learner's: critics, targets, temperature, optimizers) in trainer.pt
+Checkpoints hold the learner's state (``OffPolicyLearner.state_dict``: its networks, optimizers, stream) in trainer.pt
 under the learner's own name (``OffPolicyLearner.name``: ``<name>``, ``<name>_counters`` and, per rank,
 ``<name>_generator``; checkpoints written before learners were plug-ins have the same keys) and, unless
 ``algorithm.checkpoint_replay`` is off, the replay buffer as chunk files in the checkpoint's ``replay/`` folder
@@ -86,14 +86,14 @@ class OffPolicyActorWorker(ActorWorker):
         return torch.optim.Adam(params, lr=self.cfg.lr)
 
     def join_group(self, rank: int, size: int, address: str) -> None:
-        """Become rank ``rank`` of ``size`` (``ActorWorker.join_group``, data parallel): the actor (its feature
-        encoder included), critics, target critics, target encoder and temperature start as rank 0's, and this rank
-        samples its own replay share with its own streams. The optimizers stay the learner's (the tensors are the
+        """Become rank ``rank`` of ``size`` (``ActorWorker.join_group``, data parallel): the policy (its feature
+        encoder included) and the learner's ``rank_modules`` start as rank 0's, and this rank samples its own
+        replay share with its own streams. The optimizers stay the learner's (the tensors are the
         same objects, now equal on every rank)."""
         self.ranks = ProcessGroup(rank, size, address, self.cfg.dist_backend, self.cfg.strategy)
         learner = self.learner
         self.ranks.prepare(self.policy)
-        for module in learner.rank_modules():  # SAC's target encoder: a copy of this rank's own initial one until now
+        for module in learner.rank_modules():  # a target copy of the policy's encoder: this rank's own one until now
             self.ranks.prepare(module)
         stream = self.seed + RANK_SEED_STRIDE * rank  # replay rows, critic subsets and actor noise differ per rank
         self.generator.manual_seed(stream)
