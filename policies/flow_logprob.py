@@ -41,10 +41,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from embodied.policies.transformers_base.configuration import FLOW_LOGPROBS
+
 CHAIN = "flow_chain"  # forward_inputs key: the samples x_1 (noise) ... x_0 (action), [B, K + 1, C, A]
 STEP = "flow_step"  # forward_inputs key: the stochastic step of Flow-SDE, int64 [B]
 LOG_2PI = math.log(2 * math.pi)
-FLOW_LOGPROBS = ("sde", "noise")
 
 # velocity(x [M, C, A], t [M], repeats) -> (velocity [M, C, A], features [M, C, W]); M = B * repeats
 Velocity = Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]

@@ -13,41 +13,38 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from embodied.policies.pi0.folders import (CAMERA_SOURCES, TINY_NAMES, TINY_PREFIX, camera_sources,
-                                           is_lerobot_config, pi0_folder_problem, read_config_json)
-from embodied.policy_config import PolicyConfig, PolicySpec
+from embodied.policies.pi0.folders import (CAMERA_SOURCES, TINY_NAMES, camera_sources, is_lerobot_config,
+                                           pi0_folder_problem, read_config_json)
+from embodied.policies.transformers_base.configuration import FLOW_LOGPROBS, TINY_PREFIX, TransformersPolicyConfig
+from embodied.policy_config import PolicySpec
 
-FLOW_LOGPROBS = ("sde", "noise")
+__all__ = ["FLOW_LOGPROBS", "PI0PolicyConfig", "TINY_NAMES", "TINY_PREFIX", "size_problems"]
 
 
 @dataclass
-class PI0PolicyConfig(PolicyConfig):
+class PI0PolicyConfig(TransformersPolicyConfig):
+    """π0's own fields; device, dtype, LoRA, the value head, checkpointing, the wrist camera, states and the
+    flow log-prob fields are ``TransformersPolicyConfig``'s (LoRA here: the VLM's language model and the action
+    expert; checkpointing: the vision tower's layers only, since the cache path cannot be)."""
+
     type: str = "pi0"  # registered policy name
-    model_path: str = "tiny:pi0-tiny"  # transformers PI0 folder, LeRobot π0 folder, or tiny:pi0-tiny (built offline)
+    model_path: str = "tiny:pi0-tiny"  # (TransformersPolicyConfig's field) a transformers PI0 folder, a LeRobot π0 folder, or tiny:pi0-tiny
+    use_states: bool = True  # (TransformersPolicyConfig's field) the normalized state enters the action expert (zeros when false)
+    flow_logprob: Literal["sde", "noise"] = "noise"  # (TransformersPolicyConfig's field) π0's RL log-probs: Flow-Noise by default
     tokenizer_path: str | None = None  # folder with PaliGemma's tokenizer, for a model folder without one (LeRobot's)
     init_vlm_from: str | None = None  # PaliGemma folder (a tokens-head SFT run's policy/backbone) whose weights start the VLM
     norm_stats: str | None = None  # JSON of state/action mean and std; null: the model folder's, else the env's bounds
     flow_steps: int | None = None  # Euler denoising steps per chunk (null: the checkpoint's num_inference_steps)
-    flow_logprob: Literal["sde", "noise"] = "noise"  # RL log-probs: Flow-SDE (one noisy step) or Flow-Noise (every step)
-    flow_noise_level: float = 0.5  # sde: a in sigma_t = a * sqrt(t / (1 - t))
-    flow_noise_std_min: float = 0.08  # noise: lower bound of the learned std (normalized action units)
-    flow_noise_std_max: float = 0.16  # noise: upper bound of the learned std
-    use_wrist_image: bool = True  # the wrist camera is a second π0 camera when the env has one (when cameras is null)
-    cameras: list[str] | None = None  # the env image for each of the model's cameras, in its order: main_images, wrist_images or empty (null: main, then wrist; a LeRobot folder's other cameras empty)
-    use_states: bool = True  # the normalized proprioceptive state enters the action expert (zeros when false)
+    cameras: list[str] | None = None  # the env image for each of the model's cameras, in its order: main_images, wrist_images or empty (null: main, then wrist when use_wrist_image; a LeRobot folder's other cameras empty)
     max_cameras: int = 3  # cameras the prompt may hold (π0 was trained with up to 3: base and two wrists)
     max_instruction_tokens: int | None = None  # prompt tokens after the images (<bos>, instruction, newline), truncated and padded to it (LeRobot's tokenizer_max_length; null: the folder's, else 48)
-    value_hidden: int = 256  # width of the value head's hidden layer
-    lora_rank: int = 0  # LoRA rank through peft on the VLM's language model and the action expert; 0 trains all
-    lora_alpha: float = 16.0  # LoRA scaling numerator (scale = alpha / rank)
     freeze_vlm: bool = False  # train the action expert, projections and heads only (RLinf's train_expert_only)
     freeze_vision: bool = False  # keep the SigLIP tower and projector fixed (LeRobot's freeze_vision_encoder)
-    device: Literal["cpu", "cuda", "auto"] = "cpu"  # where the rollout and actor copies run (auto: cuda when present)
-    dtype: Literal["float32", "bfloat16"] = "float32"  # weights and activations (heads and log-probs stay float32)
-    gradient_checkpointing: bool = False  # recompute the vision tower's layers in backward (the cache path cannot be)
 
     model_class: ClassVar[str] = "embodied.policies.pi0.modeling:PI0Policy"
     architecture_fields: ClassVar[tuple[str, ...]] = ("use_states",)
+    tiny_names: ClassVar[tuple[str, ...]] = TINY_NAMES
+    model_noun: ClassVar[str] = "π0"
 
     @classmethod
     def folder_defaults(cls, section: dict[str, Any]) -> dict[str, Any]:
@@ -64,25 +61,19 @@ class PI0PolicyConfig(PolicyConfig):
         """π0's chunks come from its flow's Euler loop (DSRL steers its initial noise)."""
         return True
 
-    def required_observations(self) -> set[str]:
-        return {"images", "states"} if self.use_states else {"images"}
+    def folder_problems(self, path: Path) -> list[str]:
+        """The folder is a π0 whose chunks hold ``policy.action_chunk`` actions."""
+        problem, chunk_size = pi0_folder_problem(path)
+        if problem:
+            return [problem]
+        if chunk_size is not None and self.action_chunk > chunk_size:
+            return [f"policy.action_chunk: {self.action_chunk} executed actions, but the checkpoint predicts chunks "
+                    f"of {chunk_size} (its chunk_size)"]
+        return []
 
     def validate(self) -> list[str]:
-        """Checks that need no model: the folder is a π0, numeric ranges, the device."""
-        p: list[str] = []
-        chunk_size = None
-        if self.model_path.startswith(TINY_PREFIX):
-            name = self.model_path[len(TINY_PREFIX):]
-            if name not in TINY_NAMES:
-                p.append(f"policy.model_path: unknown tiny π0 {name!r}; known: "
-                         f"{', '.join(TINY_PREFIX + n for n in TINY_NAMES)}")
-        else:
-            problem, chunk_size = pi0_folder_problem(Path(self.model_path).expanduser())
-            if problem:
-                p.append(problem)
-        if chunk_size is not None and self.action_chunk > chunk_size:
-            p.append(f"policy.action_chunk: {self.action_chunk} executed actions, but the checkpoint predicts chunks "
-                     f"of {chunk_size} (its chunk_size)")
+        """The shared checks (the folder is a π0, LoRA, the device, the flow log-prob fields), then π0's."""
+        p = super().validate()
         if self.tokenizer_path is not None and not Path(self.tokenizer_path).expanduser().is_dir():
             p.append(f"policy.tokenizer_path: {self.tokenizer_path!r} is not a folder")
         if self.init_vlm_from is not None:
@@ -94,13 +85,6 @@ class PI0PolicyConfig(PolicyConfig):
             p.append(f"policy.norm_stats: {self.norm_stats!r} is not a file")
         if self.flow_steps is not None and self.flow_steps < 1:
             p.append(f"policy.flow_steps: must be >= 1 Euler step, got {self.flow_steps}")
-        if self.flow_logprob not in FLOW_LOGPROBS:
-            p.append(f"policy.flow_logprob: unknown mode {self.flow_logprob!r}; known: {', '.join(FLOW_LOGPROBS)}")
-        if not self.flow_noise_level > 0:
-            p.append(f"policy.flow_noise_level: must be > 0, got {self.flow_noise_level}")
-        if not 0 < self.flow_noise_std_min <= self.flow_noise_std_max:
-            p.append(f"policy.flow_noise_std_min / flow_noise_std_max: need 0 < min <= max, got "
-                     f"{self.flow_noise_std_min} and {self.flow_noise_std_max}")
         if self.max_cameras < 1:
             p.append(f"policy.max_cameras: must be >= 1, got {self.max_cameras}")
         if self.cameras is not None and (not self.cameras or any(c not in CAMERA_SOURCES for c in self.cameras)):
@@ -108,15 +92,7 @@ class PI0PolicyConfig(PolicyConfig):
                      "model, in its order")
         if self.max_instruction_tokens is not None and self.max_instruction_tokens < 2:
             p.append(f"policy.max_instruction_tokens: must be >= 2 (<bos> and a token), got {self.max_instruction_tokens}")
-        if self.lora_rank < 0:
-            p.append(f"policy.lora_rank: must be >= 0 (0: no LoRA), got {self.lora_rank}")
-        if self.device == "cuda":
-            import torch
-
-            if not torch.cuda.is_available():
-                p.append("policy.device: 'cuda' but torch sees no CUDA device here (use cpu or auto)")
         return p
-
 
     def spec_problems(self, spec: PolicySpec) -> list[str]:
         """The env's action and state dimensions against the checkpoint's ``max_action_dim`` / ``max_state_dim``, its

@@ -6,7 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-TINY_PREFIX = "tiny:"
+from embodied.policies.transformers_base.configuration import TINY_PREFIX
+
+__all__ = ["CAMERA_SOURCES", "TINY_NAMES", "TINY_PREFIX", "camera_sources", "folder_max_length", "is_lerobot_config",
+           "lerobot_cameras", "pi0_folder_problem", "read_config_json"]
 TINY_NAMES = ("pi0-tiny",)
 
 

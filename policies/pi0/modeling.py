@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +45,10 @@ from embodied.policies.pi0.configuration import PI0PolicyConfig, size_problems
 from embodied.policies.pi0.folders import camera_sources, folder_max_length, read_config_json
 from embodied.policies.pi0.pretrained import load_pi0, parameter_split, resolve_model_path, seed_vlm
 from embodied.policies.pi0.processing import STD_EPS, NormStats, PI0Inputs, fitted_stats, folder_stats, load_stats
-from embodied.policy import Policy, PolicySpec
-from embodied.types import STATES, TASK_DESCRIPTIONS, NoiseSteering, Obs, PolicyOutput
+from embodied.policies.transformers_base.modeling import TransformersPolicy
+from embodied.policy import PolicySpec
+from embodied.types import STATES, NoiseSteering, Obs, PolicyOutput
 
-HEADS_FILE = "heads.pt"  # value head and Flow-Noise's std head (a plain state dict)
-POLICY_FILE = "embodied_policy.json"  # the policy config and the base model, for people and tools
 PROCESSOR_FILE = "processor_config.json"  # PI0Processor's statistics and our pipeline's settings
 LORA_TARGETS = r"model\.(vlm\.language_model|dit)\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
 PROJECTIONS = ["embed_action_time", "action_out_proj"]  # trained whole under LoRA
@@ -66,35 +65,23 @@ class Prefix:
     length: int  # the cache's length (L)
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-class PI0Policy(Policy):
+class PI0Policy(TransformersPolicy):
     """π0 (transformers' PI0ForConditionalGeneration) acting in an env (see the module docstring)."""
 
-    exports_pretrained = True
-    value_head_prefixes = ("value_head.",)
     logprob_granularity = "action"
+    model_attribute = "model"  # the transformers model (and its state-dict prefix)
+    model_folder = ""  # a checkpoint's fully trained π0 is the folder itself (PI0ForConditionalGeneration opens it)
+    optional_heads = ("noise_std",)  # sde -> noise: Flow-Noise's std head starts fresh
+    checkpointing_scope = "the vision tower's {n} layers only"  # a VLM or expert layer would append to the cache again
 
     def __init__(self, config: PI0PolicyConfig, spec: PolicySpec) -> None:
-        super().__init__()
-        from embodied.policies.vla.tiny import quiet_transformers
-
-        quiet_transformers()
-        self.config, self.spec = config, spec
-        self.device_ = resolve_device(config.device)
-        self.dtype_ = {"float32": torch.float32, "bfloat16": torch.bfloat16}[config.dtype]
-        self.model_dir = resolve_model_path(config.model_path)
+        super().__init__(config, spec, resolve_model_path(config.model_path))
         model, self.tokenizer, self.source = load_pi0(self.model_dir, self.dtype_, config.tokenizer_path)
         if config.init_vlm_from:
             with torch.no_grad():
                 seed_vlm(model, Path(config.init_vlm_from).expanduser())
         pc = model.config
         self.chunk_size, self.max_action_dim, self.max_state_dim = pc.chunk_size, pc.max_action_dim, pc.max_state_dim
-        self.chunk, self.action_dim = config.action_chunk, spec.action_dim
         self.state_dim = spec.state_dim if config.use_states else 0
         folder = read_config_json(self.model_dir) or {}
         self._check_sizes(config, spec, folder)
@@ -118,21 +105,7 @@ class PI0Policy(Policy):
         scored[:self.chunk, :self.action_dim] = True
         self.register_buffer("scored", scored, persistent=False)
         self.model = model
-        if getattr(model.model.dit, "embed_tokens", None) is not None:
-            model.model.dit.embed_tokens.requires_grad_(False)  # π0 never reads it: nothing to train or sync
-        if config.freeze_vlm:  # the value head then reads a fixed prefix (RLinf's detach_critic_input)
-            model.model.vlm.requires_grad_(False)
-        if config.freeze_vision:
-            model.model.vlm.vision_tower.requires_grad_(False)
-            model.model.vlm.multi_modal_projector.requires_grad_(False)
-        self._peft: list[Any] = []  # the peft wrapper, kept out of the module tree (its weights are the model's)
-        if config.lora_rank > 0:
-            self._add_lora(config)
-        self._checkpointed: list[nn.Module] = []
-        if config.gradient_checkpointing:
-            self._checkpointed = self._checkpoint_vision()
-        self.model.eval()  # no dropout: act and evaluate must agree
-        self.to(self.device_)
+        self.setup_training()
 
     # -- construction ------------------------------------------------------------------------
 
@@ -174,48 +147,33 @@ class PI0Policy(Policy):
         return NormStats(self.state_mean.tolist(), self.state_std.tolist(), self.action_mean.tolist(),
                          self.action_std.tolist(), self.stats_source)
 
-    def _add_lora(self, config: PI0PolicyConfig) -> None:
-        from peft import LoraConfig, get_peft_model
+    def freeze(self) -> None:
+        model = self.model
+        if getattr(model.model.dit, "embed_tokens", None) is not None:
+            model.model.dit.embed_tokens.requires_grad_(False)  # π0 never reads it: nothing to train or sync
+        if self.config.freeze_vlm:  # the value head then reads a fixed prefix (RLinf's detach_critic_input)
+            model.model.vlm.requires_grad_(False)
+        if self.config.freeze_vision:
+            model.model.vlm.vision_tower.requires_grad_(False)
+            model.model.vlm.multi_modal_projector.requires_grad_(False)
 
-        lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                          target_modules=LORA_TARGETS, modules_to_save=PROJECTIONS, bias="none")
-        with warnings.catch_warnings():  # peft asks transformers a deprecated question; not ours to fix
-            warnings.simplefilter("ignore", FutureWarning)
-            self._peft = [get_peft_model(self.model, lora)]
+    def lora_targets(self) -> tuple[str, list[str]]:
+        """The VLM's language model and the expert (attention and MLP projections); the projections trained whole."""
+        return LORA_TARGETS, PROJECTIONS
 
-    def _checkpoint_vision(self) -> list[nn.Module]:
-        """Activation checkpointing of the SigLIP tower's layers only: checkpointing a VLM or expert layer
-        recomputes it in backward, and the recompute appends to the shared KV cache a second time."""
-        from transformers.modeling_layers import GradientCheckpointingLayer
-
-        tower = self.model.model.vlm.vision_tower
-        tower.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        return [m for m in tower.modules() if isinstance(m, GradientCheckpointingLayer)]
-
-    def fsdp_units(self) -> list[nn.Module]:
-        """The VLM's and the expert's transformer layers (and SigLIP's), each sharded on its own."""
-        from transformers.modeling_layers import GradientCheckpointingLayer
-
-        return [m for m in self.model.modules() if isinstance(m, GradientCheckpointingLayer)]
-
-    def train(self, mode: bool = True) -> PI0Policy:
-        super().train(mode)
-        self.model.eval()  # dropout stays off
-        for layer in self._checkpointed:  # transformers checkpoints a layer only in training mode
-            layer.training = True
-        return self
+    def checkpointing_root(self) -> Any:
+        """The SigLIP tower only: checkpointing a VLM or expert layer recomputes it in backward, and the recompute
+        appends to the shared KV cache a second time."""
+        return self.model.model.vlm.vision_tower
 
     def describe(self) -> str:
         split = parameter_split(self.model)
         trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
         total = sum(p.numel() for p in self.parameters())
-        lora = f", LoRA r={self.config.lora_rank}" if self._peft else ""
-        if self._checkpointed:  # only SigLIP's layers: a VLM or expert layer would append to the cache again
-            lora += f"; activation checkpointing: the vision tower's {len(self._checkpointed)} layers only"
         return (f"policy: PI0Policy ({self.source} π0 from {self.model_dir}), {total / 1e6:.3f}M parameters: VLM "
                 f"{split['vlm'] / 1e6:.3f}M, action expert {split['dit'] / 1e6:.3f}M (of which "
                 f"{split['dit_unused_embed'] / 1e6:.3f}M unused embed_tokens, frozen), projections "
-                f"{split['projections'] / 1e6:.3f}M; {trainable / 1e6:.3f}M trainable{lora}; chunk "
+                f"{split['projections'] / 1e6:.3f}M; {trainable / 1e6:.3f}M trainable{self.describe_training()}; chunk "
                 f"{self.chunk}/{self.chunk_size}, {self.steps} Euler steps, log-probs {self.logprob.name}; "
                 f"cameras {', '.join(self.cameras)}; prompt of {self.inputs.max_length} tokens; "
                 f"statistics from {self.stats_source}")
@@ -247,11 +205,6 @@ class PI0Policy(Policy):
     @torch.no_grad()
     def value(self, obs: Obs) -> torch.Tensor:
         return self._value(self._prefix(self.forward_inputs(obs))).cpu()
-
-    def flow_noise_shape(self) -> tuple[int, int]:
-        """The part of π0's initial noise [chunk_size, max_action_dim] that DSRL steers: the executed chunk
-        positions and the env's action dimensions [action_chunk, A]."""
-        return self.chunk, self.action_dim
 
     def flow_feature_size(self) -> int:
         """F of ``steer(obs).features``: the VLM's hidden size plus the states used."""
@@ -311,13 +264,9 @@ class PI0Policy(Policy):
 
     def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
         """What ``evaluate`` replays: prompt ids, uint8 images and the raw state (CPU)."""
-        descriptions = obs.get(TASK_DESCRIPTIONS)
-        if descriptions is None or len(descriptions) == 0 or any(not d for d in descriptions):
-            raise ValueError("policy.type=pi0 reads an instruction per env from obs['task_descriptions'], and the "
-                             "env gave none (or an empty one): give the env a task_description")
-        prompt = self.inputs.prompts(list(descriptions))
+        prompt = self.inputs.prompts(self.instructions(obs))
         inputs = {"input_ids": prompt.input_ids, "attention_mask": prompt.attention_mask}
-        inputs |= {camera: _uint8(obs[camera]) for camera in self.cameras}
+        inputs |= {camera: self.uint8_images(obs[camera]) for camera in self.cameras}
         if self.state_dim:
             inputs[STATES] = torch.as_tensor(np.asarray(obs[STATES]), dtype=torch.float32)
         return inputs
@@ -381,27 +330,29 @@ class PI0Policy(Policy):
     def _value(self, prefix: Prefix) -> torch.Tensor:
         return self.value_head(torch.cat([self._pooled(prefix), prefix.state.float()], -1)).squeeze(-1)
 
-    # -- checkpoints -------------------------------------------------------------------------
+    # -- checkpoints: the base's folder layout (the model itself or adapter/, heads.pt, embodied_policy.json) ----
 
-    def save_pretrained(self, directory: str | Path) -> None:
-        """A folder ``PI0ForConditionalGeneration.from_pretrained`` opens alone (the whole model and its
-        tokenizer), or under LoRA ``adapter/`` (peft's: ``PeftModel.from_pretrained(PI0ForConditionalGeneration
-        .from_pretrained(base), adapter)``, the projections included); beside it ``norm_stats.json``,
-        ``heads.pt`` (value head, Flow-Noise's std head) and ``embodied_policy.json``."""
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        if self._peft:
-            self._peft[0].save_pretrained(out / "adapter")
-        else:
-            self.model.save_pretrained(out)
-            self.tokenizer.save_pretrained(out)
-        torch.save({name: m.state_dict() for name, m in self._heads().items()}, out / HEADS_FILE)
+    def head_modules(self) -> dict[str, nn.Module]:
+        """The value head and Flow-Noise's std head."""
+        heads: dict[str, nn.Module] = {"value_head": self.value_head}
+        if hasattr(self, "noise_std"):
+            heads["noise_std"] = self.noise_std
+        return heads
+
+    def save_own_files(self, out: Path) -> None:
+        """``norm_stats.json`` and ``processor_config.json`` (so the folder acts the same outside this code)."""
         stats = self.stats()
         stats.save(out)
         (out / PROCESSOR_FILE).write_text(json.dumps(self.processor_settings(stats), indent=2))
-        meta = {"config": asdict(self.config), "base_model": str(self.model_dir), "source": self.source,
-                "steps": self.steps, "chunk_size": self.chunk_size}
-        (out / POLICY_FILE).write_text(json.dumps(meta, indent=2))
+
+    def load_own_files(self, src: Path) -> None:
+        stats = folder_stats(src)
+        if stats is not None:
+            stats.check(self.state_dim, self.action_dim, f"checkpoint {src}")
+            self.set_stats(stats)
+
+    def policy_meta(self) -> dict[str, Any]:
+        return {"source": self.source, "steps": self.steps, "chunk_size": self.chunk_size}
 
     def processor_settings(self, stats: NormStats) -> dict[str, Any]:
         """What turns an env's observation into this π0's inputs, for ``processor_config.json``: PI0Processor's
@@ -416,46 +367,3 @@ class PI0Policy(Policy):
                              "instruction": "newline appended when missing, <bos> first, truncated, right-padded",
                              "resize": "LeRobot resize_with_pad_torch: sizes truncated, bilinear without "
                                        "antialiasing, centred on black; pixels x / 255 * 2 - 1"}}
-
-    def load_pretrained(self, directory: str | Path) -> None:
-        """Load what ``save_pretrained`` wrote into this policy (built from the same config)."""
-        src = Path(directory)
-        if (src / "adapter").is_dir():
-            if not self._peft:
-                raise ValueError(f"checkpoint {src} holds a LoRA adapter but policy.lora_rank is 0")
-            from peft.utils import set_peft_model_state_dict
-            from safetensors.torch import load_file
-
-            set_peft_model_state_dict(self._peft[0], load_file(str(src / "adapter" / "adapter_model.safetensors"),
-                                                               device=str(self.device_)))
-        elif (src / "config.json").is_file():
-            if self._peft:
-                raise FileNotFoundError(f"checkpoint {src} has no LoRA adapter/ (a fully trained π0) but "
-                                        f"policy.lora_rank is {self.config.lora_rank}")
-            from transformers import PI0ForConditionalGeneration
-
-            trained = PI0ForConditionalGeneration.from_pretrained(src, dtype=self.dtype_)
-            self.model.load_state_dict(trained.state_dict())
-        else:
-            raise FileNotFoundError(f"checkpoint {src} holds no π0 (neither config.json nor adapter/)")
-        heads = torch.load(src / HEADS_FILE, map_location=self.device_, weights_only=True)
-        for name, module in self._heads().items():
-            if name in heads:  # sde -> noise: Flow-Noise's std head starts fresh
-                module.load_state_dict(heads[name])
-        stats = folder_stats(src)
-        if stats is not None:
-            stats.check(self.state_dim, self.action_dim, f"checkpoint {src}")
-            self.set_stats(stats)
-
-    def _heads(self) -> dict[str, nn.Module]:
-        heads: dict[str, nn.Module] = {"value_head": self.value_head}
-        if hasattr(self, "noise_std"):
-            heads["noise_std"] = self.noise_std
-        return heads
-
-
-def _uint8(images: Any) -> torch.Tensor:
-    x = torch.as_tensor(np.asarray(images))
-    if x.dtype != torch.uint8:
-        raise ValueError(f"policy.type=pi0 expects uint8 images [B, H, W, 3], got {x.dtype}")
-    return x

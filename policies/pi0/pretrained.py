@@ -21,7 +21,9 @@ from typing import Any
 
 import torch
 
-from embodied.policies.pi0.folders import TINY_NAMES, TINY_PREFIX, is_lerobot_config, read_config_json
+from embodied.policies.pi0.folders import TINY_NAMES, is_lerobot_config, read_config_json
+from embodied.policies.transformers_base import folders
+from embodied.policies.transformers_base.tiny import save_tiny, train_tokenizer
 
 # LeRobot's Gemma variants (openpi's get_config): the VLM's language model and the action expert.
 VARIANTS: dict[str, dict[str, int]] = {
@@ -116,7 +118,7 @@ def is_lerobot_folder(path: Path) -> bool:
 
 def load_pi0(path: Path, dtype: torch.dtype, tokenizer_path: str | None) -> tuple[Any, Any, str]:
     """(PI0ForConditionalGeneration, tokenizer, "transformers" or "LeRobot") from a model folder."""
-    from transformers import AutoTokenizer, PI0ForConditionalGeneration
+    from transformers import PI0ForConditionalGeneration
 
     lerobot = is_lerobot_folder(path)
     try:
@@ -128,13 +130,8 @@ def load_pi0(path: Path, dtype: torch.dtype, tokenizer_path: str | None) -> tupl
             model = PI0ForConditionalGeneration.from_pretrained(path, dtype=dtype)
     except (OSError, ValueError, KeyError) as exc:
         raise ValueError(f"policy.model_path: {str(path)!r} does not load as a π0: {exc}") from None
-    tokenizer_dir = Path(tokenizer_path).expanduser() if tokenizer_path else path
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    except (OSError, ValueError) as exc:
-        where = "policy.tokenizer_path" if tokenizer_path else "policy.model_path"
-        hint = "" if tokenizer_path else " (a LeRobot folder has none: set policy.tokenizer_path to PaliGemma's)"
-        raise ValueError(f"{where}: no tokenizer in {str(tokenizer_dir)!r}{hint}: {exc}") from None
+    tokenizer = folders.load_tokenizer(path, tokenizer_path, hint=" (a LeRobot folder has none: set "
+                                                                   "policy.tokenizer_path to PaliGemma's)")
     return model, tokenizer, "LeRobot" if lerobot else "transformers"
 
 
@@ -214,9 +211,7 @@ def build_tiny_pi0(out_dir: str | Path, seed: int = 0) -> Path:
     """Tokenizer trained on the task texts + random-weight tiny π0, written atomically with save_pretrained."""
     from transformers import PI0ForConditionalGeneration
 
-    from embodied.policies.vla.tiny import quiet_transformers, save_tiny, train_tokenizer
-
-    quiet_transformers()
+    folders.quiet_transformers()
     tokenizer = train_tokenizer("paligemma")
     tokenizer.bos_token = "<bos>"
     with torch.random.fork_rng(devices=[]):  # building on first use leaves the caller's random stream as it was
@@ -227,14 +222,7 @@ def build_tiny_pi0(out_dir: str | Path, seed: int = 0) -> Path:
 
 def resolve_model_path(model_path: str) -> Path:
     """A local folder for ``policy.model_path``; ``tiny:pi0-tiny`` is built into the cache once."""
-    from embodied.policies.vla.tiny import cached_tiny
-
-    if not model_path.startswith(TINY_PREFIX):
-        return Path(model_path).expanduser()
-    name = model_path[len(TINY_PREFIX):]
-    if name not in TINY_NAMES:
-        raise ValueError(f"policy.model_path: unknown tiny π0 {name!r}; known: {', '.join(TINY_NAMES)}")
-    return cached_tiny("tiny-pi0", name, lambda path, _: build_tiny_pi0(path))
+    return folders.resolve_model_path(model_path, "tiny-pi0", TINY_NAMES, lambda path, _: build_tiny_pi0(path), "π0")
 
 
 def parameter_split(model: Any) -> dict[str, int]:

@@ -12,46 +12,41 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from embodied.policy_config import PolicyConfig
+from embodied.policies.transformers_base.configuration import TINY_PREFIX, TransformersPolicyConfig
 
-TINY_PREFIX = "tiny:"
+__all__ = ["TINY_NAMES", "TINY_PREFIX", "VLAConfig", "model_dir_problems"]
 TINY_NAMES = ("smolvlm-tiny", "qwen2_5_vl-tiny", "paligemma-tiny")
 
 
 @dataclass
-class VLAConfig(PolicyConfig):
+class VLAConfig(TransformersPolicyConfig):
+    """The VLA's own fields; device, dtype, LoRA, the value head, checkpointing, the cameras and states and the
+    flow log-prob fields are ``TransformersPolicyConfig``'s."""
+
     type: str = "vla"  # registered policy name
-    model_path: str = "tiny:smolvlm-tiny"  # local model folder, or tiny:NAME (built offline into the cache)
+    model_path: str = "tiny:smolvlm-tiny"  # (TransformersPolicyConfig's field) default: the tiny SmolVLM
+    use_states: bool = False  # (TransformersPolicyConfig's field) as one projected token (a learned linear map)
+    flow_logprob: Literal["sde", "noise"] = "sde"  # (TransformersPolicyConfig's field) flow head under RL: Flow-SDE by default
     action_head: Literal["tokens", "autoregressive", "gaussian", "flow"] = "tokens"  # how actions come out (see heads.py, flow.py)
     action_bins: int | None = None  # token heads: uniform bins over [-1, 1] per action dimension, the last ids of the vocabulary (null: 256)
     action_norm: Literal["env_bounds", "model_stats"] = "env_bounds"  # [-1, 1] <-> env actions: the action space's bounds, or q01/q99 of <model_path>/action_stats.json
     image_size: int | None = None  # pixels per side the images are resized to (null: the family's default)
-    use_wrist_image: bool = True  # add the wrist camera image to the prompt when the env has one
-    use_states: bool = False  # add the proprioceptive state as one projected token (a learned linear map)
     max_instruction_tokens: int = 32  # instruction tokens kept in the fixed-length prompt (longer is an error)
     temperature: float = 1.0  # sampling temperature of the token heads during training (eval is greedy)
     init_log_std: float = -1.0  # gaussian head: initial log standard deviation (normalized action units)
     flow_steps: int = 10  # flow head: Euler denoising steps per chunk (πRL trains with 3-4)
-    flow_logprob: Literal["sde", "noise"] = "sde"  # flow head under RL: Flow-SDE (one noisy step per chunk) or Flow-Noise (learned std, every step)
-    flow_noise_level: float = 0.5  # flow head, sde: a in sigma_t = a * sqrt(t / (1 - t))
-    flow_noise_std_min: float = 0.08  # flow head, noise: lower bound of the learned std (normalized action units)
-    flow_noise_std_max: float = 0.16  # flow head, noise: upper bound of the learned std
     flow_width: int = 256  # flow head: the action expert's width
     flow_depth: int = 4  # flow head: the action expert's layers (each cross-attends to a backbone layer)
     flow_heads: int = 4  # flow head: attention heads of the action expert (divides flow_width)
-    value_hidden: int = 256  # width of the value head's hidden layer
-    lora_rank: int = 0  # LoRA rank through peft; 0 trains the whole backbone
-    lora_alpha: float = 16.0  # LoRA scaling numerator (scale = alpha / rank)
     lora_target_modules: list[str] | None = None  # module name suffixes LoRA wraps (null: the family's attention and MLP projections of the language model)
     freeze_backbone: bool = False  # only the action head, value head and state projection train (RLinf's train_expert_only for π0 under PPO)
-    device: Literal["cpu", "cuda", "auto"] = "cpu"  # where the rollout and actor copies run (auto: cuda when present)
-    dtype: Literal["float32", "bfloat16"] = "float32"  # backbone weights and activations (heads stay float32)
-    gradient_checkpointing: bool = False  # recompute the backbone's layers in backward: less activation memory, ~1.3x the compute
 
     model_class: ClassVar[str] = "embodied.policies.vla.modeling:VLAPolicy"
     # flow_logprob is not one: an SFT checkpoint (no noise head) starts Flow-Noise RL with a fresh noise head.
     architecture_fields: ClassVar[tuple[str, ...]] = ("action_head", "use_states", "flow_width", "flow_depth",
                                                       "flow_heads")
+    tiny_names: ClassVar[tuple[str, ...]] = TINY_NAMES
+    model_noun: ClassVar[str] = "backbone"
 
     @property
     def bins(self) -> int:
@@ -62,19 +57,12 @@ class VLAConfig(PolicyConfig):
         """Only the flow head starts its chunks from a noise (DSRL steers it)."""
         return self.action_head == "flow"
 
-    def required_observations(self) -> set[str]:
-        return {"images", "states"} if self.use_states else {"images"}
+    def folder_problems(self, path: Path) -> list[str]:
+        return model_dir_problems(path, self.action_norm)
 
     def validate(self) -> list[str]:
-        """Checks that need no model: the folder's files, numeric ranges, the device."""
-        p: list[str] = []
-        if self.model_path.startswith(TINY_PREFIX):
-            name = self.model_path[len(TINY_PREFIX):]
-            if name not in TINY_NAMES:
-                p.append(f"policy.model_path: unknown tiny backbone {name!r}; known: "
-                         f"{', '.join(TINY_PREFIX + n for n in TINY_NAMES)}")
-        else:
-            p += model_dir_problems(Path(self.model_path).expanduser(), self.action_norm)
+        """The shared checks (the folder's files, LoRA, the device, the flow log-prob fields), then the VLA's."""
+        p = super().validate()
         if not 2 <= self.bins <= 4096:
             p.append(f"policy.action_bins: must be in [2, 4096], got {self.action_bins}")
         p += self._flow_problems()
@@ -84,8 +72,6 @@ class VLAConfig(PolicyConfig):
             p.append(f"policy.max_instruction_tokens: must be >= 1, got {self.max_instruction_tokens}")
         if not self.temperature > 0:
             p.append(f"policy.temperature: must be > 0, got {self.temperature}")
-        if self.lora_rank < 0:
-            p.append(f"policy.lora_rank: must be >= 0 (0: no LoRA), got {self.lora_rank}")
         if self.freeze_backbone and self.lora_rank > 0:
             p.append(f"policy.freeze_backbone: the backbone is frozen, so its LoRA adapters (policy.lora_rank="
                      f"{self.lora_rank}) would never train; set lora_rank to 0 or freeze_backbone to false")
@@ -94,14 +80,10 @@ class VLAConfig(PolicyConfig):
                      "LM head, so a frozen backbone leaves its actions nothing to train (use gaussian or flow)")
         if self.lora_target_modules is not None and self.lora_rank == 0:
             p.append("policy.lora_target_modules: set, but policy.lora_rank is 0 (LoRA off)")
-        if self.device == "cuda":
-            import torch
-
-            if not torch.cuda.is_available():
-                p.append("policy.device: 'cuda' but torch sees no CUDA device here (use cpu or auto)")
         return p
 
     def _flow_problems(self) -> list[str]:
+        """The flow head's own fields (its log-prob fields are checked by the base)."""
         p: list[str] = []
         if self.action_head != "flow":
             return p
@@ -113,13 +95,6 @@ class VLAConfig(PolicyConfig):
                      "its noise from flow_logprob (flow_noise_level / flow_noise_std_*)")
         if self.flow_steps < 1:
             p.append(f"policy.flow_steps: must be >= 1 Euler step, got {self.flow_steps}")
-        if not self.flow_noise_level > 0:
-            p.append(f"policy.flow_noise_level: must be > 0 (a in sigma_t = a * sqrt(t / (1 - t))), got "
-                     f"{self.flow_noise_level}")
-        if not 0 < self.flow_noise_std_min <= self.flow_noise_std_max:
-            p.append(f"policy.flow_noise_std_min / flow_noise_std_max: need 0 < min <= max, got "
-                     f"{self.flow_noise_std_min} > {self.flow_noise_std_max}" if self.flow_noise_std_min > 0 else
-                     f"policy.flow_noise_std_min: must be > 0, got {self.flow_noise_std_min}")
         if self.flow_width < 1 or self.flow_depth < 1 or self.flow_heads < 1 or self.flow_width % self.flow_heads:
             p.append(f"policy.flow_width / flow_depth / flow_heads: need positive sizes with flow_heads dividing "
                      f"flow_width, got {self.flow_width} / {self.flow_depth} / {self.flow_heads}")

@@ -14,9 +14,6 @@ head, the gaussian head and the state projection); ``trainable_state`` is what w
 
 from __future__ import annotations
 
-import json
-import warnings
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +22,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from embodied.policy import Policy, PolicySpec
-from embodied.types import (MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, NoiseSteering, Obs,
-                            PolicyOutput)
+from embodied.policies.transformers_base.folders import load_tokenizer
+from embodied.policies.transformers_base.modeling import TransformersPolicy
+from embodied.policy import PolicySpec
+from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES, NoiseSteering, Obs, PolicyOutput
 from embodied.policies.vla.action_tokenizer import ActionTokenizer, stats_bounds
 from embodied.policies.vla.configuration import VLAConfig
 from embodied.policies.vla.flow import ExpertShape, FlowHead
 from embodied.policies.vla.heads import (ActionHead, AutoregressiveHead, Backbone, GaussianHead, Prefix,
                                          TokenHead)
 from embodied.policies.vla.processing import VLAProcessor, family_of
-from embodied.policies.vla.tiny import quiet_transformers, resolve_model_path
+from embodied.policies.vla.tiny import resolve_model_path
 
-HEADS_FILE = "heads.pt"  # value head, action head, state projection (a plain state dict)
-POLICY_FILE = "embodied_policy.json"  # the policy config and the resolved image size, for people and tools
 DEFAULT_LORA_TARGETS = {  # the language model's attention and MLP projections (not the vision tower)
     "smolvlm": r".*text_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)",
     "qwen": r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)",
@@ -45,35 +41,22 @@ DEFAULT_LORA_TARGETS = {  # the language model's attention and MLP projections (
 }
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("policy.device: 'cuda' but torch sees no CUDA device here (use cpu or auto)")
-    return torch.device(name)
-
-
-class VLAPolicy(Policy):
+class VLAPolicy(TransformersPolicy):
     """Vision-language-action policy over a transformers backbone (see the module docstring)."""
 
-    exports_pretrained = True
-    value_head_prefixes = ("value_head.",)  # on the backbone's hidden state: warm-up leaves the backbone
+    model_attribute = "backbone"  # the transformers model (and its state-dict prefix)
+    model_folder = "backbone"  # a checkpoint's fully trained backbone: <policy>/backbone/
+    lora_field = "policy.lora_target_modules"
+    checkpointing_scope = "the backbone's {n} layers"
 
     def __init__(self, config: VLAConfig, spec: PolicySpec) -> None:
-        super().__init__()
-        from transformers import AutoModelForImageTextToText, AutoTokenizer
-
-        quiet_transformers()
-        if spec.image_shape is None:
-            raise ValueError("policy.type=vla needs images: set env.obs_mode to 'rgb' or 'state+rgb'")
-        if config.use_states and spec.state_dim <= 0:
+        if spec.image_shape is not None and config.use_states and spec.state_dim <= 0:
             raise ValueError("policy.use_states: the env gives no states; set env.obs_mode to 'state+rgb' "
                              "or policy.use_states=false")
-        self.config, self.spec = config, spec
-        self.device_ = resolve_device(config.device)
-        self.dtype_ = {"float32": torch.float32, "bfloat16": torch.bfloat16}[config.dtype]
-        self.model_dir = resolve_model_path(config.model_path)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        super().__init__(config, spec, resolve_model_path(config.model_path))
+        from transformers import AutoModelForImageTextToText
+
+        self.tokenizer = load_tokenizer(self.model_dir)
         backbone = AutoModelForImageTextToText.from_pretrained(self.model_dir, dtype=self.dtype_)
         self.family = family_of(backbone.config)
         self.action_tokenizer = self._action_tokenizer(config, spec, backbone)
@@ -83,30 +66,13 @@ class VLAPolicy(Policy):
                                       use_states=config.use_states,
                                       max_instruction_tokens=config.max_instruction_tokens)
         hidden = int(backbone.config.get_text_config().hidden_size)
-        self.chunk, self.action_dim = config.action_chunk, spec.action_dim
         self.head: ActionHead = make_head(config, self.chunk, self.action_dim, self.processor.pad_id, hidden)
         self.logprob_granularity = self.head.granularity  # per instance: it depends on the head
         self.value_head = nn.Sequential(nn.Linear(hidden, config.value_hidden), nn.Tanh(),
                                         nn.Linear(config.value_hidden, 1))
         self.state_proj = nn.Linear(spec.state_dim, hidden) if config.use_states else None
         self.backbone = backbone
-        self._peft: list[Any] = []  # the peft wrapper, kept out of the module tree (its weights are backbone's)
-        if config.lora_rank > 0:
-            self._add_lora(config)
-        if config.freeze_backbone:
-            # The value loss and the policy gradient then reach only the heads: the features the action head
-            # reads stay those the SFT run learnt, and each update skips the backbone's backward pass.
-            self.backbone.requires_grad_(False)
-        if self.head.continuous:
-            lm_head = backbone.get_output_embeddings().weight
-            if lm_head is not backbone.get_input_embeddings().weight:
-                lm_head.requires_grad_(False)  # the gaussian head never reads the LM head: nothing to train or sync
-        self._checkpointed: list[nn.Module] = []
-        if config.gradient_checkpointing:
-            self._checkpointed = self._enable_gradient_checkpointing()
-        self.backbone.eval()  # no dropout anywhere in the backbone: act and evaluate must agree
-        self._keep_checkpointing()
-        self.to(self.device_)
+        self.setup_training()
 
     # -- construction ------------------------------------------------------------------------
 
@@ -122,60 +88,33 @@ class VLAPolicy(Policy):
             low, high = list(spec.action_low), list(spec.action_high)
         return ActionTokenizer(config.bins, vocab, low, high)
 
-    def _add_lora(self, config: VLAConfig) -> None:
-        from peft import LoraConfig, get_peft_model
+    def freeze(self) -> None:
+        if self.config.freeze_backbone:
+            # The value loss and the policy gradient then reach only the heads: the features the action head
+            # reads stay those the SFT run learnt, and each update skips the backbone's backward pass.
+            self.backbone.requires_grad_(False)
+        if self.head.continuous:
+            lm_head = self.backbone.get_output_embeddings().weight
+            if lm_head is not self.backbone.get_input_embeddings().weight:
+                lm_head.requires_grad_(False)  # the gaussian head never reads the LM head: nothing to train or sync
 
-        targets: Any = config.lora_target_modules or DEFAULT_LORA_TARGETS[self.family]
-        names = [n for n, _ in self.backbone.named_modules()]
-        if config.lora_target_modules:
-            missing = [t for t in config.lora_target_modules if not any(n == t or n.endswith("." + t) for n in names)]
+    def lora_targets(self) -> tuple[Any, None]:
+        """``policy.lora_target_modules`` (each must name a module), else the family's language-model projections."""
+        targets = self.config.lora_target_modules
+        if targets:
+            names = [n for n, _ in self.backbone.named_modules()]
+            missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
             if missing:
                 raise ValueError(f"policy.lora_target_modules: {missing} match no module of the backbone "
                                  f"({type(self.backbone).__name__}); e.g. q_proj, v_proj, up_proj")
-        lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                          target_modules=targets, bias="none")
-        try:
-            with warnings.catch_warnings():  # peft asks transformers a deprecated question; not ours to fix
-                warnings.simplefilter("ignore", FutureWarning)
-                self._peft = [get_peft_model(self.backbone, lora)]
-        except ValueError as exc:
-            raise ValueError(f"policy.lora_target_modules: {exc}") from None
-        # get_peft_model froze everything else; the LoRA matrices are the only backbone parameters left trainable.
-
-    def _enable_gradient_checkpointing(self) -> list[nn.Module]:
-        """transformers' checkpointing of each decoder (and vision encoder) layer; the layers it wraps."""
-        from transformers.modeling_layers import GradientCheckpointingLayer
-
-        if not getattr(self.backbone, "supports_gradient_checkpointing", False):
-            raise ValueError(f"policy.gradient_checkpointing: {type(self.backbone).__name__} does not support "
-                             "gradient checkpointing (transformers' supports_gradient_checkpointing is False)")
-        self.backbone.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        return [m for m in self.backbone.modules() if isinstance(m, GradientCheckpointingLayer)]
-
-    def fsdp_units(self) -> list[nn.Module]:
-        """The backbone's transformer layers (language model and vision encoder), each sharded on its own."""
-        from transformers.modeling_layers import GradientCheckpointingLayer
-
-        return [m for m in self.backbone.modules() if isinstance(m, GradientCheckpointingLayer)]
-
-    def _keep_checkpointing(self) -> None:
-        # transformers checkpoints a layer only while it is in training mode. Only the layer's own flag is set:
-        # its submodules (dropout, attention) stay in eval mode, so act and evaluate still agree.
-        for layer in self._checkpointed:
-            layer.training = True
-
-    def train(self, mode: bool = True) -> VLAPolicy:
-        super().train(mode)
-        self.backbone.eval()  # dropout stays off (see __init__)
-        self._keep_checkpointing()
-        return self
+        return targets or DEFAULT_LORA_TARGETS[self.family], None
 
     # -- the policy interface ----------------------------------------------------------------
 
     def describe(self) -> str:
         head = sum(p.numel() for p in self.head.parameters())
         return (f"{super().describe()}; {self.family} backbone, {self.config.action_head} action head "
-                f"{head / 1e6:.2f}M{self.head.describe()}")
+                f"{head / 1e6:.2f}M{self.head.describe()}{self.describe_training()}")
 
     def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
         inputs = self.forward_inputs(obs)
@@ -191,10 +130,6 @@ class VLAPolicy(Policy):
     def evaluate(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor):
         out = self.head.evaluate(self._backbone(forward_inputs), self._head_actions(actions), forward_inputs)
         return out.logprobs.float(), out.entropy.float(), self._value(out.prompt_hidden)
-
-    def flow_noise_shape(self) -> tuple[int, int]:
-        """The flow head's initial noise [C, A] (normalized action units), which DSRL steers."""
-        return self.chunk, self.action_dim
 
     def flow_feature_size(self) -> int:
         """F of ``steer(obs).features``: the backbone's hidden size."""
@@ -239,15 +174,11 @@ class VLAPolicy(Policy):
 
     def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
         """What ``evaluate`` replays: prompt token ids and uint8 images (CPU), plus states if used."""
-        descriptions = obs.get(TASK_DESCRIPTIONS)
-        if descriptions is None or len(descriptions) == 0 or any(not d for d in descriptions):
-            raise ValueError("policy.type=vla reads an instruction per env from obs['task_descriptions'], and the "
-                             "env gave none (or an empty one): give the env a task_description")
-        prompt = self.processor.prompts(list(descriptions))
+        prompt = self.processor.prompts(self.instructions(obs))
         inputs = {"input_ids": prompt.input_ids, "attention_mask": prompt.attention_mask,
-                  MAIN_IMAGES: _uint8(obs[MAIN_IMAGES])}
+                  MAIN_IMAGES: self.uint8_images(obs[MAIN_IMAGES])}
         if self.use_wrist:
-            inputs[WRIST_IMAGES] = _uint8(obs[WRIST_IMAGES])
+            inputs[WRIST_IMAGES] = self.uint8_images(obs[WRIST_IMAGES])
         if self.state_proj is not None:
             inputs[STATES] = torch.as_tensor(np.asarray(obs[STATES]), dtype=torch.float32)
         return inputs
@@ -319,81 +250,34 @@ class VLAPolicy(Policy):
     def _value(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.value_head(hidden.float()).squeeze(-1)
 
-    # -- checkpoints -------------------------------------------------------------------------
+    # -- checkpoints: the base's folder layout (backbone/ or adapter/, heads.pt, embodied_policy.json) -----
 
-    def save_pretrained(self, directory: str | Path) -> None:
-        """A folder transformers (and peft) can open alone, plus this policy's own parts.
-
-        ``backbone/`` (``save_pretrained`` of the model and tokenizer) when the whole backbone
-        trains, or ``adapter/`` (peft's ``save_pretrained``: open it with
-        ``PeftModel.from_pretrained(AutoModelForImageTextToText.from_pretrained(base), adapter)``)
-        under LoRA; ``heads.pt`` (value head, action head, state projection); ``action_tokenizer.json``
-        (bins and bounds); ``embodied_policy.json`` (the policy config and the image size used).
-        """
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        if self._peft:
-            self._peft[0].save_pretrained(out / "adapter")
-        else:
-            self.backbone.save_pretrained(out / "backbone")
-            self.tokenizer.save_pretrained(out / "backbone")
-        torch.save(self._head_state(), out / HEADS_FILE)
-        self.action_tokenizer.save(out)
-        meta = {"config": asdict(self.config), "base_model": str(self.model_dir), "family": self.family,
-                "image_size": self.processor.image_size, "prompt_length": self.processor.length}
-        (out / POLICY_FILE).write_text(json.dumps(meta, indent=2))
-
-    def load_pretrained(self, directory: str | Path) -> None:
-        """Load what ``save_pretrained`` wrote into this policy (built from the same config)."""
-        src = Path(directory)
-        saved = ActionTokenizer.load(src)
-        if saved.action_dim != self.action_dim:
-            raise ValueError(f"checkpoint {src} acts in {saved.action_dim} action dimensions, the env in "
-                             f"{self.action_dim}")
-        self.action_tokenizer = saved
-        if self._peft and not (src / "adapter").is_dir():
-            raise FileNotFoundError(f"checkpoint {src} has no LoRA adapter/ (a fully trained backbone?) but "
-                                    f"policy.lora_rank is {self.config.lora_rank}")
-        if (src / "adapter").is_dir():
-            if not self._peft:
-                raise ValueError(f"checkpoint {src} holds a LoRA adapter but policy.lora_rank is 0")
-            from peft.utils import set_peft_model_state_dict
-            from safetensors.torch import load_file
-
-            set_peft_model_state_dict(self._peft[0], load_file(str(src / "adapter" / "adapter_model.safetensors"),
-                                                               device=str(self.device_)))
-        elif (src / "backbone").is_dir():
-            from transformers import AutoModelForImageTextToText
-
-            trained = AutoModelForImageTextToText.from_pretrained(src / "backbone", dtype=self.dtype_)
-            self.backbone.load_state_dict(trained.state_dict())
-        else:
-            raise FileNotFoundError(f"checkpoint {src} has neither backbone/ nor adapter/")
-        heads = torch.load(src / HEADS_FILE, map_location=self.device_, weights_only=True)
-        missing = self._load_head_state(heads)
-        if missing:
-            raise ValueError(f"checkpoint {src}/{HEADS_FILE} lacks {missing} (another action head or state input?)")
-
-    def _head_modules(self) -> dict[str, nn.Module]:
+    def head_modules(self) -> dict[str, nn.Module]:
         mods = {"value_head": self.value_head, "head": self.head}
         if self.state_proj is not None:
             mods["state_proj"] = self.state_proj
         return mods
 
-    def _head_state(self) -> dict[str, dict[str, torch.Tensor]]:
-        return {name: m.state_dict() for name, m in self._head_modules().items()}
+    def saved_head_state(self, name: str, module: nn.Module, saved: dict[str, torch.Tensor]) -> dict[str, Any]:
+        if isinstance(module, FlowHead):  # sde <-> noise: Flow-Noise's std head starts fresh, or is left out
+            own = module.state_dict()
+            saved = {k: v for k, v in own.items() if k.startswith("noise_std.")} | {
+                k: v for k, v in saved.items() if k in own or not k.startswith("noise_std.")}
+        return saved
 
-    def _load_head_state(self, state: dict[str, dict[str, torch.Tensor]]) -> list[str]:
-        missing = [name for name in self._head_modules() if name not in state]
-        for name, module in self._head_modules().items():
-            if name in state:
-                saved = state[name]
-                if isinstance(module, FlowHead):  # sde <-> noise: Flow-Noise's std head starts fresh, or is left out
-                    own = module.state_dict()
-                    saved = {k: v for k, v in own.items() if k.startswith("noise_std.")} | {
-                        k: v for k, v in saved.items() if k in own or not k.startswith("noise_std.")}
-                module.load_state_dict(saved)
-        return missing
+    def save_own_files(self, out: Path) -> None:
+        """``action_tokenizer.json``: the bins and bounds."""
+        self.action_tokenizer.save(out)
+
+    def load_own_files(self, src: Path) -> None:
+        saved = ActionTokenizer.load(src)
+        if saved.action_dim != self.action_dim:
+            raise ValueError(f"checkpoint {src} acts in {saved.action_dim} action dimensions, the env in "
+                             f"{self.action_dim}")
+        self.action_tokenizer = saved
+
+    def policy_meta(self) -> dict[str, Any]:
+        return {"family": self.family, "image_size": self.processor.image_size, "prompt_length": self.processor.length}
 
 
 def make_head(config: VLAConfig, chunk: int, action_dim: int, placeholder_id: int, hidden_size: int) -> ActionHead:
@@ -412,9 +296,3 @@ def make_head(config: VLAConfig, chunk: int, action_dim: int, placeholder_id: in
                         (config.flow_noise_std_min, config.flow_noise_std_max))
     raise ValueError(f"policy.action_head: unknown head {name!r}; known: tokens, autoregressive, gaussian, flow")
 
-
-def _uint8(images: Any) -> torch.Tensor:
-    x = torch.as_tensor(np.asarray(images))
-    if x.dtype != torch.uint8:
-        raise ValueError(f"policy.type=vla expects uint8 images [B, H, W, 3], got {x.dtype}")
-    return x
