@@ -25,6 +25,10 @@
 - **LoRA** (peft) on the VLM's language model and the expert (their attention and MLP projections,
   not SigLIP), with the action/time/state projections trained whole (``modules_to_save``).
   The expert's ``embed_tokens`` (263M at full size) is never read by π0, so it is frozen.
+
+Device, dtype, LoRA through peft, activation checkpointing, FSDP units and the checkpoint folder are the base's
+(``policies/transformers_base/``); π0 fills its hooks: the LoRA targets above, its freezing, the vision tower as
+the checkpointed part, ``heads.pt``'s modules, and its statistics and processor settings as its own files.
 """
 
 from __future__ import annotations
@@ -95,8 +99,7 @@ class PI0Policy(TransformersPolicy):
             self.register_buffer(name, torch.zeros(0))
         self.set_stats(self._initial_stats(config, spec))
         hidden = int(pc.vlm_config.text_config.hidden_size)
-        self.value_head = nn.Sequential(nn.Linear(hidden + self.max_state_dim, config.value_hidden), nn.Tanh(),
-                                        nn.Linear(config.value_hidden, 1))
+        self.value_head = self.make_value_head(hidden + self.max_state_dim)
         if config.flow_logprob == "noise":
             self.noise_std = nn.Linear(int(pc.dit_config.hidden_size), self.max_action_dim)
         self.logprob = make_flow_logprob(config.flow_logprob, config.flow_noise_level, getattr(self, "noise_std", None),

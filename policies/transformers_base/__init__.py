@@ -36,7 +36,7 @@ with its configuration, modeling and processing, registered under ``[project.ent
                                                               build_tiny_foo))
             self.tokenizer = load_tokenizer(self.model_dir)
             self.model = FooForConditionalGeneration.from_pretrained(self.model_dir, dtype=self.dtype_)
-            self.value_head = nn.Linear(self.model.config.hidden_size, 1)
+            self.value_head = self.make_value_head(self.model.config.hidden_size)  # policy.value_hidden wide
             self.setup_training()  # freeze(), LoRA, checkpointing, eval mode, the device
 
         def lora_targets(self):

@@ -113,6 +113,11 @@ class TransformersPolicy(Policy):
         """The state dict a head loads from what ``heads.pt`` holds for it (as saved, by default)."""
         return saved
 
+    def make_value_head(self, features: int) -> nn.Module:
+        """The value head over ``features`` inputs: a hidden layer of ``policy.value_hidden`` (tanh), one output."""
+        return nn.Sequential(nn.Linear(features, self.config.value_hidden), nn.Tanh(),
+                             nn.Linear(self.config.value_hidden, 1))
+
     # -- training setup ---------------------------------------------------------------------------
 
     def setup_training(self) -> None:

@@ -10,6 +10,11 @@ ever computed. ``forward_inputs`` hold uint8 images and token ids (never float p
 rollout epoch stays small and ``evaluate`` rebuilds the same pixels and positions. With
 ``policy.lora_rank > 0`` the backbone is frozen and peft's LoRA adapters train (with the value
 head, the gaussian head and the state projection); ``trainable_state`` is what weight sync sends.
+
+Device, dtype, LoRA, activation checkpointing, FSDP units and the checkpoint folder are the base's
+(``policies/transformers_base/``); this file is the VLA's difference: the backbone's family, its prompt
+and pixels, the action heads, the state token, and its hooks (LoRA targets, freezing, ``heads.pt``'s
+modules, ``action_tokenizer.json``).
 """
 
 from __future__ import annotations
@@ -68,8 +73,7 @@ class VLAPolicy(TransformersPolicy):
         hidden = int(backbone.config.get_text_config().hidden_size)
         self.head: ActionHead = make_head(config, self.chunk, self.action_dim, self.processor.pad_id, hidden)
         self.logprob_granularity = self.head.granularity  # per instance: it depends on the head
-        self.value_head = nn.Sequential(nn.Linear(hidden, config.value_hidden), nn.Tanh(),
-                                        nn.Linear(config.value_hidden, 1))
+        self.value_head = self.make_value_head(hidden)
         self.state_proj = nn.Linear(spec.state_dim, hidden) if config.use_states else None
         self.backbone = backbone
         self.setup_training()

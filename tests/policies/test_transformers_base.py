@@ -117,8 +117,7 @@ class ToyPolicy(TransformersPolicy):
         self.tokenizer = load_tokenizer(self.model_dir)
         self.model = AutoModelForImageTextToText.from_pretrained(self.model_dir, dtype=self.dtype_)
         hidden = self.model.config.get_text_config().hidden_size
-        self.value_head = nn.Sequential(nn.Linear(hidden, config.value_hidden), nn.Tanh(),
-                                        nn.Linear(config.value_hidden, 1))
+        self.value_head = self.make_value_head(hidden)
         self.setup_training()
 
     def lora_targets(self):
