@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from embodied.config.schema import AlgorithmConfig, Config
 
+
 @dataclass
 class OnPolicyConfig(AlgorithmConfig):
     """Fields of the on-policy update the actor worker runs (``ActorWorker.update``): epochs of minibatches over

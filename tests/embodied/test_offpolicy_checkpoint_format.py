@@ -4,11 +4,23 @@ Until then ``OffPolicyActorWorker`` named SAC itself and wrote the learner's sta
 ``"sac"`` (critics, targets, temperature, optimizers, stream), ``"sac_counters"`` (the UTD pacing) and, per rank,
 ``"sac_generator"``. The worker now writes ``<learner.name>``, ``<learner.name>_counters`` and
 ``<learner.name>_generator``; SAC's (and DSRL's) learner is named ``sac``, so those checkpoints are read as they are.
-The checkpoint below is assembled by hand in that layout (literal keys, not the worker's own ``_extra``), written
-with the checkpoint writer and replay's chunk files, and must resume exactly.
+Two checkpoints of that layout must resume: one assembled by hand (literal keys, not the worker's own ``_extra``),
+written with the checkpoint writer and replay's chunk files, and one the code of commit 3809b96 (before the change)
+wrote, kept in ``fixtures/sac_checkpoint_3809b96/`` beside the metrics that code logged on its next update
+(``sac_checkpoint_3809b96.next_update.json``). It was made on that commit's tree as::
+
+    first = actor("algorithm.utd_ratio=0.5")          # tests/embodied/test_offpolicy.py's tiny Reach SAC
+    first.update([transitions(T=4)], 1)
+    first.update([transitions(T=1, seed=3)], 2)
+    first.save_checkpoint(FIXTURE, {"iteration": 2, "env_steps": 0})
+    json.dump(first.update([transitions(seed=5)], 3), ...)
 """
 
 from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +30,7 @@ from tests.embodied.test_offpolicy import SPEC, actor, transitions
 
 # The actor entry of an off-policy checkpoint of one rank, as commit 3809b96 wrote it (besides policy/optimizer).
 LEGACY_LEARNER_KEYS = {"sac", "sac_counters"}
+FIXTURE = Path(__file__).parent / "fixtures" / "sac_checkpoint_3809b96"
 
 
 def write_legacy_checkpoint(worker, path):
@@ -60,3 +73,18 @@ def test_a_checkpoint_in_the_pre_plug_in_layout_resumes_exactly(tmp_path, overri
         assert torch.equal(value, second.learner.critics.state_dict()[name]), name
     for name, value in first.policy.state_dict().items():
         assert torch.equal(value, second.policy.state_dict()[name]), name
+
+
+def test_a_checkpoint_the_code_before_the_change_wrote_resumes_and_logs_its_next_update():
+    state = load_checkpoint(FIXTURE)["actor"]
+    assert set(state) == {"generator", "optimizer", "policy", "replay_dir", "sac", "sac_counters", "version"}
+    worker = actor("algorithm.utd_ratio=0.5")
+    worker.load_state(state)
+    assert (worker.version, worker.received, worker.owed, len(worker.replay)) == (7, 15, 0.5, 15)
+    for name, value in state["sac"]["critics"].items():
+        assert torch.equal(worker.learner.critics.state_dict()[name], value), name
+    logged = json.loads((FIXTURE.parent / f"{FIXTURE.name}.next_update.json").read_text())
+    metrics = worker.update([transitions(seed=5)], 3)
+    assert set(metrics) == set(logged)  # the same metric names, "sac/..." still
+    for key, value in logged.items():  # the same numbers, to float rounding across machines
+        assert math.isclose(metrics[key], value, rel_tol=1e-4, abs_tol=1e-6), (key, metrics[key], value)

@@ -129,3 +129,9 @@ def test_a_registered_algorithm_of_neither_kind_is_refused(monkeypatch):
 
     monkeypatch.setitem(ALGORITHMS._entries, "bare", Bare)
     assert "algorithm.name: bare's config Bare must subclass OnPolicyConfig" in error_of(["algorithm.name=bare"])
+
+
+def test_grpo_refuses_a_critic_warm_up_it_has_no_critic_for():
+    msg = error_of(["algorithm.name=grpo", "algorithm.critic_warmup_iterations=2", "env.auto_reset=false",
+                    "env.max_episode_steps=16"])
+    assert "algorithm.critic_warmup_iterations: GRPO trains no critic" in msg
