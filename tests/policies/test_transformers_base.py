@@ -211,3 +211,36 @@ def test_missing_instructions_and_float_images_are_named_with_the_policy_type():
         policy.forward_inputs({**obs(), "task_descriptions": ["", ""]})
     with pytest.raises(ValueError, match=r"policy.type=toy expects uint8 images \[B, H, W, 3\], got torch.float32"):
         policy.forward_inputs({**obs(), "main_images": np.zeros((2, 64, 64, 3), np.float32)})
+
+
+# -- folders the code before the base wrote ------------------------------------------------------------
+
+OLD = Path(__file__).resolve().parent / "old_checkpoints"  # written by 3e511e7's VLAPolicy / PI0Policy (LoRA r=2)
+
+
+def old_observations() -> dict:
+    rng = np.random.default_rng(0)
+    return {"main_images": rng.integers(0, 255, (2, 64, 64, 3), dtype=np.uint8),
+            "states": rng.standard_normal((2, 3)).astype(np.float32),
+            "task_descriptions": ["pick up the red cube", "reach the red target"]}
+
+
+@pytest.mark.filterwarnings("ignore:policy.type=pi0")
+@pytest.mark.parametrize("name,policy_class,config", [
+    ("vla_lora", VLAPolicy, VLAConfig(action_chunk=1, action_head="gaussian", lora_rank=2, value_hidden=8,
+                                      use_states=True)),
+    ("pi0_lora", PI0Policy, PI0PolicyConfig(action_chunk=2, lora_rank=2, value_hidden=8, flow_logprob="noise")),
+])
+def test_a_checkpoint_folder_written_before_the_base_loads_and_acts_as_it_did(name, policy_class, config):
+    """The folders (peft's adapter/, heads.pt, the policy's own files, embodied_policy.json) and the chunks and
+    values the policy that wrote them gave on these observations, greedy, from the same noise."""
+    spec = PolicySpec(3, (64, 64, 3), 2, (-1.0,) * 2, (1.0,) * 2)
+    torch.manual_seed(1)
+    policy = policy_class(config, spec)
+    policy.load_pretrained(OLD / name)
+    torch.manual_seed(5)
+    with torch.no_grad():
+        out = policy.act(old_observations(), deterministic=True)
+    then = torch.load(OLD / name / "acted.pt")
+    torch.testing.assert_close(out.actions, then["actions"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.values, then["values"], rtol=1e-5, atol=1e-5)
