@@ -1,7 +1,8 @@
 """The base of the transformers-backed policies (``policies/transformers_base/``): the shared fields are declared
 once, a shared check is refused the same way for the VLA and π0, the shared machinery is not overridden, and a
 new policy written as the package docstring shows (a model, a value head, two hooks) saves and loads its
-checkpoint folder, LoRA or not, through the base alone."""
+checkpoint folder, LoRA or not, through the base alone; and folders the code before the base wrote
+(``tests/policies/old_checkpoints/``, LoRA r=2, small heads) load and act as they did."""
 
 from __future__ import annotations
 
