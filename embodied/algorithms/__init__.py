@@ -14,7 +14,8 @@ from embodied.registry import lazy_attributes
 DEFAULT_NAME = "ppo"  # algorithm.name when a config leaves it out
 
 _WHERE = {
-    "Algorithm": "base", "LossOutput": "base", "OffPolicyLearner": "base", "RolloutReset": "base",
+    "LossOutput": "base", "OffPolicyLearner": "base", "OnPolicyLearner": "base", "RolloutReset": "base",
+    "UpdateContext": "base",
     "compute_gae": "gae", "episode_mean_weights": "grpo", "group_advantages": "grpo", "grpo_loss": "grpo",
     "PPOLossOutput": "ppo", "normalize_advantages": "ppo", "ppo_loss": "ppo",
 }

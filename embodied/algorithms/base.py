@@ -1,11 +1,12 @@
 """What the actor asks of a training algorithm (``algorithm.name``, whose config class names it): two protocols.
 
-``Algorithm`` is on-policy and trained by ``ActorWorker``: it turns the rollout's trajectories into a flat batch of
-chunk steps with advantages (``prepare``), and a minibatch of the policy's replayed outputs into a loss (``loss``).
-It may ask the env workers to reset every env at the start of each rollout epoch (``rollout_reset``), as GRPO does
-so that a group of envs starts from one seed. ``OffPolicyLearner`` is stepped on replay batches by
+``OnPolicyLearner`` is trained by ``ActorWorker``: it owns the whole update over one rollout's trajectories (its
+advantages, epochs, minibatches, early stop and learning-rate schedule), given what the worker lends it for the
+update (``UpdateContext``: the policy, its optimizer, the actor ranks' collectives, a hook after each optimizer
+step). It may ask the env workers to reset every env at the start of each rollout epoch (``rollout_reset``), as
+GRPO does so that a group of envs starts from one seed. ``OffPolicyLearner`` is stepped on replay batches by
 ``OffPolicyActorWorker``. The maths lives in pure functions beside each algorithm (``gae.py``, ``ppo.py``,
-``grpo.py``, ``sac.py``, ``transitions.py``).
+``grpo.py``, ``sac.py``, ``transitions.py``); PPO's learner (``ppo.PPO``) is the on-policy loop GRPO reuses.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
 from embodied.types import Trajectory
+
+if TYPE_CHECKING:
+    from embodied.policy import Policy
 
 
 @dataclass
@@ -108,25 +112,74 @@ class Averages:
         return (adv - mean.to(adv.dtype)) / (std.to(adv.dtype) + eps)
 
 
-class Algorithm(Protocol):
-    """The interface ``ActorWorker`` trains through."""
+class RankGroup(Protocol):
+    """The actor ranks' collectives an on-policy update uses (``embodied.workers.ranks.Ranks``; one rank:
+    identities)."""
 
-    uses_values: ClassVar[bool]  # whether the value head is trained (and bootstrapping needed)
-    # Batch metrics of ``prepare`` that are counts: with several actor ranks they are summed over the
-    # ranks; every other batch metric is a mean over equal shares of the batch, and is averaged.
-    summed_metrics: ClassVar[frozenset[str]] = frozenset()
+    size: int  # actor ranks, each holding an equal share of the batch
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` summed over the ranks."""
+
+    def sum_stats(self, stats: dict[str, float]) -> dict[str, float]:
+        """Each float summed over the ranks."""
+
+    def gather(self, x: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``x`` concatenated along dim 0, in rank order."""
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()`` as the rank strategy needs it (ddp, fsdp)."""
+
+    def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        """The gradients of ``params`` summed over the ranks (after the last backward of a minibatch)."""
+
+
+@dataclass(frozen=True)
+class UpdateContext:
+    """What ``ActorWorker`` lends an on-policy learner for one update: the policy it trains, how, and where."""
+
+    policy: Policy  # the trained policy (this rank's; under fsdp its shards)
+    optimizer: torch.optim.Optimizer  # over ``params``; the learner sets its learning rate before every step
+    params: list[torch.nn.Parameter]  # what trains, in the optimizer's order (a LoRA backbone's frozen weights not)
+    value_head: frozenset[int]  # id() of the policy's value-head parameters (critic warm-up trains these alone)
+    device: torch.device  # where the policy computes: each minibatch goes there
+    ranks: RankGroup  # the actor ranks' collectives: each rank holds its share of the trajectories
+    micro_batches: int  # actor.grad_accumulation_steps: backward passes per minibatch, one gradient step
+    version: int  # the weights' version before this update (a chunk step acted by an older one is stale)
+    lr: float  # actor.lr: the learning rate the schedule scales
+    total_iterations: int  # runner.iterations: what anneal_lr decays over
+    after_step: Callable[[], None]  # called after every optimizer step (the worker's weight average)
+
+
+class OnPolicyLearner(Protocol):
+    """What ``ActorWorker`` trains through (``algorithm.name``'s ``algorithm_class``): one update over a rollout's
+    trajectories. The worker owns the policy's copies (ranks, weight sync, the weight average) and checkpoint I/O;
+    the learner owns everything the update decides (advantages, epochs, minibatches, the learning rate)."""
+
+    # Batch metrics that are counts: with several actor ranks they are summed over the ranks; every other batch
+    # metric is a mean over equal shares of the batch, and is averaged.
+    summed_metrics: ClassVar[frozenset[str]]
+
+    def __init__(self, cfg: Any, seed: int) -> None:
+        """From its config (an ``OnPolicyConfig``) and the run's seed (its own random stream, the same on every
+        rank)."""
 
     def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset | None:
         """Reset envs before this iteration's rollout (None: episodes carry on across epochs)."""
 
-    def prepare(self, trajectories: list[Trajectory]) -> tuple[dict[str, Any], dict[str, float]]:
-        """Flat batch ``[T * N, ...]`` (forward_inputs, actions, logprobs, values, executed, advantages,
-        returns) and metrics of the batch."""
+    def new_optimizer(self, params: list[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
+        """The optimizer over ``params`` (the worker builds it, and rebuilds it over a rank's shards)."""
 
-    def loss(self, logprobs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, mb: dict[str, Any],
-             mask: torch.Tensor, warmup: bool, averages: Averages | None = None) -> LossOutput:
-        """The minibatch loss; ``warmup`` trains the value head alone (critic warm-up). With ``averages``,
-        ``mb`` is one part of a larger minibatch and every mean is taken through it (see ``Averages``)."""
+    def update(self, trajectories: list[Trajectory], iteration: int, ctx: UpdateContext) -> dict[str, float]:
+        """Train on this rank's ``trajectories`` of ``iteration`` (1-based); returns the whole batch's metrics,
+        the same on every rank, each named ``train/...`` or ``<name>/...``."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What exact resume needs of it beyond the policy and optimizer (its random stream). Its keys sit beside
+        the worker's (``policy``, ``optimizer``, ``version``, ``live_policy``) in a checkpoint's ``actor`` entry."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from ``state_dict()``'s; a key it lacks (a checkpoint older than the key) is left as it is."""
 
 
 class OffPolicyLearner(Protocol):

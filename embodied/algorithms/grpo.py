@@ -14,11 +14,12 @@ loss, averaged over executed sub-steps, or over episodes with ``algorithm.grpo_l
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from embodied.algorithms.base import Averages, LossOutput, RolloutReset, flatten
+from embodied.algorithms.ppo import PPO
 from embodied.types import Trajectory
 
 if TYPE_CHECKING:
@@ -84,19 +85,24 @@ def grpo_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
     return {"loss": loss, "approx_kl": approx_kl, "clip_frac": clip_frac}
 
 
-class GRPO:
-    """Group-relative policy optimisation over whole episodes (see the module docstring)."""
+class GRPO(PPO):
+    """Group-relative policy optimisation over whole episodes (see the module docstring): PPO's update
+    (``PPO.update``: epochs, minibatches, KL stop, learning-rate schedule) with its own advantages (``prepare``) and
+    loss (``loss``), and no critic."""
 
-    uses_values = False
-    summed_metrics = frozenset({"grpo/groups", "grpo/dropped_groups"})
+    uses_values: ClassVar[bool] = False
+    summed_metrics: ClassVar[frozenset[str]] = frozenset({"grpo/groups", "grpo/dropped_groups"})
+    cfg: GRPOConfig  # type: ignore[assignment]
 
-    def __init__(self, cfg: GRPOConfig) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: GRPOConfig, seed: int) -> None:
+        super().__init__(cfg, seed)  # type: ignore[arg-type]
 
     def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset:
         return RolloutReset(seed + iteration * GRPO_SEED_STRIDE, self.cfg.group_size)
 
     def prepare(self, trajectories: list[Trajectory]) -> tuple[dict[str, Any], dict[str, float]]:
+        """The flat batch with each env's group-relative advantage on its steps (returns unused: zeros), its dropped
+        groups masked out, and counts of groups and dropped groups."""
         traj = Trajectory.concat(trajectories)
         scores = self._scores(trajectories, traj)
         adv, kept = group_advantages(scores, self.cfg.group_size)
@@ -127,6 +133,7 @@ class GRPO:
 
     def loss(self, logprobs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, mb: dict[str, Any],
              mask: torch.Tensor, warmup: bool, averages: Averages | None = None) -> LossOutput:
+        """The asymmetric clipped surrogate minus the entropy bonus (no value loss: ``warmup`` changes nothing)."""
         c = self.cfg
         low = c.clip_coef_low if c.clip_coef_low is not None else c.clip_coef
         high = c.clip_coef_high if c.clip_coef_high is not None else c.clip_coef

@@ -1,22 +1,34 @@
-"""Clipped PPO loss for policies whose log-probabilities come per chunk, action or token.
+"""PPO (``algorithm.name: ppo``): the clipped loss as pure functions, and ``PPO``, the on-policy learner.
 
 ``B`` is the batch of chunk steps, ``C`` the chunk length and ``A`` the action dimension (or the
 number of tokens per action). Advantages, values and returns are per chunk step: [B].
+
+``PPO.update`` is one update, read top to bottom: advantages (``prepare``: GAE), then ``update_epochs``
+passes of ``num_minibatches`` minibatches in a fresh random order, each one gradient step at the learning
+rate ``learning_rate`` gives it, stopping early once a pass's mean ``approx_kl`` exceeds ``target_kl``. A
+minibatch is computed in parts (``ctx.micro_batches``, and the actor ranks' shares) whose means are shares of
+the whole minibatch's (``Averages``), so that any split takes the same step. GRPO (``grpo.GRPO``) is this loop
+with its own advantages (``prepare``) and loss (``loss``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
 import torch
 
-from embodied.algorithms.base import Averages, LossOutput, RolloutReset, flatten
+from embodied.algorithms.base import (Averages, LossOutput, RankGroup, RolloutReset, UpdateContext, expand_mask,
+                                     flatten)
+from embodied.algorithms.batch import expand_rows, take, to_device
 from embodied.algorithms.gae import compute_gae
+from embodied.numerics import NonFiniteUpdateError, non_finite_terms
 from embodied.types import Trajectory
 
 if TYPE_CHECKING:
     from embodied.algorithms.ppo_config import PPOConfig
+    from embodied.config.algorithm import OnPolicyConfig
 
 
 @dataclass
@@ -154,19 +166,46 @@ def ppo_loss(
     )
 
 
+def learning_rate(cfg: OnPolicyConfig, lr: float, total_iterations: int, iteration: int, step: int) -> float:
+    """The learning rate of optimizer step ``step`` (0-based) of ``iteration`` (1-based): ``lr`` decayed linearly to
+    0 over ``total_iterations`` (``cfg.anneal_lr``) times a linear rise over the first ``cfg.lr_warmup_iterations``
+    policy iterations. A function of the position alone, so a resumed run takes the same steps."""
+    if cfg.anneal_lr:
+        lr *= 1.0 - (iteration - 1) / max(total_iterations, 1)
+    warm = cfg.lr_warmup_iterations
+    policy_iteration = iteration - cfg.critic_warmup_iterations  # the value head alone trains before
+    if warm and policy_iteration > 0:
+        steps = cfg.update_epochs * cfg.num_minibatches
+        lr *= min(1.0, (policy_iteration - 1 + (step + 1) / steps) / warm)
+    return lr
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
+    """1 - Var(returns - values) / Var(returns): how much of the returns the value head predicts (nan if constant)."""
+    var = returns.var()
+    return float("nan") if var == 0 else float(1 - (returns - values).var() / var)
+
+
 class PPO:
-    """Clipped PPO with GAE over chunk steps (``algorithm.name: ppo``)."""
+    """Clipped PPO with GAE over chunk steps (``algorithm.name: ppo``), an ``OnPolicyLearner``."""
 
-    uses_values = True
-    summed_metrics: frozenset[str] = frozenset()  # no batch metrics
+    uses_values: ClassVar[bool] = True  # the value head trains: explained variance is logged
+    summed_metrics: ClassVar[frozenset[str]] = frozenset()  # no batch metrics
 
-    def __init__(self, cfg: PPOConfig) -> None:
+    def __init__(self, cfg: PPOConfig, seed: int) -> None:
         self.cfg = cfg
+        self.generator = torch.Generator().manual_seed(seed)  # the minibatch order, the same on every rank
 
     def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset | None:
         return None  # episodes run on across rollout epochs (auto-reset)
 
+    def new_optimizer(self, params: list[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
+        """Adam with the algorithm's epsilon (``learning_rate`` sets the rate of every step)."""
+        return torch.optim.Adam(params, lr=lr, eps=self.cfg.adam_eps)
+
     def prepare(self, trajectories: list[Trajectory]) -> tuple[dict[str, Any], dict[str, float]]:
+        """Flat batch ``[T * N, ...]`` (``base.flatten``: forward_inputs, actions, logprobs, values, executed,
+        advantages, returns, versions) and metrics of the batch: GAE over the concatenated trajectories."""
         traj = Trajectory.concat(trajectories)
         rewards = traj.rewards.sum(-1) * self.cfg.reward_scale  # the value head predicts scaled returns
         advantages, returns = compute_gae(rewards, traj.values, traj.dones, traj.terminated,
@@ -175,6 +214,8 @@ class PPO:
 
     def loss(self, logprobs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, mb: dict[str, Any],
              mask: torch.Tensor, warmup: bool, averages: Averages | None = None) -> LossOutput:
+        """The minibatch loss; ``warmup`` trains the value head alone (critic warm-up). With ``averages``, ``mb`` is
+        one part of a larger minibatch and every mean is taken through it (see ``Averages``)."""
         c = self.cfg
         adv = mb["advantages"]
         if c.normalize_advantages:  # over the whole minibatch, also when it is computed in parts
@@ -187,3 +228,109 @@ class PPO:
         stats = {"policy_loss": out.policy_loss, "value_loss": out.value_loss, "entropy": out.entropy,
                  "approx_kl": out.approx_kl, "clip_frac": out.clip_frac}
         return LossOutput(loss, stats)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "generator" in state:  # the minibatch order goes on where it stopped
+            self.generator.set_state(state["generator"])
+
+    def update(self, trajectories: list[Trajectory], iteration: int, ctx: UpdateContext) -> dict[str, float]:
+        """One update (``update_epochs`` passes of minibatches) on this rank's ``trajectories``; returns metrics of
+        the whole batch (every rank's)."""
+        c, ranks = self.cfg, ctx.ranks
+        batch, batch_metrics = self.prepare(trajectories)
+        batch_metrics = self._over_ranks(batch_metrics, ranks)
+        staleness = (ctx.version - batch["versions"]).float()  # per chunk step, in updates (async: <= max_staleness)
+        if ranks.sum(staleness.max().reshape(1)) > 0:  # decoupled PPO: clip around the weights the update starts from
+            fresh = expand_rows(staleness == 0, batch["logprobs"])  # acted with these weights: keep their log-probs
+            proximal = torch.where(fresh, batch["logprobs"], self._proximal_logprobs(batch, ctx))
+            batch["behaviour_logprobs"], batch["logprobs"] = batch["logprobs"], proximal
+        size = batch["values"].shape[0]
+        warmup = iteration <= c.critic_warmup_iterations
+        stats: dict[str, list[float]] = {}
+        skipped = 0
+        for epoch in range(c.update_epochs):
+            perm = torch.randperm(size, generator=self.generator)
+            for k, mb in enumerate(perm.chunk(c.num_minibatches)):  # several ranks: equal parts (config check)
+                step_lr = learning_rate(c, ctx.lr, ctx.total_iterations, iteration, epoch * c.num_minibatches + k)
+                ctx.optimizer.param_groups[0]["lr"] = step_lr
+                step = self._step(take(batch, mb), warmup, ctx, f"iteration {iteration}, epoch {epoch}, minibatch {k}")
+                if step is None:
+                    skipped += 1
+                    continue
+                for key, value in step.items():
+                    stats.setdefault(key, []).append(value)
+            if c.target_kl is not None and stats and np.mean(stats["approx_kl"][-c.num_minibatches:]) > c.target_kl:
+                break
+        metrics = {f"train/{k}": float(np.mean(v)) for k, v in stats.items()} | batch_metrics
+        metrics["train/lr"] = ctx.optimizer.param_groups[0]["lr"]
+        metrics["train/critic_warmup"] = float(warmup)
+        metrics["train/skipped_minibatches"] = float(skipped)
+        staleness = ranks.gather(staleness)  # the whole batch's, on every rank
+        metrics["train/staleness_mean"] = float(staleness.mean())
+        metrics["train/staleness_max"] = float(staleness.max())
+        if self.uses_values:
+            metrics["train/explained_variance"] = explained_variance(ranks.gather(batch["values"]),
+                                                                     ranks.gather(batch["returns"]))
+        return metrics
+
+    def _step(self, mb: dict[str, Any], warmup: bool, ctx: UpdateContext, where: str) -> dict[str, float] | None:
+        """One gradient step on this rank's share of a minibatch, in ``ctx.micro_batches`` parts; None if it was
+        skipped for a non-finite loss or gradient (on every rank alike)."""
+        c, ranks = self.cfg, ctx.ranks
+        rows = torch.arange(mb["values"].shape[0])
+        parts = [take(mb, r) for r in rows.chunk(ctx.micro_batches)] if ctx.micro_batches > 1 else [mb]
+        # Split in parts (micro-batches, ranks), every mean is the part's share of the whole minibatch's.
+        averages = None if len(parts) == 1 and ranks.size == 1 else \
+            Averages(mb["executed"], mb["advantages"], ranks.sum)
+        ctx.optimizer.zero_grad()
+        stats: dict[str, float] = {}
+        for part in parts:
+            part = to_device(part, ctx.device)
+            logprobs, entropy, values = ctx.policy.evaluate(part["forward_inputs"], part["actions"])
+            out = self.loss(logprobs, entropy, values, part, expand_mask(part["executed"], logprobs), warmup, averages)
+            part_stats = ranks.sum_stats({k: float(v.detach()) for k, v in out.stats.items()}
+                                         | {"loss": float(out.loss.detach())})
+            stats = {k: stats.get(k, 0.0) + v for k, v in part_stats.items()}
+            if non_finite_terms(stats):
+                break  # every rank sees the same sums: all stop here
+            ranks.backward(out.loss)
+        if not non_finite_terms(stats):
+            if warmup:  # the value loss also reaches shared layers (a VLA backbone, a CNN encoder): keep them still
+                for p in ctx.params:
+                    if id(p) not in ctx.value_head:
+                        p.grad = None
+            ranks.reduce_gradients(ctx.params)
+            stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(ctx.params, c.max_grad_norm))
+        bad = non_finite_terms(stats)
+        if bad:
+            ctx.optimizer.zero_grad()  # nothing of this minibatch reaches the weights
+            if c.skip_nonfinite_updates:
+                return None
+            values_text = ", ".join(f"{name}={stats[name]}" for name in bad)
+            raise NonFiniteUpdateError(
+                f"update at {where}: non-finite {values_text}; the minibatch was not applied and these weights are "
+                f"neither published nor checkpointed (algorithm.skip_nonfinite_updates=true skips such minibatches "
+                f"and counts them in train/skipped_minibatches)")
+        ctx.optimizer.step()
+        ctx.after_step()
+        return stats
+
+    @torch.no_grad()
+    def _proximal_logprobs(self, batch: dict[str, Any], ctx: UpdateContext) -> torch.Tensor:
+        """The current weights' log-probs of the batch's actions (before any step of this update)."""
+        parts = []
+        for rows in torch.arange(batch["values"].shape[0]).chunk(self.cfg.num_minibatches):
+            mb = to_device(take(batch, rows), ctx.device)
+            parts.append(ctx.policy.evaluate(mb["forward_inputs"], mb["actions"])[0].float().cpu())
+        return torch.cat(parts).to(batch["logprobs"].dtype)
+
+    def _over_ranks(self, metrics: dict[str, float], ranks: RankGroup) -> dict[str, float]:
+        """``prepare``'s metrics of the whole batch: counts (``summed_metrics``) summed over the ranks, the rest
+        averaged (each rank holds an equal share of the batch)."""
+        if ranks.size == 1:
+            return metrics
+        total = ranks.sum_stats(metrics)
+        return {k: v if k in self.summed_metrics else v / ranks.size for k, v in total.items()}

@@ -1,10 +1,15 @@
-"""``ActorWorker``: turns rollout trajectories into an update (the configured algorithm) and publishes
-versioned weights.
+"""``ActorWorker``: holds the trained policy, hands each rollout's trajectories to the algorithm's on-policy learner
+(``OnPolicyLearner.update``, ``embodied.algorithms.base``) and publishes versioned weights.
+
+The learner decides the update (advantages, epochs, minibatches, the learning rate); the worker owns what is the
+policy's whatever the algorithm: its optimizer, the ranks, weight sync, the weight average and checkpoint I/O,
+and never publishes weights an update left non-finite.
 
 One worker is one rank. With ``actor.num_ranks > 1`` the ranks join one process group (``join_group``,
 ``embodied.workers.ranks``): each gets its own share of the trajectories, takes its share of every
-minibatch, and the gradients are summed, so the ranks step as one rank would on the whole batch.
-``actor.grad_accumulation_steps`` splits each rank's share again into micro-batches, one backward each.
+minibatch, and the gradients are summed, so the ranks step as one rank would on the whole batch (the learner
+computes through ``UpdateContext.ranks``). ``actor.grad_accumulation_steps`` splits each rank's share again into
+micro-batches, one backward each.
 
 ``actor.ema_decay`` keeps an exponential moving average of the trained parameters, stepped after every
 optimizer step. The live weights act in rollouts and train; the average is what evals act with
@@ -19,15 +24,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 
-from embodied.algorithms import Algorithm
-from embodied.algorithms.base import Averages, expand_mask
+from embodied.algorithms.base import OnPolicyLearner, UpdateContext
 from embodied.channels import Channel
 from embodied.checkpoint import (check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state,
                                  non_finite_tensors, save_policy_checkpoint)
-from embodied.numerics import NonFiniteUpdateError, non_finite_terms
+from embodied.numerics import NonFiniteUpdateError
 from embodied.config import ActorConfig, AlgorithmConfig
 from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.types import Trajectory
@@ -37,6 +40,8 @@ from embodied.workers.ranks import ProcessGroup, Ranks, rendezvous_address
 # The trajectories are sent when the update is asked for: they arrive within seconds; a worker that died on the
 # way is reported by the driver long before this.
 TRAJECTORY_TIMEOUT_S = 600.0
+# What the worker keeps in a checkpoint's actor entry; the learner's state_dict() sits beside, under its own keys.
+WORKER_KEYS = frozenset({"policy", "optimizer", "version", "live_policy", "policy_dir", "replay_dir"})
 
 
 class ActorWorker:
@@ -51,7 +56,8 @@ class ActorWorker:
         self.algo, self.cfg, self.total_iterations, self.spec = algorithm, actor, total_iterations, spec
         self.policy_cfg = policy_cfg
         self.ranks: Ranks = Ranks()
-        self.algorithm: Algorithm | None = self._build_algorithm()
+        self.seed = seed
+        self.algorithm: OnPolicyLearner | None = self._build_algorithm()
         self.policy: Policy = build_policy(policy_cfg, spec)
         if policy_cfg.init_from:  # e.g. an SFT checkpoint; the driver checked its type and chunk already
             state = load_checkpoint(find_checkpoint(policy_cfg.init_from))
@@ -61,21 +67,25 @@ class ActorWorker:
         # statistics, say) is what the run uses.
         print(self.policy.describe(), flush=True)
         self._build_optimizer()
-        if algorithm.critic_warmup_iterations > 0 and self.warms_value_head and not self.value_head:
+        if self.warms_value_head and algorithm.critic_warmup_iterations > 0 and not self.value_head:
             raise ValueError(f"algorithm.critic_warmup_iterations={algorithm.critic_warmup_iterations}: "
                              f"policy.type={policy_cfg.type} ({type(self.policy).__name__}) names no value-head "
                              f"parameters (Policy.value_head_prefixes), so warm-up could not train the critic alone")
+        # The worker's own random stream, for what a subclass draws (the off-policy worker's replay rows); the
+        # on-policy learner draws its minibatch order from its own (its state_dict).
         self.generator = torch.Generator().manual_seed(seed)
         self.version = 0
         self._live: dict[str, torch.Tensor] | None = None  # the live weights while the policy holds the average
 
-    def _build_algorithm(self) -> Algorithm | None:
-        """The on-policy algorithm the update runs through (``algorithm.name``'s ``algorithm_class``)."""
-        return self.algo.algorithm_type()(self.algo)
+    def _build_algorithm(self) -> OnPolicyLearner | None:
+        """The on-policy learner the update runs through (``algorithm.name``'s ``algorithm_class``), seeded with the
+        run's seed on every rank (the ranks draw one minibatch order)."""
+        return self.algo.algorithm_type()(self.algo, self.seed)
 
     def _new_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-        """Adam over ``params`` with the algorithm's epsilon (``lr_at`` sets the learning rate of every step)."""
-        return torch.optim.Adam(params, lr=self.cfg.lr, eps=self.algo.adam_eps)  # type: ignore[attr-defined]
+        """The learner's optimizer over ``params`` (it sets the learning rate of every step)."""
+        assert self.algorithm is not None
+        return self.algorithm.new_optimizer(params, self.cfg.lr)
 
     def _build_optimizer(self) -> None:
         # Only what trains: a LoRA-wrapped backbone's frozen weights get no optimizer state.
@@ -171,83 +181,29 @@ class ActorWorker:
         items = [inbox.get(f"actor{self.ranks.rank}", timeout=TRAJECTORY_TIMEOUT_S) for _ in range(sources)]
         return self.update([trajectory for _, trajectory in sorted(items, key=lambda item: item[0])], iteration)
 
-    def lr_at(self, iteration: int, step: int) -> float:
-        """The learning rate of optimizer step ``step`` (0-based) of ``iteration`` (1-based): linear decay to 0
-        over the run (``algorithm.anneal_lr``) times a linear rise over the first ``algorithm.lr_warmup_iterations``
-        policy iterations. A function of the position alone, so a resumed run takes the same steps."""
-        lr = self.cfg.lr
-        if self.algo.anneal_lr:
-            lr *= 1.0 - (iteration - 1) / max(self.total_iterations, 1)
-        warm = self.algo.lr_warmup_iterations
-        policy_iteration = iteration - self.algo.critic_warmup_iterations  # the value head alone trains before
-        if warm and policy_iteration > 0:
-            steps = self.algo.update_epochs * self.algo.num_minibatches
-            lr *= min(1.0, (policy_iteration - 1 + (step + 1) / steps) / warm)
-        return lr
-
     def update(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
-        """One update (``algorithm.update_epochs`` passes of minibatches); returns train metrics."""
-        a = self.algo
+        """One update of the learner on this rank's ``trajectories``; returns the whole batch's train metrics. Then the
+        policy's input statistics take in the epoch's inputs and ``version`` counts the update."""
         if self._live is not None:
             raise RuntimeError("update while the policy holds the weight average (use_average(False) first)")
-        batch, batch_metrics = self.algorithm.prepare(trajectories)
-        batch_metrics = self._batch_metrics(batch_metrics)
-        staleness = (self.version - batch["versions"]).float()  # per chunk step, in updates (async: <= max_staleness)
-        if self.ranks.sum(staleness.max().reshape(1)) > 0:  # decoupled PPO: clip around the weights the update starts from
-            fresh = _expand(staleness == 0, batch["logprobs"])  # acted with these weights: keep their log-probs
-            proximal = torch.where(fresh, batch["logprobs"], self._proximal_logprobs(batch))
-            batch["behaviour_logprobs"], batch["logprobs"] = batch["logprobs"], proximal
-        size = batch["values"].shape[0]
-        warmup = iteration <= a.critic_warmup_iterations
-        stats: dict[str, list[float]] = {}
-        skipped = 0
-        for epoch in range(a.update_epochs):
-            perm = torch.randperm(size, generator=self.generator)
-            for k, mb in enumerate(perm.chunk(a.num_minibatches)):  # several ranks: equal parts (config check)
-                self.optimizer.param_groups[0]["lr"] = self.lr_at(iteration, epoch * a.num_minibatches + k)
-                step = self._step(_take(batch, mb), warmup, f"iteration {iteration}, epoch {epoch}, minibatch {k}")
-                if step is None:
-                    skipped += 1
-                    continue
-                for key, value in step.items():
-                    stats.setdefault(key, []).append(value)
-            if a.target_kl is not None and stats and np.mean(stats["approx_kl"][-a.num_minibatches:]) > a.target_kl:
-                break
+        assert self.algorithm is not None  # an on-policy run (a subclass without one overrides update)
+        metrics = self.algorithm.update(trajectories, iteration, self._context())
         bad = non_finite_tensors({n: _local(p) for n, p in self.policy.named_parameters()})
         if self.ranks.sum(torch.tensor([float(bool(bad))])) > 0:  # finite gradients can still overflow a weight
             bad = bad or ["on another actor rank"]  # never publish or checkpoint it, and every rank stops
             raise NonFiniteUpdateError(f"update at iteration {iteration} left non-finite weights ({', '.join(bad)})")
-        self._observe(batch["forward_inputs"])
+        # The env axis joined as Trajectory.concat joins it, chunk steps flattened as the learner's batch is.
+        self._observe({k: torch.cat([t.forward_inputs[k] for t in trajectories], 1).flatten(0, 1)
+                       for k in self.policy.observes})
         self.version += 1
-        metrics = {f"train/{k}": float(np.mean(v)) for k, v in stats.items()} | batch_metrics
-        metrics["train/lr"] = self.optimizer.param_groups[0]["lr"]
-        metrics["train/critic_warmup"] = float(warmup)
-        metrics["train/skipped_minibatches"] = float(skipped)
-        staleness = self.ranks.gather(staleness)  # the whole batch's, on every rank
-        metrics["train/staleness_mean"], metrics["train/staleness_max"] = float(staleness.mean()), float(staleness.max())
-        if self.algorithm.uses_values:
-            metrics["train/explained_variance"] = _explained_variance(self.ranks.gather(batch["values"]),
-                                                                      self.ranks.gather(batch["returns"]))
         return metrics
 
-    @torch.no_grad()
-    def _proximal_logprobs(self, batch: dict[str, Any]) -> torch.Tensor:
-        """The current weights' log-probs of the batch's actions (before any step of this update)."""
-        index = torch.arange(batch["values"].shape[0]).chunk(self.algo.num_minibatches)
-        parts = []
-        for rows in index:
-            mb = _to(_take(batch, rows), self.device)
-            parts.append(self.policy.evaluate(mb["forward_inputs"], mb["actions"])[0].float().cpu())
-        return torch.cat(parts).to(batch["logprobs"].dtype)
-
-    def _batch_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
-        """``prepare``'s metrics of the whole batch: counts summed over the ranks, the rest averaged (each rank
-        holds an equal share of the batch)."""
-        if self.ranks.size == 1:
-            return metrics
-        summed = getattr(self.algorithm, "summed_metrics", frozenset())
-        total = self.ranks.sum_stats(metrics)
-        return {k: v if k in summed else v / self.ranks.size for k, v in total.items()}
+    def _context(self) -> UpdateContext:
+        """What the learner is lent for one update."""
+        return UpdateContext(policy=self.policy, optimizer=self.optimizer, params=self.params,
+                             value_head=frozenset(self.value_head), device=self.device, ranks=self.ranks,
+                             micro_batches=self.cfg.grad_accumulation_steps, version=self.version, lr=self.cfg.lr,
+                             total_iterations=self.total_iterations, after_step=self._step_average)
 
     def _observe(self, forward_inputs: dict[str, torch.Tensor]) -> None:
         """Input statistics from the whole batch: with several ranks, the inputs ``Policy.observes`` names are
@@ -257,48 +213,14 @@ class ActorWorker:
             return
         self.policy.observe({k: self.ranks.gather(forward_inputs[k]) for k in self.policy.observes})
 
-    def _step(self, mb: dict[str, Any], warmup: bool, where: str) -> dict[str, float] | None:
-        """One gradient step on this rank's share of a minibatch, in ``actor.grad_accumulation_steps``
-        micro-batches; None if it was skipped for a non-finite loss or gradient (on every rank alike)."""
-        rows = torch.arange(mb["values"].shape[0])
-        parts = [_take(mb, r) for r in rows.chunk(self.cfg.grad_accumulation_steps)] if \
-            self.cfg.grad_accumulation_steps > 1 else [mb]
-        # Split in parts (micro-batches, ranks), every mean is the part's share of the whole minibatch's.
-        averages = None if len(parts) == 1 and self.ranks.size == 1 else \
-            Averages(mb["executed"], mb["advantages"], self.ranks.sum)
-        self.optimizer.zero_grad()
-        stats: dict[str, float] = {}
-        for part in parts:
-            part = _to(part, self.device)
-            logprobs, entropy, values = self.policy.evaluate(part["forward_inputs"], part["actions"])
-            out = self.algorithm.loss(logprobs, entropy, values, part, expand_mask(part["executed"], logprobs),
-                                      warmup, averages)
-            part_stats = self.ranks.sum_stats({k: float(v.detach()) for k, v in out.stats.items()}
-                                              | {"loss": float(out.loss.detach())})
-            stats = {k: stats.get(k, 0.0) + v for k, v in part_stats.items()}
-            if non_finite_terms(stats):
-                break  # every rank sees the same sums: all stop here
-            self.ranks.backward(out.loss)
-        if not non_finite_terms(stats):
-            if warmup:  # the value loss also reaches shared layers (a VLA backbone, a CNN encoder): keep them still
-                for p in self.params:
-                    if id(p) not in self.value_head:
-                        p.grad = None
-            self.ranks.reduce_gradients(self.params)
-            stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.params, self.algo.max_grad_norm))
-        bad = non_finite_terms(stats)
-        if bad:
-            self.optimizer.zero_grad()  # nothing of this minibatch reaches the weights
-            if self.algo.skip_nonfinite_updates:
-                return None
-            values_text = ", ".join(f"{name}={stats[name]}" for name in bad)
-            raise NonFiniteUpdateError(
-                f"update at {where}: non-finite {values_text}; the minibatch was not applied and these weights are "
-                f"neither published nor checkpointed (algorithm.skip_nonfinite_updates=true skips such minibatches "
-                f"and counts them in train/skipped_minibatches)")
-        self.optimizer.step()
-        self._step_average()
-        return stats
+    def _learner_state(self) -> dict[str, Any]:
+        """The learner's ``state_dict()``, beside the worker's keys in the checkpoint's actor entry."""
+        assert self.algorithm is not None
+        state = self.algorithm.state_dict()
+        if state.keys() & WORKER_KEYS:
+            raise ValueError(f"the learner's state names keys the actor's own checkpoint entry holds: "
+                             f"{sorted(state.keys() & WORKER_KEYS)}")
+        return state
 
     def state(self) -> dict[str, Any]:
         """Everything a checkpoint needs to resume the actor (rank 0's answer; every rank is asked under fsdp).
@@ -314,7 +236,7 @@ class ActorWorker:
             if live:  # state dicts share the parameters' storage, which the live weights overwrite on the way out
                 weights = {name: t.clone() for name, t in weights.items()}
         return {"policy": weights, "optimizer": optimizer.state_dict(), "version": self.version,
-                "generator": self.generator.get_state(), **({"live_policy": live} if live else {})}
+                **self._learner_state(), **({"live_policy": live} if live else {})}
 
     def save_checkpoint(self, path: str, extra: dict[str, Any]) -> str:
         """Write a checkpoint folder (``embodied.checkpoint``) from rank 0, in the one-process format whatever the
@@ -322,7 +244,7 @@ class ActorWorker:
         with self._averaged() as live:  # policy/ holds the average: what evals measured and init_from reads
             policy, optimizer = self._whole()
             if policy is not None and self.ranks.is_main:
-                actor_extra = {"generator": self.generator.get_state(), **({"live_policy": live} if live else {})}
+                actor_extra = {**self._learner_state(), **({"live_policy": live} if live else {})}
                 save_policy_checkpoint(Path(path), policy, optimizer, self.version, self.spec, extra, actor_extra)
         return path
 
@@ -334,8 +256,8 @@ class ActorWorker:
             self._load_policy(self.policy, state)
             self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
-        if "generator" in state:  # the minibatch order goes on where it stopped
-            self.generator.set_state(state["generator"])
+        assert self.algorithm is not None
+        self.algorithm.load_state_dict({k: state[k] for k in self._learner_state() if k in state})
 
     # -- fsdp: the sharded policy as one module ----------------------------------------------------
 
@@ -385,26 +307,3 @@ class ActorWorker:
 def _local(t: torch.Tensor) -> torch.Tensor:
     """This rank's shard of a sharded (DTensor) parameter, or the tensor itself."""
     return t.to_local() if hasattr(t, "to_local") else t
-
-
-def _to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    """Every tensor of a minibatch on the policy's device (a no-op on the CPU)."""
-    if device.type == "cpu":
-        return batch
-    return {k: {n: t.to(device) for n, t in v.items()} if isinstance(v, dict) else v.to(device)
-            for k, v in batch.items()}
-
-
-def _take(batch: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:
-    """Rows ``index`` of every tensor of a flattened batch (forward_inputs included)."""
-    return {k: {n: t[index] for n, t in v.items()} if isinstance(v, dict) else v[index] for k, v in batch.items()}
-
-
-def _expand(rows: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """A [B] tensor broadcast over the trailing dims of ``like``."""
-    return rows.reshape(rows.shape + (1,) * (like.dim() - 1)).expand_as(like)
-
-
-def _explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
-    var = returns.var()
-    return float("nan") if var == 0 else float(1 - (returns - values).var() / var)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embodied.algorithms import Algorithm, RolloutReset
+from embodied.algorithms import OnPolicyLearner, RolloutReset
 from embodied.channels import Channel
 from embodied.config import Config
 from embodied.placement import (ActorLostError, Backend, ClusterLostError, LocalBackend, WorkerGroup, process_rss_mib,
@@ -27,9 +27,9 @@ from embodied.workers.resources import check_resources
 from embodied.workers.restarts import FaultStop, Restart, RestartBudget
 
 
-def on_policy_algorithm(cfg: Config) -> Algorithm | None:
-    """The driver's copy of an on-policy algorithm (asked how envs reset); None for an off-policy one."""
-    return None if cfg.algorithm.off_policy else cfg.algorithm.algorithm_type()(cfg.algorithm)
+def on_policy_algorithm(cfg: Config) -> OnPolicyLearner | None:
+    """The driver's copy of an on-policy learner (asked how envs reset); None for an off-policy one."""
+    return None if cfg.algorithm.off_policy else cfg.algorithm.algorithm_type()(cfg.algorithm, cfg.experiment.seed)
 
 
 @dataclass
@@ -44,7 +44,7 @@ class Workers:
     evaluator: Evaluator
     spec: PolicySpec
     colocated: bool  # rollout workers act with the actor's own module
-    algorithm: Algorithm | None  # the driver's copy: asked only how envs reset before a rollout (on-policy runs)
+    algorithm: OnPolicyLearner | None  # the driver's copy: asked only how envs reset before a rollout (on-policy runs)
     train_envs: EnvGroup  # env_group with the rollout ranks' side of its exchange
     restarts: RestartBudget  # the run's restart rate (runner.max_worker_restarts...), shared with the evaluator
     weights_inbox: Channel | None = None  # async runs: new weights reach rollout workers mid-epoch (key rollout<r>)

@@ -99,7 +99,7 @@ def test_grpo_prepare_weighs_episodes_as_configured(mean):
     traj = Trajectory(forward_inputs={"x": torch.zeros(steps, envs, 1)}, actions=torch.zeros(steps, envs, chunk, 2),
                       logprobs=torch.zeros(steps, envs, chunk), values=z, rewards=rewards, executed=executed,
                       dones=z.bool(), terminated=z.bool(), final_values=z, next_values=torch.zeros(envs), version=0)
-    batch, _ = GRPO(GRPOConfig(group_size=4, grpo_loss_mean=mean)).prepare([traj])
+    batch, _ = GRPO(GRPOConfig(group_size=4, grpo_loss_mean=mean), seed=0).prepare([traj])
     total = float((batch["advantages"].double() * batch["executed"].sum(1)).sum())  # the loss's weight on the group
     if mean == "episode":
         assert total == pytest.approx(0.0, abs=1e-6)

@@ -1,10 +1,12 @@
-"""The actor's learning-rate schedule: linear decay over the run times a linear warm-up over the first
-policy iterations (after critic warm-up), per optimizer step, and that the optimizer really takes it."""
+"""The on-policy learner's learning-rate schedule (``embodied.algorithms.ppo.learning_rate``): linear decay over
+the run times a linear warm-up over the first policy iterations (after critic warm-up), per optimizer step, and
+that the optimizer really takes it."""
 
 from __future__ import annotations
 
 import pytest
 
+from embodied.algorithms.ppo import learning_rate
 from embodied.algorithms.ppo_config import PPOConfig
 from embodied.config import ActorConfig, ConfigError, load_config
 from embodied.policies.cnn.configuration import CNNConfig
@@ -29,9 +31,11 @@ def test_the_schedule_is_decay_times_warmup_per_optimizer_step():
             decay = 1.0 - (iteration - 1) / 10
             done = iteration - 1 - 1 + (step + 1) / 4  # policy iterations done at the end of this step
             warm = 1.0 if iteration == 1 else min(1.0, done / 2)  # the value head alone trains at full rate first
-            assert a.lr_at(iteration, step) == pytest.approx(1e-3 * decay * warm, rel=1e-12)
+            lr = learning_rate(a.algo, a.cfg.lr, a.total_iterations, iteration, step)
+            assert lr == pytest.approx(1e-3 * decay * warm, rel=1e-12)
     plain = actor(warmup=0, anneal=False)
-    assert {plain.lr_at(i, s) for i in range(1, 11) for s in range(4)} == {1e-3}
+    assert {learning_rate(plain.algo, plain.cfg.lr, plain.total_iterations, i, s)
+            for i in range(1, 11) for s in range(4)} == {1e-3}
 
 
 def test_the_first_adam_step_moves_the_weights_by_the_warmed_up_rate():

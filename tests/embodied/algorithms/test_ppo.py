@@ -232,8 +232,8 @@ def test_reward_scale_scales_the_returns_the_value_head_learns():
     raw = trajectory(1.0)
     adv, ret = compute_gae(raw.rewards.sum(-1), raw.values, raw.dones, raw.terminated, raw.final_values,
                            raw.next_values, 0.9, 0.95)
-    batch, _ = PPO(PPOConfig(gamma=0.9, gae_lambda=0.95, reward_scale=scale)).prepare([trajectory(scale)])
+    batch, _ = PPO(PPOConfig(gamma=0.9, gae_lambda=0.95, reward_scale=scale), seed=0).prepare([trajectory(scale)])
     assert torch.allclose(batch["advantages"], (adv * scale).reshape(-1), atol=1e-6)
     assert torch.allclose(batch["returns"], (ret * scale).reshape(-1), atol=1e-6)
-    unscaled, _ = PPO(PPOConfig(gamma=0.9, gae_lambda=0.95)).prepare([raw])
+    unscaled, _ = PPO(PPOConfig(gamma=0.9, gae_lambda=0.95), seed=0).prepare([raw])
     assert torch.allclose(unscaled["returns"], ret.reshape(-1))
