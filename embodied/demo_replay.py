@@ -22,6 +22,7 @@ episode, 0 elsewhere (``sparse_success_rewards``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import fields
 
 import numpy as np
@@ -112,10 +113,12 @@ def fit_demos(data: Demonstrations, spec: PolicySpec, action_chunk: int) -> list
     return keys
 
 
-def demo_replay(data: Demonstrations, obs_keys: list[str], gamma: float, n_step: int = 1) -> ReplayBuffer:
+def demo_replay(data: Demonstrations, obs_keys: list[str], gamma: float, n_step: int = 1,
+                column: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> ReplayBuffer:
     """Every chunk transition of the demonstrations (see the module docstring) in a replay buffer of their size,
     as ``n_step`` returns (``n_step_returns``: a window follows the episode's chunks and stops before one that is
-    left out, so it always ends on a chunk whose next obs is recorded)."""
+    left out, so it always ends on a chunk whose next obs is recorded). ``column(actions [N, C, A], executed
+    [N, C])`` is what replay's action column holds (the learner's ``demo_actions``; default: the actions)."""
     rows = [data[i] for i in range(len(data))]
     executed = np.stack([r.executed.numpy() for r in rows])  # [N, C]
     advance = np.ones(len(rows), dtype=np.int64) if data.chunk_rows else executed.sum(-1)
@@ -140,7 +143,9 @@ def demo_replay(data: Demonstrations, obs_keys: list[str], gamma: float, n_step:
                                                        torch.from_numpy(following), n_step)
     index = torch.from_numpy(keep)
     replay = ReplayBuffer(len(keep))
-    replay.add_transitions({k: v[index] for k, v in obs.items()}, torch.stack([r.actions for r in rows])[index],
+    actions = torch.stack([r.actions for r in rows])
+    stored = actions if column is None else column(actions, torch.from_numpy(executed))
+    replay.add_transitions({k: v[index] for k, v in obs.items()}, stored[index],
                            reward[index], discount[index], bootstrap[index],
                            {k: v[torch.from_numpy(after)[last[index]]] for k, v in obs.items()})
     return replay

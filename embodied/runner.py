@@ -182,9 +182,10 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
 def check_before_start(cfg: Config) -> None:
     """What can fail before any worker starts or a run dir is made: the env configs, GRPO's whole episodes against the
     cap the envs will run (the env's own when the config sets none), check-env's fast checks on
-    one env (``env.preflight``), and the ``policy.init_from`` checkpoint against the policy config; an off-policy
-    algorithm's policy must have Q-functions (``embodied.q_functions``), and ``algorithm.demos`` must fit the env."""
-    if cfg.algorithm.off_policy:
+    one env (``env.preflight``), and the ``policy.init_from`` checkpoint against the policy config; an algorithm
+    that ``needs_q_functions`` needs a policy with them (``embodied.q_functions``), and ``algorithm.demos`` must fit
+    the env."""
+    if cfg.algorithm.needs_q_functions:
         try:
             require_q_functions(cfg.algorithm.worker_policy(cfg.policy), cfg.algorithm.name)
         except ValueError as exc:

@@ -201,6 +201,9 @@ class ChunkStepResult:
     dones: np.ndarray  # bool [B], the episode ended inside this chunk
     final_obs: Obs | None = None  # terminal obs; rows meaningful where ``dones``; None if no env done
     episodes: list[EpisodeStats] = field(default_factory=list)
+    # float32 [B, C, A]: the env's scripted expert's action on the state each executed sub-step started from, 0 where
+    # not executed; only from ``labelled_chunk_step`` (env workers asked for expert labels), else None
+    expert_actions: np.ndarray | None = None
 
     @property
     def terminated(self) -> np.ndarray:
@@ -227,6 +230,7 @@ class ChunkStepResult:
                 for e in self.episodes
                 if start <= e.env_index < stop
             ],
+            expert_actions=None if self.expert_actions is None else self.expert_actions[start:stop],
         )
 
     @staticmethod
@@ -249,6 +253,8 @@ class ChunkStepResult:
                 for p, off in zip(parts, offsets)
                 for e in p.episodes
             ],
+            expert_actions=(None if any(p.expert_actions is None for p in parts)
+                            else np.concatenate([p.expert_actions for p in parts])),
         )
 
 
@@ -297,6 +303,9 @@ class Trajectory:
     # what each chunk step acted on, and the obs after it: ``final_obs`` where the episode ended in the chunk.
     observations: dict[str, torch.Tensor] | None = None  # each [T, N, ...]
     next_observations: dict[str, torch.Tensor] | None = None  # each [T, N, ...]
+    # float32 [T, N, C, A]: the env's scripted expert's action on each executed sub-step's state (0 elsewhere), when
+    # the algorithm asked the env workers for expert labels (``AlgorithmConfig.expert_labels``), else None
+    expert_actions: torch.Tensor | None = None
 
     @property
     def num_env_steps(self) -> int:
@@ -332,6 +341,7 @@ class Trajectory:
             episodes=[e for p in parts for e in p.episodes],
             observations=_cat_obs([p.observations for p in parts]),
             next_observations=_cat_obs([p.next_observations for p in parts]),
+            expert_actions=cat("expert_actions") if all(p.expert_actions is not None for p in parts) else None,
         )
 
 

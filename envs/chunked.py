@@ -14,7 +14,9 @@ This file is the single owner of the chunk-step contract (see ``embodied.types.C
 
 ``expert_chunk_step(C)`` is the same step with each env's scripted expert choosing every sub-action
 on the state the previous one left (closed loop); it also returns the actions executed (for
-demonstrations). Both run the one per-env loop, ``_run_chunk``.
+demonstrations). ``labelled_chunk_step(actions)`` runs the policy's chunk and asks the expert for its action
+on every state visited (``expert_actions``), optionally letting the expert act a whole chunk with a given
+probability (DAgger's mixture). All run the one per-env loop, ``_run_chunk``.
 
 ``record(envs)`` keeps a rendered frame of every executed sub-step of those envs' episodes (the
 terminal frame is rendered before any reset); ``take_recordings()`` hands over finished episodes.
@@ -242,6 +244,36 @@ class ChunkedVectorEnv:
             return np.clip(taken[i, c] + scale * rng.standard_normal(self.action_dim).astype(np.float32), low, high)
 
         return self._run_chunk(chunk, expert_action), taken
+
+    def labelled_chunk_step(self, actions: np.ndarray, expert_mix: float = 0.0,
+                            rng: np.random.Generator | None = None) -> ChunkStepResult:
+        """``chunk_step`` with every executed sub-step also labelled by the env's scripted expert (``envs.experts``):
+        ``result.expert_actions`` float32 [B, C, A] is the expert's action on the state that sub-step started from
+        (0 where it did not run), what imitation from visited states (DAgger) trains on. With ``expert_mix`` > 0,
+        each env's whole chunk is the expert's (closed loop, as ``expert_chunk_step``) with that probability
+        (drawn from ``rng``): Ross et al.'s mixture policy, ``beta * expert + (1 - beta) * policy``. The expert
+        acts on every sub-step either way, so its internal state follows the episode; an expert whose phase is
+        internal re-derives it from the state first where the policy drove (``resync``, if it has one)."""
+        if not self._obs:
+            raise RuntimeError(f"{self.name}: call reset() before labelled_chunk_step()")
+        if not 0.0 <= expert_mix <= 1.0:
+            raise ValueError(f"{self.name}: expert_mix must be in [0, 1], got {expert_mix}")
+        actions = check_chunk_actions(actions, self.num_envs, self.action_dim, self.name)
+        experts = self.experts
+        labels = np.zeros_like(actions)
+        rng = rng if rng is not None else np.random.default_rng()
+        by_expert = rng.random(self.num_envs) < expert_mix if expert_mix > 0 else np.zeros(self.num_envs, bool)
+
+        def action(i: int, c: int) -> np.ndarray:  # asked once per executed sub-step, on the state it starts from
+            env = self.envs[i].unwrapped
+            if not by_expert[i] and hasattr(experts[i], "resync"):  # a state the policy drove into
+                experts[i].resync(env)
+            labels[i, c] = experts[i].act(env, self._obs[i])
+            return labels[i, c] if by_expert[i] else actions[i, c]
+
+        result = self._run_chunk(actions.shape[1], action)
+        result.expert_actions = labels
+        return result
 
     @property
     def experts(self) -> list:

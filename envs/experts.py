@@ -185,6 +185,23 @@ class PickExpert:
     def _switch(self, phase: str) -> None:
         self.phase, self.timer = phase, 0
 
+    def resync(self, env: Any) -> None:
+        """Re-derive the phase from the state before labelling a state a policy drove into (DAgger), since the
+        phase this expert carried along may no longer fit it: the cube held, carry; the TCP still at the grasp
+        pose while closing (or just arrived there with open fingers), close; else approach. The timer restarts
+        only when the phase changes. A release in progress is left to run."""
+        u = env.unwrapped
+        if self.phase == "release":
+            return
+        cube, tcp = self.cube(u), u.tcp_pos
+        grasp_z = max(cube[2] - self.grasp_depth, u.workspace_low[2])
+        off_xy, off_z = float(np.linalg.norm(tcp[:2] - cube[:2])), abs(float(tcp[2] - grasp_z))
+        closing = self.phase == "close" and self.timer <= 8 and off_xy < 0.015 and off_z < 0.015
+        arrived = off_xy <= 0.006 and off_z < 0.005 and u.finger_opening >= 0.07
+        phase = "carry" if self.grasped(u) else "close" if closing or arrived else "approach"
+        if phase != self.phase:
+            self._switch(phase)
+
 
 def _lift_then_move(cube: np.ndarray, goal: np.ndarray, carry_z: float, cube_half: float) -> np.ndarray:
     """Next cube position toward ``goal``: up off the table, across at ``carry_z``, then down."""

@@ -185,6 +185,11 @@ class TableTopBatchedEnv:
         raise NotImplementedError(f"{self.name}: scripted experts need the per-env path; build the env with "
                                   "env.vectorization: per_env (embodied collect does)")
 
+    def labelled_chunk_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Expert labels come from per-env scripted experts: refused here, as ``expert_chunk_step``."""
+        raise NotImplementedError(f"{self.name}: expert labels (an algorithm that trains on them) need the per-env "
+                                  "path; build the env with env.vectorization: per_env")
+
     def get_state(self) -> bytes:
         """Every env mid-episode (integration state, warm start, controls, generators, episode stats), pickled."""
         fields = {name: getattr(self, name) for name in self._SAVED}

@@ -198,6 +198,13 @@ class OffPolicyLearner(Protocol):
     def rank_modules(self) -> list[torch.nn.Module]:
         """Its own modules that must start equal on every actor rank (the policy is the worker's)."""
 
+    def replay_actions(self, trajectory: Trajectory) -> torch.Tensor:
+        """What replay's action column holds for each chunk step of ``trajectory`` [T, N, ...]: the executed chunks,
+        or what stands for them (DSRL: the noise; DAgger: the expert's labels)."""
+
+    def demo_actions(self, actions: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
+        """The same column for demonstrated chunks ``actions`` [N, C, A] with their ``executed`` [N, C] mask."""
+
     def step(self, batch: Any, ranks: Any = None, train_actor: bool = True, demo_rows: int = 0) -> dict[str, float]:
         """One gradient update on a ``ReplaySample`` (this rank's share; ``ranks`` sums gradients over several);
         ``train_actor`` False is critic warm-up; the first ``demo_rows`` rows are demonstrations. Returns its

@@ -36,7 +36,7 @@ import torch
 
 from embodied.algorithms.augment import random_shift
 from embodied.algorithms.transitions import ReplaySample, chunk_reward, n_step_returns
-from embodied.types import MAIN_IMAGES, WRIST_IMAGES
+from embodied.types import MAIN_IMAGES, WRIST_IMAGES, Trajectory
 
 if TYPE_CHECKING:
     from embodied.algorithms.sac_config import SACConfig
@@ -171,6 +171,15 @@ class SACLearner:
         """The critics, their targets and the target encoder: made equal to rank 0's when the ranks join (the
         temperature is a tensor the ranks' identical updates keep equal from its equal start)."""
         return [self.critics, self.target_critics, self.target_encoder]
+
+    def replay_actions(self, trajectory: Trajectory) -> torch.Tensor:
+        """What the critics score [T, N, ...]: the executed chunks, or what the policy says stands for them
+        (``Policy.replay_actions``: DSRL's initial noise)."""
+        return self.policy.replay_actions(trajectory.forward_inputs, trajectory.actions)
+
+    def demo_actions(self, actions: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
+        """Demonstrated chunks [N, C, A] as replay holds them: as they are."""
+        return actions
 
     def inputs(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The policy's forward inputs of a replay batch, its images shifted at random (``algorithm.image_shift``)."""

@@ -1,25 +1,26 @@
 """``algorithm.name: sac``'s configuration: soft actor-critic over action chunks, with its REDQ, RLPD, DrQ, AWAC,
 TD3+BC and SAC-N options (``embodied.algorithms.sac``). The replay, pacing and sync fields the engine's off-policy
-loop reads are ``OffPolicyConfig``'s. Torch-free, so that loading a config imports no torch."""
+loop reads are ``OffPolicyConfig``'s, its discount and n-step returns ``TDConfig``'s. Torch-free, so that loading a config imports no torch."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from embodied.config.algorithm import OffPolicyConfig
+from embodied.config.algorithm import TDConfig
 
 if TYPE_CHECKING:
     from embodied.config.schema import Config
 
 
 @dataclass
-class SACConfig(OffPolicyConfig):
+class SACConfig(TDConfig):
     """The ``algorithm:`` section of a SAC run. A chunk [C, A] is the action; ``gamma`` is per *sub-step*. Its three
     Adam optimizers (actor, critics, temperature) take ``actor.lr`` (the critics: ``critic_lr`` if set) and Adam's
     own epsilon, with no schedule and no gradient clip."""
 
     algorithm_class: ClassVar[str] = "embodied.algorithms.sac:SACLearner"
+    needs_q_functions: ClassVar[bool] = True
 
     name: str = "sac"  # registered algorithm name
     tau: float = 0.005  # polyak rate of the target critics (target <- (1 - tau) target + tau online)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embodied.config.algorithm import OffPolicyConfig, OnPolicyConfig
+from embodied.config.algorithm import OffPolicyConfig, OnPolicyConfig, TDConfig
 from embodied.config.loader import ConfigError, config_from_dict, load_config, to_dict
 from embodied.config.schema import (
     ActorConfig,
@@ -12,6 +12,7 @@ from embodied.config.schema import (
     EnvConfig,
     EvalEnvConfig,
     ExperimentConfig,
+    ExpertLabels,
     LoggerConfig,
     RolloutConfig,
     RunnerConfig,
@@ -20,6 +21,7 @@ from embodied.config.schema import (
 
 __all__ = [
     "ActorConfig", "AlgorithmConfig", "ClusterConfig", "Config", "ConfigError", "EnvConfig", "EvalEnvConfig",
-    "ExperimentConfig", "LoggerConfig", "OffPolicyConfig", "OnPolicyConfig", "RolloutConfig", "RunnerConfig",
+    "ExperimentConfig", "ExpertLabels", "LoggerConfig", "OffPolicyConfig", "OnPolicyConfig", "RolloutConfig",
+    "RunnerConfig", "TDConfig",
     "algorithm_config_class", "config_from_dict", "load_config", "to_dict",
 ]

@@ -85,9 +85,6 @@ class OffPolicyConfig(AlgorithmConfig):
     off_policy: ClassVar[bool] = True
     records_observations: ClassVar[bool] = True
 
-    gamma: float = 0.99  # discount per env sub-step (a chunk's bootstrap is discounted by gamma ** sub-steps run)
-    # First iterations train only the critics (the actor and its temperature stay), after SFT, before the policy moves.
-    critic_warmup_iterations: int = 0
     utd_ratio: float = 1.0  # gradient updates per chunk transition received (update-to-data ratio)
     sync_every: int = 1  # gradient updates between weight syncs to the rollout workers
     # rollout epoch k + 1 runs while the actor makes epoch k's updates, acting with the weights from before
@@ -96,9 +93,6 @@ class OffPolicyConfig(AlgorithmConfig):
     batch_size: int = 256  # chunk transitions per gradient update
     replay_capacity: int = 100_000  # chunk transitions the replay ring buffer holds (the oldest go first)
     learning_starts: int = 1_000  # transitions in replay before the first gradient update
-    # chunk transitions summed into one TD target (n-step return over chunks; 1: one chunk). A window stops where
-    # its episode ends (a truncation bootstraps from final_obs) or where the rollout epoch ends.
-    n_step: int = 1
     checkpoint_replay: bool = True  # save the replay buffer in checkpoints (false: resume is not exact)
     # RLPD (Ball et al. 2023): demonstrations in a second replay, sampled beside online replay.
     demos: str | None = None  # demonstrations folder (`embodied collect` or LeRobot) filling the demo replay
@@ -108,12 +102,17 @@ class OffPolicyConfig(AlgorithmConfig):
         """The learner class (an ``embodied.algorithms.base.OffPolicyLearner``): ``algorithm_class`` loaded."""
         return self.algorithm_type()
 
+    def replay_returns(self) -> tuple[float, int]:
+        """(discount per sub-step, chunks per return) that replay sums its rows' rewards with; a learner that
+        bootstraps no value keeps them as they came: (1.0, 1)."""
+        return 1.0, 1
+
+    def warmup_iterations(self) -> int:
+        """First iterations in which the learner trains its own networks only (``step(train_actor=False)``)."""
+        return 0
+
     def validate(self, cfg: Config) -> list[str]:
         p = []
-        if not 0.0 < self.gamma <= 1.0:
-            p.append(f"algorithm.gamma: must be in (0, 1], got {self.gamma}")
-        if self.critic_warmup_iterations < 0:
-            p.append(f"algorithm.critic_warmup_iterations: must be >= 0, got {self.critic_warmup_iterations}")
         if not self.utd_ratio > 0:
             p.append(f"algorithm.utd_ratio: gradient updates per chunk transition received must be > 0, got "
                      f"{self.utd_ratio}")
@@ -122,8 +121,6 @@ class OffPolicyConfig(AlgorithmConfig):
         elif self.replay_capacity < self.batch_size:
             p.append(f"algorithm.replay_capacity: {self.replay_capacity} is below one batch (algorithm.batch_size="
                      f"{self.batch_size})")
-        if self.n_step < 1:
-            p.append(f"algorithm.n_step: chunk transitions per TD target must be >= 1, got {self.n_step}")
         if self.sync_every < 1:
             p.append(f"algorithm.sync_every: must be >= 1 gradient update, got {self.sync_every}")
         if self.learning_starts < 0:
@@ -158,6 +155,35 @@ class OffPolicyConfig(AlgorithmConfig):
         if cfg.actor.ema_decay > 0:
             p.append(f"actor.ema_decay: algorithm.name={name} keeps polyak target critics, not a weight average; "
                      f"set 0, got {cfg.actor.ema_decay}")
+        return p
+
+
+@dataclass
+class TDConfig(OffPolicyConfig):
+    """An off-policy learner that bootstraps a value (temporal differences): its discount, n-step returns over chunks
+    and critic warm-up, beside the replay loop's fields."""
+
+    gamma: float = 0.99  # discount per env sub-step (a chunk's bootstrap is discounted by gamma ** sub-steps run)
+    # First iterations train only the critics (the actor and its temperature stay), after SFT, before the policy moves.
+    critic_warmup_iterations: int = 0
+    # chunk transitions summed into one TD target (n-step return over chunks; 1: one chunk). A window stops where
+    # its episode ends (a truncation bootstraps from final_obs) or where the rollout epoch ends.
+    n_step: int = 1
+
+    def replay_returns(self) -> tuple[float, int]:
+        return self.gamma, self.n_step
+
+    def warmup_iterations(self) -> int:
+        return self.critic_warmup_iterations
+
+    def validate(self, cfg: Config) -> list[str]:
+        p = super().validate(cfg)
+        if not 0.0 < self.gamma <= 1.0:
+            p.append(f"algorithm.gamma: must be in (0, 1], got {self.gamma}")
+        if self.critic_warmup_iterations < 0:
+            p.append(f"algorithm.critic_warmup_iterations: must be >= 0, got {self.critic_warmup_iterations}")
+        if self.n_step < 1:
+            p.append(f"algorithm.n_step: chunk transitions per TD target must be >= 1, got {self.n_step}")
         return p
 
 

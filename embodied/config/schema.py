@@ -90,6 +90,22 @@ class EvalEnvConfig:
 DEFAULT_ALGORITHM = "embodied.algorithms:DEFAULT_NAME"
 
 
+@dataclass(frozen=True)
+class ExpertLabels:
+    """What an algorithm asks of the training env workers' scripted experts (an env capability: the env's expert,
+    as ``embodied collect`` uses it, labels every executed sub-step with its own action on that state;
+    ``ChunkedVectorEnv.labelled_chunk_step``). With ``mix`` > 0 each env's chunk is the expert's instead of the
+    policy's with probability ``mix * mix_decay ** (iteration - 1)`` (DAgger's beta-mixture)."""
+
+    mix: float = 0.0  # probability that the expert acts a whole chunk, at iteration 1
+    mix_decay: float = 1.0  # factor on that probability per iteration
+    seed: int = 0  # the run's seed: an epoch's mixture draws come from (seed, iteration, env index), so resume repeats them
+
+    def mix_at(self, iteration: int) -> float:
+        """The mixture probability of rollout epoch ``iteration`` (1-based; 0 before training)."""
+        return self.mix * self.mix_decay ** max(iteration - 1, 0)
+
+
 @dataclass
 class AlgorithmConfig:
     """Fields every algorithm has. Subclasses add their own, each with a default and a doc line."""
@@ -111,10 +127,19 @@ class AlgorithmConfig:
     """Corrects for data acted by older weights than those it trains (decoupled PPO), so ``runner.mode: async``
     may feed it trajectories up to its config's ``max_staleness`` (a field it must have) versions old."""
 
+    needs_q_functions: ClassVar[bool] = False
+    """Its learner trains Q-functions the policy provides (``embodied.q_functions``): the policy the workers build
+    must have them, which is checked before any worker starts."""
+
     def validate(self, cfg: Config) -> list[str]:
         """Problems only this algorithm can see, in its own fields or against the rest of ``cfg``, each prefixed by
         its field path (``algorithm.x``, ``env.y``). Called by the config loader before any worker starts."""
         return []
+
+    def expert_labels(self) -> ExpertLabels | None:
+        """Whether the training env workers label every visited state with their envs' scripted expert's action
+        (``ExpertLabels``; ``Trajectory.expert_actions``), and how often that expert acts instead; None: no labels."""
+        return None
 
     def worker_policy(self, policy: PolicyConfig) -> PolicyConfig:
         """The policy the workers build for this algorithm: ``policy`` itself, or what the algorithm wraps it in

@@ -6,7 +6,7 @@ import ctypes
 import faulthandler
 import pickle
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,12 +16,12 @@ import numpy as np
 
 from embodied.channels import Shard
 from embodied.config import EnvConfig
-from embodied.config.schema import VideoConfig
+from embodied.config.schema import ExpertLabels, VideoConfig
 from embodied.data.format import OBS_KEYS, DemoEpisode
 from embodied.env_factory import make_vector_env, policy_spec
 from embodied.numerics import check_env_result, check_reset_obs
 from embodied.policy_config import PolicySpec
-from embodied.types import EnvError, Obs, PeerFailure, PeerFailureError, obs_slice
+from embodied.types import ChunkStepResult, EnvError, Obs, PeerFailure, PeerFailureError, obs_slice
 from embodied.video import VideoReport, VideoWriter
 from embodied.workers.faults import StepWatch
 from embodied.workers.link import Link
@@ -93,6 +93,11 @@ class _Stage:
         return shard.start - self.start, shard.stop - self.start
 
 
+def _plain_step(stage: _Stage, actions: np.ndarray) -> ChunkStepResult:
+    """A stage's envs run the policy's chunks as they are."""
+    return stage.venv.chunk_step(actions)
+
+
 class EnvWorker:
     """Owns the vector env (a ``BatchedEnv``) of its slice of the batch; steps it, and records eval videos.
 
@@ -101,9 +106,10 @@ class EnvWorker:
     """
 
     def __init__(self, rank: int, env_cfg: EnvConfig, link: Link, seed: int | None, torch_threads: int = 1,
-                 section: str = "env", video: VideoConfig | None = None) -> None:
+                 section: str = "env", video: VideoConfig | None = None, expert: ExpertLabels | None = None) -> None:
         """Build the envs of ``link``'s shards and reset them from ``seed`` (None: not reset, a replacement
-        worker whose envs ``restore`` sets)."""
+        worker whose envs ``restore`` sets). With ``expert`` (the algorithm's ``expert_labels``) every training
+        chunk step is labelled by the envs' scripted experts (``labelled_chunk_step``)."""
         if seed is None:  # a replacement: what the replaced worker's envs freed goes back to the system first
             release_freed_memory()
         pin_mmap_threshold()  # simulators' large buffers (MjData arenas) are mapped, and unmapped when freed
@@ -114,7 +120,7 @@ class EnvWorker:
             faulthandler.enable(file=sys.__stderr__, all_threads=True)
         except (AttributeError, ValueError, OSError):  # no real stderr (e.g. a captured or closed one)
             pass
-        self.rank, self.link, self.seed, self.video = rank, link, seed, video
+        self.rank, self.link, self.seed, self.video, self.expert = rank, link, seed, video, expert
         self.env_id = env_cfg.id
         render_mode = "rgb_array" if video else None
         self.stages = [
@@ -157,7 +163,7 @@ class EnvWorker:
         with self._failure_sent_to_peers():
             if reset_seed is not None:
                 self._reset(reset_seed, group_size)
-            return self._exchange(chunk_steps, f"iteration {iteration}")
+            return self._exchange(chunk_steps, f"iteration {iteration}", self._stepper(iteration))
 
     def eval_epoch(self, chunk_steps: int, reset_seed: int, episode_ids: list[int], video_dir: str | None,
                    options: list[dict[str, Any] | None] | None = None, record: list[int] = ()) -> int:
@@ -291,12 +297,27 @@ class EnvWorker:
                                         f"(reset(seeds=[...])), which algorithm.group_size > 1 needs: {exc}") from None
             check_reset_obs(stage.obs, self.env_id, stage.start, f"env worker {self.rank}, reset seed {seed}")
 
-    def _exchange(self, chunk_steps: int, label: str) -> int:
-        """Send the current obs, then answer ``chunk_steps`` action chunks stage by stage.
+    def _stepper(self, iteration: int) -> Callable[[_Stage, np.ndarray], ChunkStepResult]:
+        """How a training epoch steps a stage's envs: the policy's chunks, or, when the algorithm asked for expert
+        labels, the same labelled by the envs' scripted experts, each env's chunk being the expert's with the
+        mixture's probability for ``iteration`` (drawn per stage from the run's seed, the iteration and the stage's
+        first env index, so a resumed run draws the same)."""
+        expert = self.expert
+        if expert is None:
+            return _plain_step
+        mix = expert.mix_at(iteration)
+        streams = {stage.start: np.random.default_rng([expert.seed, iteration, stage.start]) for stage in self.stages}
+        return lambda stage, actions: stage.venv.labelled_chunk_step(actions, mix, streams[stage.start])
+
+    def _exchange(self, chunk_steps: int, label: str,
+                  step: Callable[[_Stage, np.ndarray], ChunkStepResult] | None = None) -> int:
+        """Send the current obs, then answer ``chunk_steps`` action chunks stage by stage (``step``: how a stage's
+        envs run one; the policy's chunks as they are by default).
 
         Stages are stepped in order, so with two stages the rollout workers infer one half
         while this worker steps the other.
         """
+        step = step or _plain_step
         for stage in self.stages:
             for shard in stage.shards:
                 self.link.to_rollout.put(self.link.key(shard), obs_slice(stage.obs, *stage.rows(shard)))
@@ -307,7 +328,7 @@ class EnvWorker:
                 actions = parts[0] if len(parts) == 1 else np.concatenate(parts)
                 where = f"{label}, chunk step {t}"
                 with self.watch.watching(stage.venv, stage.start, where), self._located(stage, where):
-                    result = stage.venv.chunk_step(actions)
+                    result = step(stage, actions)
                 check_env_result(result, self.env_id, stage.start, f"env worker {self.rank}, {label}, chunk step {t}")
                 for shard in stage.shards:
                     rows = stage.rows(shard)  # a shard that is the whole stage goes as it is (slice() copies episodes)

@@ -7,6 +7,7 @@ group and the driver's wait on its exchange with the rollout workers live in ``e
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,8 +58,9 @@ class Workers:
         """Create channels and workers; envs are built (and fail) before the policy is."""
         c = cfg.cluster
         check_resources(cfg, backend, training=True)
-        train = start_env_group(cfg, backend, cfg.env, "env", cfg.experiment.seed,
-                                stages=cfg.rollout.pipeline_stages)
+        labels = cfg.algorithm.expert_labels()  # an algorithm that trains on the scripted experts' actions
+        train = start_env_group(cfg, backend, cfg.env, "env", cfg.experiment.seed, stages=cfg.rollout.pipeline_stages,
+                                expert=None if labels is None else dataclasses.replace(labels, seed=cfg.experiment.seed))
         evaluation = start_eval_envs(cfg, backend, cfg.logger.video if cfg.runner.eval_video != "none" else None)
         spec = backend.wait(train.group.call("spec"))[0]
         actor = start_actor_group(cfg, backend, spec)

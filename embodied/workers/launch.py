@@ -10,7 +10,7 @@ from __future__ import annotations
 import warnings
 
 from embodied.channels import Channel, route, shards_for_rollout_rank
-from embodied.config import Config, EnvConfig, OffPolicyConfig
+from embodied.config import Config, EnvConfig, ExpertLabels, OffPolicyConfig
 from embodied.config.schema import VideoConfig
 from embodied.placement import Backend, WorkerGroup
 from embodied.policy import Policy, PolicySpec
@@ -61,8 +61,9 @@ def overlaps(cfg: Config) -> bool:
 
 
 def start_env_group(cfg: Config, backend: Backend, env_cfg: EnvConfig, section: str, seed: int,
-                    video: VideoConfig | None = None, stages: int = 1) -> EnvGroup:
-    """Env workers over ``env_cfg``; ``video`` makes them render and record eval videos.
+                    video: VideoConfig | None = None, stages: int = 1, expert: ExpertLabels | None = None) -> EnvGroup:
+    """Env workers over ``env_cfg``; ``video`` makes them render and record eval videos; ``expert`` makes them label
+    every visited state with their envs' scripted experts (the algorithm's ``expert_labels``).
 
     With pipeline ``stages``, each env worker owns ``stages`` consecutive virtual env ranks of the
     routing, one per stage, so a stage is a contiguous half (third, ...) of the worker's envs.
@@ -72,7 +73,8 @@ def start_env_group(cfg: Config, backend: Backend, env_cfg: EnvConfig, section: 
     to_rollout, to_env = backend.channel(f"{section}-obs"), backend.channel(f"{section}-actions")
     env_links = [Link([s for s in shards if s.env_rank // stages == e], to_rollout, to_env, stages=stages)
                  for e in range(c.num_env_workers)]
-    args = [(e, env_cfg, env_links[e], seed, c.torch_threads, section, video) for e in range(c.num_env_workers)]
+    args = [(e, env_cfg, env_links[e], seed, c.torch_threads, section, video, expert)
+            for e in range(c.num_env_workers)]
     group = backend.create(EnvWorker, args, c.env_resources)
     rollout_links = [Link(shards_for_rollout_rank(shards, r), to_rollout, to_env, stages=stages)
                      for r in range(c.num_rollout_workers)]

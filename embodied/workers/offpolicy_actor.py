@@ -57,7 +57,8 @@ class OffPolicyActorWorker(ActorWorker):
 
     def __init__(self, policy_cfg: PolicyConfig, spec: PolicySpec, algorithm: OffPolicyConfig, actor: ActorConfig,
                  total_iterations: int, seed: int, torch_threads: int = 1) -> None:
-        require_q_functions(policy_cfg, algorithm.name)
+        if algorithm.needs_q_functions:
+            require_q_functions(policy_cfg, algorithm.name)
         super().__init__(policy_cfg, spec, algorithm, actor, total_iterations, seed, torch_threads)
         self.learner: OffPolicyLearner = algorithm.learner()(self.policy, algorithm, actor.lr,
                                                              policy_cfg.action_chunk * spec.action_dim, seed)
@@ -67,8 +68,8 @@ class OffPolicyActorWorker(ActorWorker):
         self.demos: ReplayBuffer | None = None  # RLPD: the demonstrations' chunk transitions, built once here
         if algorithm.demos:
             data = open_demos(algorithm.demos, policy_cfg.action_chunk)
-            self.demos = demo_replay(data, fit_demos(data, spec, policy_cfg.action_chunk), algorithm.gamma,
-                                     algorithm.n_step)
+            self.demos = demo_replay(data, fit_demos(data, spec, policy_cfg.action_chunk),
+                                     *algorithm.replay_returns(), column=self.learner.demo_actions)
             if self.policy.observes:  # merged into those policy.init_from loaded above (unless they are frozen)
                 self.policy.observe({k: self.demos.storage[f"obs/{k}"][:len(self.demos)] for k in self.policy.observes})
         self.seed = seed
@@ -103,8 +104,8 @@ class OffPolicyActorWorker(ActorWorker):
         """Add this rank's share of the epoch's transitions to its replay, then make the updates the UTD ratio owes
         for what all ranks received (the same number on every rank); returns metrics of the whole batch."""
         a, ranks = self.algo, self.ranks
-        local = sum(self.replay.add(t, a.gamma, a.n_step, self.policy.replay_actions(t.forward_inputs, t.actions))
-                    for t in trajectories)
+        gamma, n_step = a.replay_returns()
+        local = sum(self.replay.add(t, gamma, n_step, self.learner.replay_actions(t)) for t in trajectories)
         received, replay_size = (int(v) for v in ranks.sum(torch.tensor([local, len(self.replay)])).tolist())
         behaviour = int(ranks.gather(torch.tensor([min((t.version for t in trajectories), default=self.version)]))
                         .min())  # the oldest weights that acted in the epoch, on any rank
@@ -114,7 +115,7 @@ class OffPolicyActorWorker(ActorWorker):
         updates, stats = int(self.owed), {}
         self.owed -= updates
         demo_rows = 0
-        warmup = iteration <= a.critic_warmup_iterations  # after an SFT start: critics first, the actor still
+        warmup = iteration <= a.warmup_iterations()  # after an SFT start: critics first, the actor still
         for k in range(updates):
             batch, from_demos = self.sample()
             demo_rows += from_demos

@@ -252,6 +252,8 @@ class MultiStepRolloutWorker:
             version=outs[0].version,
             versions=stack([[o.version] * len(o.actions) for o in outs]),
             episodes=[e for r in results for e in r.episodes],
+            expert_actions=(stack([r.expert_actions for r in results]).float()
+                            if all(r.expert_actions is not None for r in results) else None),
         )
 
 
