@@ -1,0 +1,1 @@
+"""An example user package with its own algorithm (see docs/extending.md)."""

@@ -1,0 +1,39 @@
+"""REINFORCE's configuration: the ``algorithm:`` section of a run that names it. Torch-free (the config loader
+imports it before any worker starts); ``algorithm_class`` names the learner, loaded on first use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from embodied.config.algorithm import OnPolicyConfig
+
+if TYPE_CHECKING:
+    from embodied.config.schema import Config
+
+
+@dataclass
+class ReinforceConfig(OnPolicyConfig):
+    """REINFORCE with a standardised-return baseline, one episode per env per rollout epoch."""
+
+    algorithm_class: ClassVar[str] = "my_algo.reinforce:Reinforce"
+    needs_whole_episodes: ClassVar[bool] = True  # a return runs to the episode's end: no auto-reset, no cut episodes
+
+    name: str = "reinforce"  # the algorithm's name
+    gamma: float = 0.99  # discount per chunk step
+    normalize_returns: bool = True  # standardise the batch's returns (the baseline)
+    update_epochs: int = 1  # (OnPolicyConfig's, a new default) one pass: the data is the acting policy's
+    num_minibatches: int = 1  # (OnPolicyConfig's, a new default) one gradient step per pass
+
+    def validate(self, cfg: Config) -> list[str]:
+        p = super().validate(cfg)  # OnPolicyConfig's checks: epochs, minibatches, clip, optimizer
+        if not 0.0 < self.gamma <= 1.0:
+            p.append(f"algorithm.gamma: must be in (0, 1], got {self.gamma}")
+        # OnPolicyConfig fields this learner does not read are refused, never ignored
+        for field, unused in (("target_kl", None), ("critic_warmup_iterations", 0), ("skip_nonfinite_updates", False)):
+            if getattr(self, field) != unused:
+                p.append(f"algorithm.{field}: REINFORCE does not use it; leave it out, got {getattr(self, field)}")
+        if cfg.actor.num_ranks != 1 or cfg.actor.grad_accumulation_steps != 1:
+            p.append("actor.num_ranks / actor.grad_accumulation_steps: REINFORCE here steps one rank on whole "
+                     "minibatches; set both 1")
+        return p

@@ -1,0 +1,1 @@
+"""An example user package with its own policy (see docs/extending.md)."""
