@@ -32,7 +32,7 @@ and wrist images with built-in instructions, all under ``torch.no_grad``:
   The raw LM head scores the whole vocabulary at kept positions; the policy scores only action bins.
 - "act/raw" is act throughput over raw throughput; the project's goal is >= 0.9.
 
-Then one PPO minibatch step per head, as ``ActorWorker._step`` does it: ``policy.evaluate`` on the
+Then one PPO minibatch step per head, as ``PPO._step`` (embodied/algorithms/ppo.py) does it: ``policy.evaluate`` on the
 ``forward_inputs`` of an act() batch, ``ppo_loss``, backward, grad-norm clip and an Adam step over
 the trainable parameters; and ``policy.evaluate`` alone under ``no_grad`` (what recomputing
 log-probs costs: one expert step for Flow-SDE, K for Flow-Noise), and how far the first PPO ratio
@@ -113,7 +113,7 @@ def bench_act(policy: Any, head: str, batches: list[int], args: argparse.Namespa
 
 
 def bench_ppo_step(policy: Any, head: str, batch: int, args: argparse.Namespace) -> StepRow:
-    """``ActorWorker._step`` on one act() batch: evaluate, ppo_loss, backward, clip, Adam step."""
+    """``PPO._step`` (embodied/algorithms/ppo.py) on one act() batch: evaluate, ppo_loss, backward, clip, Adam step."""
     dev = policy.device_
     with torch.no_grad():
         out = policy.act(make_obs(batch, args.image_size, args.seed + 1))

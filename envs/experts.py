@@ -264,8 +264,15 @@ _EXPERTS: tuple[tuple[type[TableTopEnv], type], ...] = (
 
 
 def expert_for(env: Any) -> ScriptedExpert:
-    """A fresh scripted expert for ``env`` (wrappers are looked through); ValueError if none fits."""
+    """A fresh scripted expert for ``env`` (wrappers are looked through); ValueError if none fits.
+
+    An env class of any package offers its own by a ``scripted_expert`` class attribute: the expert class (built
+    with no arguments; ``reset(env)``, ``act(env, obs)``, and ``resync(env)`` if a policy's actions can invalidate
+    a phase it keeps). The built-in tasks are mapped here instead, so that they stay free of their experts."""
     base = env.unwrapped
+    own = getattr(type(base), "scripted_expert", None)
+    if own is not None:
+        return own()
     for env_cls, expert_cls in _EXPERTS:
         if isinstance(base, env_cls):
             return expert_cls()
@@ -276,4 +283,6 @@ def expert_for(env: Any) -> ScriptedExpert:
 def has_expert(target: Any) -> bool:
     """Whether an env class (or an env) has a scripted expert here."""
     cls = target if isinstance(target, type) else type(getattr(target, "unwrapped", target))
-    return any(issubclass(cls, env_cls) for env_cls, _ in _EXPERTS) if isinstance(cls, type) else False
+    if not isinstance(cls, type):
+        return False
+    return getattr(cls, "scripted_expert", None) is not None or any(issubclass(cls, env_cls) for env_cls, _ in _EXPERTS)

@@ -20,7 +20,7 @@ from embodied.config.schema import AlgorithmConfig, Config
 
 @dataclass
 class OnPolicyConfig(AlgorithmConfig):
-    """Fields of the on-policy update the actor worker runs (``ActorWorker.update``): epochs of minibatches over
+    """Fields of the on-policy update its learner runs (``OnPolicyLearner.update``, PPO's): epochs of minibatches over
     one rollout's trajectories, with the optimizer and its learning-rate schedule."""
 
     update_epochs: int = 4  # passes over each rollout batch

@@ -99,7 +99,8 @@ class ExpertLabels:
 
     mix: float = 0.0  # probability that the expert acts a whole chunk, at iteration 1
     mix_decay: float = 1.0  # factor on that probability per iteration
-    seed: int = 0  # the run's seed: an epoch's mixture draws come from (seed, iteration, env index), so resume repeats them
+    # the run's seed: an epoch's mixture draws come from (seed, iteration, env index), so a resumed run repeats them
+    seed: int = 0
 
     def mix_at(self, iteration: int) -> float:
         """The mixture probability of rollout epoch ``iteration`` (1-based; 0 before training)."""
@@ -113,8 +114,9 @@ class AlgorithmConfig:
     name: str = ""  # registered algorithm name (see embodied.registry.ALGORITHMS); each subclass sets its own
 
     algorithm_class: ClassVar[str] = ""
-    """``"module:attr"`` of what trains with this config: an ``embodied.algorithms.base.Algorithm`` (on-policy,
-    built as ``cls(config)``) or an ``OffPolicyLearner`` class (off-policy, built by ``OffPolicyConfig.learner``)."""
+    """``"module:attr"`` of what trains with this config: an ``embodied.algorithms.base.OnPolicyLearner`` class
+    (on-policy, built as ``cls(config, seed)``) or an ``OffPolicyLearner`` class (off-policy, built by
+    ``OffPolicyConfig.learner``)."""
     off_policy: ClassVar[bool] = False
     """Trains from replay: the run gets the off-policy loop (``embodied.offpolicy_runner``) and actor
     (``OffPolicyActorWorker``), and the policy the workers build must have Q-functions (``embodied.q_functions``)."""

@@ -78,3 +78,27 @@ def test_a_result_slice_and_concat_keep_the_labels():
     parts = [result.slice(0, 1), result.slice(1, 4)]
     np.testing.assert_array_equal(type(result).concat(parts).expert_actions, result.expert_actions)
     assert parts[1].expert_actions.shape == (3, 2, 4)
+
+
+class _GoLeft:
+    """A user's expert: always -1 on the first action dimension."""
+
+    def reset(self, env) -> None:
+        pass
+
+    def act(self, env, obs) -> np.ndarray:
+        return np.array([-1.0, 0.0, 0.0, 1.0], np.float32)
+
+
+class _MyReach(PickPlaceEnv):
+    scripted_expert = _GoLeft  # how an env of any package offers its expert
+
+
+def test_an_env_class_of_any_package_offers_its_own_expert():
+    from embodied.envs.experts import has_expert
+
+    venv = ChunkedVectorEnv([lambda: _MyReach(obs_mode="state", max_episode_steps=30)], auto_reset=True)
+    venv.reset(seed=0)
+    result = venv.labelled_chunk_step(np.zeros((1, 2, 4), np.float32))
+    np.testing.assert_array_equal(result.expert_actions[0], [[-1, 0, 0, 1], [-1, 0, 0, 1]])
+    assert has_expert(_MyReach) and isinstance(expert_for(_MyReach(obs_mode="state")), _GoLeft)
