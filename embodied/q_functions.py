@@ -1,10 +1,9 @@
 """What SAC asks of a policy: ``QFunctionPolicy``, a small protocol beside ``embodied.policy.Policy``.
 
-A policy that has it offers a tanh-squashed Gaussian over action chunks (``sample_with_logprob``), the
-module that turns its forward inputs into the features its actor and critics see (``feature_encoder``), and
-builds its own Q-ensemble (``build_critics``): the critics are shaped by the policy (an MLP's over states, a
-CNN's over its image encoder) but trained and held by the learner (``embodied.algorithms.sac.SACLearner``), so
-they never travel to rollout workers.
+A policy that has it offers a tanh-squashed Gaussian over action chunks (``sample_with_logprob``) and the
+module that turns its forward inputs into the features its actor and critics see (``feature_encoder``, of width
+``feature_size``). The Q-ensemble is the learner's: it builds it from those features and the policy's action
+chunks, trains and holds it (``embodied.algorithms``), so it never travels to rollout workers.
 
 The feature encoder is shared as DrQ and RLPD share theirs: its parameters live in the policy (rollouts act
 through them, weight sync sends them) but only the critics' loss trains them; the actor sees its features
@@ -47,9 +46,6 @@ class QFunctionPolicy(Protocol):
         tanh correction), differentiable with respect to the policy's parameters; the noise is drawn from
         ``generator`` (the learner's, so a resumed run draws the same)."""
 
-    def build_critics(self, num_critics: int, layernorm: bool) -> nn.Module:
-        """A fresh ``QEnsemble`` module over this policy's features and action chunks."""
-
     def mode_error(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """[B]: how far the greedy chunk is from ``actions`` [B, C, A] (squared error in the action box scaled to
         [-1, 1]), differentiable with respect to the actor; ``algorithm.bc_weight``'s behaviour-cloning term."""
@@ -58,7 +54,7 @@ class QFunctionPolicy(Protocol):
 def require_q_functions(policy: PolicyConfig, algorithm: str) -> None:
     """Raise ``ValueError`` naming ``policy.type`` if the policy class it builds lacks ``QFunctionPolicy``."""
     cls = load_entry_point(type(policy).model_class)
-    needed = ("feature_encoder", "sample_with_logprob", "build_critics", "mode_error")
+    needed = ("feature_encoder", "sample_with_logprob", "mode_error")
     missing = [name for name in needed if not hasattr(cls, name)]
     if missing:
         raise ValueError(f"algorithm.name={algorithm} needs a policy with Q-functions and a tanh-Gaussian action "

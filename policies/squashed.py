@@ -1,4 +1,4 @@
-"""What the SAC policies share: the tanh-squashed Gaussian actor over action chunks and the batched Q-ensemble.
+"""What the SAC policies share: the tanh-squashed Gaussian actor over action chunks.
 
 One implementation with two users, the MLP over states (``policy.type: mlp_sac``, ``policies/mlp/squashed.py``)
 and the CNN over images (``policy.type: cnn_sac``, ``policies/cnn/squashed.py``). Each supplies its
@@ -8,10 +8,9 @@ and the CNN over images (``policy.type: cnn_sac``, ``policies/cnn/squashed.py``)
   over the whole chunk [B, C * A]; a sample ``u`` is squashed by ``tanh`` and scaled into the env's action bounds.
   Its log-prob carries the change-of-variables correction of the squash and the scale. Greedy acting takes
   ``tanh(mean)``. It has no state-value head: ``value`` is 0 (SAC bootstraps with its critics, never with V).
-- ``MLPQEnsemble``: ``num_critics`` MLPs over (features, flattened chunk), computed in one batched pass (a batched
-  matmul over the ensemble axis), with an optional LayerNorm after every hidden layer.
 
-Together they implement ``embodied.q_functions.QFunctionPolicy``.
+It implements ``embodied.q_functions.QFunctionPolicy``: the critics are SAC's, built by the learner from the
+policy's ``feature_size``, ``chunk`` and ``action_dim`` (``embodied.algorithms.sac_networks``).
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ class SquashedGaussianPolicy(Policy):
     """Tanh-Gaussian actor over action chunks on top of a subclass's ``feature_encoder``.
 
     A subclass builds its encoder, then calls ``_build_actor`` with the encoder's output width; it supplies
-    ``feature_encoder``, ``forward_inputs`` and ``build_critics``.
+    ``feature_encoder`` and ``forward_inputs``.
     """
 
     logprob_granularity = "chunk"
@@ -50,6 +49,7 @@ class SquashedGaussianPolicy(Policy):
     def _build_actor(self, features: int, hidden_sizes: list[int], log_std_bounds: tuple[float, float],
                      chunk: int, spec: PolicySpec) -> None:
         self.chunk, self.action_dim, self.log_std_bounds = chunk, spec.action_dim, log_std_bounds
+        self.feature_size = features  # the encoder's width [B, F]: what SAC's critics read beside the chunk
         out = chunk * spec.action_dim
         self.trunk = _mlp([features, *hidden_sizes], nn.ReLU, np.sqrt(2))
         self.trunk.append(nn.ReLU())
@@ -66,10 +66,6 @@ class SquashedGaussianPolicy(Policy):
     @abc.abstractmethod
     def feature_encoder(self) -> nn.Module:
         """Forward inputs -> features [B, F] (``QFunctionPolicy``): trained by the critics' loss only."""
-
-    @abc.abstractmethod
-    def build_critics(self, num_critics: int, layernorm: bool) -> nn.Module:
-        """A fresh ``MLPQEnsemble`` over this policy's features and action chunks (``QFunctionPolicy``)."""
 
     def _dist(self, features: torch.Tensor) -> Normal:
         h = self.trunk(features)
@@ -153,46 +149,3 @@ class SquashedGaussianPolicy(Policy):
         error = (torch.tanh(mean) - target).pow(2) + nll
         weight = executed.float()
         return (error.view(*executed.shape, -1).sum(-1) * weight).sum() / weight.sum().clamp_min(1.0)
-
-
-class EnsembleLinear(nn.Module):
-    """``E`` independent linear layers applied to [E, B, n_in] in one batched matmul."""
-
-    def __init__(self, ensemble: int, n_in: int, n_out: int) -> None:
-        super().__init__()
-        bound = 1.0 / math.sqrt(n_in)  # nn.Linear's default init, per member
-        self.weight = nn.Parameter(torch.empty(ensemble, n_in, n_out).uniform_(-bound, bound))
-        self.bias = nn.Parameter(torch.empty(ensemble, 1, n_out).uniform_(-bound, bound))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.baddbmm(self.bias, x, self.weight)
-
-
-class MLPQEnsemble(nn.Module):
-    """``num_critics`` MLP critics Q(s, a) over ``sizes`` [in, hidden..., 1], batched over the ensemble."""
-
-    def __init__(self, num_critics: int, sizes: list[int], layernorm: bool) -> None:
-        super().__init__()
-        self.num_critics = num_critics
-        self.layers = nn.ModuleList(EnsembleLinear(num_critics, a, b) for a, b in zip(sizes[:-1], sizes[1:]))
-        # Per-member LayerNorm affine parameters [E, 1, width] (RLPD: LayerNorm keeps high-UTD critics stable).
-        self.norms = nn.ParameterList()
-        if layernorm:
-            for width in sizes[1:-1]:
-                self.norms.append(nn.Parameter(torch.ones(num_critics, 1, width)))
-                self.norms.append(nn.Parameter(torch.zeros(num_critics, 1, width)))
-
-    def q_values(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """Q(s, a) of every critic: ``features`` [B, F], ``actions`` [B, C, A] -> [E, B]."""
-        x = torch.cat([features, actions.reshape(actions.shape[0], -1)], dim=-1)
-        h = x.unsqueeze(0).expand(self.num_critics, *x.shape)
-        for i, layer in enumerate(self.layers):
-            h = layer(h)
-            if i < len(self.layers) - 1:
-                if self.norms:
-                    h = F.layer_norm(h, h.shape[-1:]) * self.norms[2 * i] + self.norms[2 * i + 1]
-                h = F.relu(h)
-        return h.squeeze(-1)
-
-    def forward(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return self.q_values(features, actions)

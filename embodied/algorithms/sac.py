@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 import torch
 
 from embodied.algorithms.augment import random_shift
+from embodied.algorithms.sac_networks import build_critics
 from embodied.algorithms.transitions import ReplaySample, chunk_reward, n_step_returns
 from embodied.types import MAIN_IMAGES, WRIST_IMAGES, Trajectory
 
@@ -141,15 +142,17 @@ class SACLearner:
     """The critics, their targets, the temperature and the three optimizers around a ``QFunctionPolicy``: the
     ``OffPolicyLearner`` of ``algorithm.name: sac`` and ``dsrl`` (``SACConfig.algorithm_class``).
 
-    The policy is the actor (what rollouts act with and weight sync sends); the critics are built by the policy
-    (``build_critics``) but live here, so they never travel to rollout workers.
+    The policy is the actor (what rollouts act with and weight sync sends); the critics are built here from its
+    features and action chunks (``embodied.algorithms.sac_networks.build_critics``) and live here, so they never
+    travel to rollout workers.
     """
 
     name: ClassVar[str] = "sac"  # checkpoint keys and metric prefix (DSRL's too: its checkpoints say "sac")
 
     def __init__(self, policy: Policy, cfg: SACConfig, lr: float, action_size: int, seed: int) -> None:
         self.policy, self.cfg = policy, cfg
-        self.critics = policy.build_critics(cfg.num_critics, cfg.critic_layernorm)  # type: ignore[attr-defined]
+        # The critics are the algorithm's, shaped from the policy's features and chunks (``sac_networks``).
+        self.critics = build_critics(policy, cfg.num_critics, cfg.critic_layernorm)
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
         # The policy's feature encoder (DrQ/RLPD): trained by the critics' loss alone, seen detached by the actor;
         # the TD target reads a polyak copy of it, as it reads the target critics (none of it for states).

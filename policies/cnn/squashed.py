@@ -1,4 +1,4 @@
-"""Tanh-squashed Gaussian over action chunks from camera images, with a Q-ensemble: the CNN policy for SAC and RLPD
+"""Tanh-squashed Gaussian over action chunks from camera images: the CNN policy for SAC and RLPD
 on pixels (``policy.type: cnn_sac``), shaped as DrQ (Kostrikov et al. 2020) and RLPD's pixel agent are.
 
 - **Encoder.** The CNN policies' observation encoder (``CNNFeatures``: ``ImageEncoder``'s convolutions and linear
@@ -8,8 +8,9 @@ on pixels (``policy.type: cnn_sac``), shaped as DrQ (Kostrikov et al. 2020) and 
   detached, and the TD target reads a polyak copy of it (``embodied.algorithms.sac.SACLearner``).
 - **Actor.** The shared tanh-Gaussian head (``embodied.policies.squashed.SquashedGaussianPolicy``) over the
   features: an MLP of ``hidden_sizes``, then the mean and log-std of the whole chunk [B, C * A].
-- **Critics.** ``num_critics`` MLPs of ``critic_hidden_sizes`` over (features, flattened chunk), one batched
-  pass (``MLPQEnsemble``), LayerNorm with ``algorithm.critic_layernorm``.
+- **Critics.** SAC's, built by the learner from this policy's ``feature_size`` and chunks
+  (``embodied.algorithms.sac_networks``): ``num_critics`` MLPs of ``critic_hidden_sizes`` over (features,
+  flattened chunk), one batched pass, LayerNorm with ``algorithm.critic_layernorm``.
 
 Images stay uint8 from the env through replay until the encoder's first line divides them by 255; the learner
 shifts them at random first (``algorithm.image_shift``, DrQ's augmentation).
@@ -22,7 +23,7 @@ from torch import nn
 
 from embodied.policies.cnn.configuration import SquashedCNNConfig
 from embodied.policies.cnn.modeling import CNNFeatures
-from embodied.policies.squashed import MLPQEnsemble, SquashedGaussianPolicy
+from embodied.policies.squashed import SquashedGaussianPolicy
 from embodied.policy import PolicySpec
 from embodied.types import Obs
 
@@ -40,10 +41,6 @@ class SquashedCNNPolicy(SquashedGaussianPolicy):
     @property
     def feature_encoder(self) -> nn.Module:
         return self.features
-
-    def build_critics(self, num_critics: int, layernorm: bool) -> nn.Module:
-        sizes = [self.features.out_features + self.chunk * self.action_dim, *self.config.critic_hidden_sizes, 1]
-        return MLPQEnsemble(num_critics, sizes, layernorm)
 
     def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
         """uint8 images (copied) and float32 states, on the CPU."""

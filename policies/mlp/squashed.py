@@ -1,10 +1,11 @@
-"""Tanh-squashed Gaussian MLP over action chunks, with a Q-ensemble: the MLP policy for SAC (``policy.type: mlp_sac``).
+"""Tanh-squashed Gaussian MLP over action chunks: the MLP policy for SAC (``policy.type: mlp_sac``).
 
 The actor and the critics see the states [B, S] (``StatesFeatures``: as they are, or standardized with
 ``normalize_states``; it has no parameters, so the stop-gradient and target copy SAC keeps of a feature encoder
 only carry its statistics). The actor is the shared
-tanh-Gaussian head (``embodied.policies.squashed.SquashedGaussianPolicy``); the critics (``build_critics``) are
-``num_critics`` MLPs over (state, flattened chunk) computed in one batched pass (``MLPQEnsemble``).
+tanh-Gaussian head (``embodied.policies.squashed.SquashedGaussianPolicy``). The critics are SAC's: the learner
+builds ``num_critics`` MLPs of ``critic_hidden_sizes`` over (state, flattened chunk) from this policy's
+``feature_size`` and chunks (``embodied.algorithms.sac_networks``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from torch import nn
 
 from embodied.policies.mlp.configuration import SquashedMLPConfig
 from embodied.policies.mlp.modeling import merge_statistics, standardize, states_tensor
-from embodied.policies.squashed import MLPQEnsemble, SquashedGaussianPolicy
+from embodied.policies.squashed import SquashedGaussianPolicy
 from embodied.policy import PolicySpec
 from embodied.types import STATES, Obs
 
@@ -52,10 +53,6 @@ class SquashedMLPPolicy(SquashedGaussianPolicy):
     @property
     def feature_encoder(self) -> nn.Module:
         return self.states
-
-    def build_critics(self, num_critics: int, layernorm: bool) -> nn.Module:
-        sizes = [self.state_dim + self.chunk * self.action_dim, *self.config.critic_hidden_sizes, 1]
-        return MLPQEnsemble(num_critics, sizes, layernorm)
 
     def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
         return {STATES: states_tensor(obs)}

@@ -13,10 +13,10 @@ import torch
 
 from embodied.algorithms.sac import ReplaySample, SACLearner, actor_loss, critic_loss
 from embodied.algorithms.sac_config import SACConfig
+from embodied.algorithms.sac_networks import EnsembleLinear, build_critics
 from embodied.config import ConfigError, load_config
 from embodied.policies.cnn.configuration import SquashedCNNConfig
 from embodied.policies.cnn.squashed import SquashedCNNPolicy
-from embodied.policies.squashed import EnsembleLinear
 from embodied.policy import PolicySpec, build_policy
 from embodied.q_functions import QFunctionPolicy, require_q_functions
 from embodied.replay import ReplayBuffer
@@ -79,13 +79,13 @@ def test_act_keeps_images_uint8_and_actions_in_bounds(mode):
 
 def test_the_q_ensemble_is_one_batched_pass_over_the_encoder_features():
     policy = make()
-    critics = policy.build_critics(5, layernorm=True)
+    critics = build_critics(policy, 5, layernorm=True)
     assert all(isinstance(layer, EnsembleLinear) for layer in critics.layers) and len(critics.norms) == 4
     features = policy.feature_encoder(policy.forward_inputs(obs(B)))
     assert features.shape == (B, 2 * SMALL["image_features"] + SMALL["state_features"])
     q = critics.q_values(features, torch.zeros(B, C, A))
     assert q.shape == (5, B)
-    assert not make().build_critics(2, layernorm=False).norms  # critic_layernorm off: none
+    assert not build_critics(make(), 2, layernorm=False).norms  # critic_layernorm off: none
 
 
 def encoder_grads(policy: SquashedCNNPolicy) -> list[torch.Tensor | None]:

@@ -1,4 +1,4 @@
-"""The tanh-Gaussian MLP (policy.type: mlp_sac): its log-probs and its batched Q-ensemble against plain loops."""
+"""The tanh-Gaussian MLP (policy.type: mlp_sac): its log-probs, and the Q-ensemble SAC builds over it, against loops."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from embodied.algorithms.sac_networks import build_critics
 from embodied.policies.mlp.configuration import SquashedMLPConfig
 from embodied.policies.mlp.squashed import SquashedMLPPolicy
 from embodied.policy import PolicySpec
@@ -73,7 +74,7 @@ def test_sample_is_reparameterised():
 @pytest.mark.parametrize("layernorm", [False, True])
 def test_batched_ensemble_matches_each_critic_alone(layernorm):
     p = policy()
-    critics = p.build_critics(4, layernorm)
+    critics = build_critics(p, 4, layernorm)
     with torch.no_grad():  # give LayerNorm's affine parameters non-trivial values
         for param in critics.norms:
             param.add_(torch.randn_like(param) * 0.1)
