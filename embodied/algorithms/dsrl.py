@@ -169,9 +169,6 @@ class DSRLPolicy(Policy):
                             generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         return self.actor.sample_with_logprob(features, generator)  # type: ignore[attr-defined]
 
-    def build_critics(self, num_critics: int, layernorm: bool) -> nn.Module:
-        return self.actor.build_critics(num_critics, layernorm)  # type: ignore[attr-defined]
-
     def mode_error(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         return self.actor.mode_error(features, actions)  # type: ignore[attr-defined]
 
