@@ -310,14 +310,13 @@ class EnvWorker:
         return lambda stage, actions: stage.venv.labelled_chunk_step(actions, mix, streams[stage.start])
 
     def _exchange(self, chunk_steps: int, label: str,
-                  step: Callable[[_Stage, np.ndarray], ChunkStepResult] | None = None) -> int:
+                  step: Callable[[_Stage, np.ndarray], ChunkStepResult] = _plain_step) -> int:
         """Send the current obs, then answer ``chunk_steps`` action chunks stage by stage (``step``: how a stage's
         envs run one; the policy's chunks as they are by default).
 
         Stages are stepped in order, so with two stages the rollout workers infer one half
         while this worker steps the other.
         """
-        step = step or _plain_step
         for stage in self.stages:
             for shard in stage.shards:
                 self.link.to_rollout.put(self.link.key(shard), obs_slice(stage.obs, *stage.rows(shard)))

@@ -15,13 +15,12 @@ from embodied.config import ConfigError, load_config
 from embodied.policies.flow_logprob import CHAIN, step_distribution
 from embodied.policies.pi0.configuration import PI0PolicyConfig
 from embodied.policies.pi0.modeling import PI0Policy
-from embodied.policies.pi0.pretrained import lerobot_pi0_config, load_pi0, resolve_model_path
+from embodied.policies.pi0.pretrained import resolve_model_path
 from embodied.policy import PolicySpec
 
 SPEC = PolicySpec(state_dim=7, image_shape=(64, 64, 3), action_dim=4, action_low=(-1.0,) * 4, action_high=(1.0,) * 4,
                   wrist_image_shape=(48, 64, 3))
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-PARITY = Path(__file__).resolve().parent / "parity" / "pi0"  # folders LeRobot 0.6.1 built (benchmarks/parity)
 
 
 def make(spec: PolicySpec = SPEC, **fields) -> PI0Policy:
@@ -324,48 +323,6 @@ def test_vision_tower_checkpointing_gives_the_same_gradients():
     assert grads[0].keys() == grads[1].keys()
     for name in grads[0]:
         assert torch.allclose(grads[0][name], grads[1][name], atol=1e-6, rtol=1e-4), name
-
-
-def test_a_lerobot_pi0_folder_loads_every_tensor_it_holds_with_sizes_read_off_its_weights():
-    """A folder LeRobot 0.6.1 built and saved (tests/policies/parity/pi0): its config.json names gemma_2b and
-    gemma_300m, its weights are tiny; every tensor comes back under transformers' names, the VLM's embedding from
-    embed_tokens (LeRobot's trained one), not from the lm_head transformers' mapping would put there."""
-    from safetensors.torch import load_file
-
-    folder = PARITY / "untied_no_resize" / "lerobot"
-    with pytest.warns(UserWarning, match="lm_head and embed_tokens differ.*using embed_tokens"):
-        model, _, source = load_pi0(folder, torch.float32, str(PARITY / "tokenizer"))
-    assert source == "LeRobot"
-    text = model.config.vlm_config.text_config
-    assert (text.hidden_size, text.num_hidden_layers, text.intermediate_size, text.head_dim) == (64, 2, 128, 8)
-    assert model.config.dit_config.hidden_size == 32 and model.config.vlm_config.vision_config.hidden_size == 64
-    theirs = {k.removeprefix("model."): v for k, v in load_file(str(folder / "model.safetensors")).items()}
-    mine = model.state_dict()
-    renames = [("paligemma_with_expert.paligemma.model.", "model.vlm."),
-               ("paligemma_with_expert.gemma_expert.model.", "model.dit."),
-               ("paligemma_with_expert.gemma_expert.lm_head.", "model.dit.embed_tokens."),
-               ("state_proj", "embed_action_time.state_proj"), ("action_in_proj", "embed_action_time.action_in_proj"),
-               ("action_time_mlp", "embed_action_time.action_time_mlp")]
-    for key, value in theirs.items():
-        if key == "paligemma_with_expert.paligemma.lm_head.weight":
-            continue  # π0 has no VLM head: LeRobot never reads it
-        for old, new in renames:
-            key = key.replace(old, new) if key.startswith(old) else key
-        key = key.replace("vision_tower.vision_model.", "vision_tower.")  # SigLIP's inner module, flattened
-        assert torch.equal(mine[key], value), key
-
-
-def test_lerobot_configs_translate_into_pi0config_shapes():
-    from transformers import PI0Config
-
-    pc = lerobot_pi0_config({"type": "pi0", "paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m",
-                             "chunk_size": 50, "n_action_steps": 10, "max_state_dim": 32, "max_action_dim": 32,
-                             "num_steps": 10})
-    default = PI0Config()
-    assert pc.dit_config.hidden_size == default.dit_config.hidden_size == 1024
-    assert pc.vlm_config.text_config.hidden_size == 2048 and pc.num_inference_steps == 10
-    with pytest.raises(ValueError, match="paligemma_variant='gemma_7b' is unknown"):
-        lerobot_pi0_config({"type": "pi0", "paligemma_variant": "gemma_7b"})
 
 
 def test_a_paligemma_folder_seeds_the_vlm_and_a_wrong_one_is_named(tmp_path):

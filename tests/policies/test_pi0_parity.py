@@ -10,11 +10,13 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks.parity.parity_pi0 import STAGES, TOLERANCE, check_case, table
 from embodied.config.loader import from_dict
 from embodied.policies.pi0.configuration import PI0PolicyConfig
 from embodied.policies.pi0.folders import camera_sources, read_config_json
+from embodied.policies.pi0.pretrained import lerobot_pi0_config, load_pi0
 from embodied.policy_config import PolicyConfig
 
 PARITY = Path(__file__).resolve().parent / "parity" / "pi0"
@@ -81,3 +83,45 @@ def test_a_camera_mismatch_is_named_before_any_worker_or_weights():
     problems = config.spec_problems(spec)
     assert any("env gives 2 cameras (main_images, wrist_images)" in p and "observation.images.base_0_rgb" in p
                for p in problems), problems
+
+
+def test_a_lerobot_pi0_folder_loads_every_tensor_it_holds_with_sizes_read_off_its_weights():
+    """A folder LeRobot 0.6.1 built and saved (tests/policies/parity/pi0): its config.json names gemma_2b and
+    gemma_300m, its weights are tiny; every tensor comes back under transformers' names, the VLM's embedding from
+    embed_tokens (LeRobot's trained one), not from the lm_head transformers' mapping would put there."""
+    from safetensors.torch import load_file
+
+    folder = PARITY / "untied_no_resize" / "lerobot"
+    with pytest.warns(UserWarning, match="lm_head and embed_tokens differ.*using embed_tokens"):
+        model, _, source = load_pi0(folder, torch.float32, str(PARITY / "tokenizer"))
+    assert source == "LeRobot"
+    text = model.config.vlm_config.text_config
+    assert (text.hidden_size, text.num_hidden_layers, text.intermediate_size, text.head_dim) == (64, 2, 128, 8)
+    assert model.config.dit_config.hidden_size == 32 and model.config.vlm_config.vision_config.hidden_size == 64
+    theirs = {k.removeprefix("model."): v for k, v in load_file(str(folder / "model.safetensors")).items()}
+    mine = model.state_dict()
+    renames = [("paligemma_with_expert.paligemma.model.", "model.vlm."),
+               ("paligemma_with_expert.gemma_expert.model.", "model.dit."),
+               ("paligemma_with_expert.gemma_expert.lm_head.", "model.dit.embed_tokens."),
+               ("state_proj", "embed_action_time.state_proj"), ("action_in_proj", "embed_action_time.action_in_proj"),
+               ("action_time_mlp", "embed_action_time.action_time_mlp")]
+    for key, value in theirs.items():
+        if key == "paligemma_with_expert.paligemma.lm_head.weight":
+            continue  # π0 has no VLM head: LeRobot never reads it
+        for old, new in renames:
+            key = key.replace(old, new) if key.startswith(old) else key
+        key = key.replace("vision_tower.vision_model.", "vision_tower.")  # SigLIP's inner module, flattened
+        assert torch.equal(mine[key], value), key
+
+
+def test_lerobot_configs_translate_into_pi0config_shapes():
+    from transformers import PI0Config
+
+    pc = lerobot_pi0_config({"type": "pi0", "paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m",
+                             "chunk_size": 50, "n_action_steps": 10, "max_state_dim": 32, "max_action_dim": 32,
+                             "num_steps": 10})
+    default = PI0Config()
+    assert pc.dit_config.hidden_size == default.dit_config.hidden_size == 1024
+    assert pc.vlm_config.text_config.hidden_size == 2048 and pc.num_inference_steps == 10
+    with pytest.raises(ValueError, match="paligemma_variant='gemma_7b' is unknown"):
+        lerobot_pi0_config({"type": "pi0", "paligemma_variant": "gemma_7b"})
