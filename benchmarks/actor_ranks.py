@@ -24,8 +24,8 @@ import torch
 from embodied.algorithms.ppo_config import PPOConfig
 from embodied.config import ActorConfig, Config
 from embodied.config.schema import ClusterConfig
-from embodied.policy import PolicyConfig, PolicySpec
-from embodied.types import Trajectory
+from embodied.policy.base import PolicyConfig, PolicySpec
+from embodied.core.types import Trajectory
 
 
 def policy_case(name: str) -> tuple[PolicyConfig, PolicySpec, Any]:
@@ -78,7 +78,7 @@ def measure(cfg: Config, spec: PolicySpec, trajectories: list[Trajectory], repea
     """Median seconds of one update and of one weight gather, over ``repeats`` after a warm-up."""
     import ray
 
-    from embodied.placement import RayBackend
+    from embodied.backends import RayBackend
     from embodied.workers.launch import start_actor_group
 
     backend = RayBackend(ClusterConfig(backend="ray"))

@@ -19,7 +19,7 @@ import statistics
 import tempfile
 import time
 
-import embodied.runner as runner
+import embodied.runs.train as runner
 from embodied.config import load_config
 
 

@@ -104,8 +104,8 @@ def train_step(data, seed: int):
     import torch
 
     from embodied.config import load_config
-    from embodied.policy import PolicySpec, build_policy
-    from embodied.sft import bc_loss
+    from embodied.policy.base import PolicySpec, build_policy
+    from embodied.runs.sft import bc_loss
 
     torch.manual_seed(seed)
     sample = data[0]

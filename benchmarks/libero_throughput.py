@@ -122,7 +122,7 @@ def reset_share(task: int, size: int, max_steps: int) -> dict[str, float]:
     from embodied.bench.random_policy import register_random_policy
     from embodied.config import load_config
     from embodied.envs.adapters.libero.env import LiberoEnv
-    from embodied.placement import make_backend
+    from embodied.backends import make_backend
     from embodied.workers.group import Workers
 
     spent = [0.0, 0]

@@ -37,7 +37,7 @@ import embodied.policies.pi0.modeling as pi0_modeling
 from embodied.policies.flow_logprob import CHAIN
 from embodied.policies.pi0.configuration import PI0PolicyConfig
 from embodied.policies.pi0.modeling import PI0Policy
-from embodied.policy import PolicySpec
+from embodied.policy.base import PolicySpec
 
 IMAGE = 224
 SPEC = PolicySpec(state_dim=8, image_shape=(IMAGE, IMAGE, 3), action_dim=7, action_low=(-1.0,) * 7,

@@ -19,7 +19,7 @@ import torch
 from embodied.policies.flow_logprob import CHAIN, euler_times, gaussian_logp, step_distribution
 from embodied.policies.pi0.configuration import PI0PolicyConfig
 from embodied.policies.pi0.modeling import PI0Policy
-from embodied.policy import PolicySpec
+from embodied.policy.base import PolicySpec
 
 SPEC = PolicySpec(state_dim=8, image_shape=(64, 64, 3), action_dim=7, action_low=(-1.0,) * 7,
                   action_high=(1.0,) * 7, wrist_image_shape=(64, 64, 3))

@@ -43,7 +43,7 @@ class ToTarget:
 
 def ours(seed: int, target: float, eval_every_steps: int, episodes: int, iterations: int) -> ToTarget:
     """Our recipe; its rows in ``metrics.jsonl`` carry their wall time and the eval's own duration (``time/eval``)."""
-    import embodied.runner as runner
+    import embodied.runs.train as runner
     from embodied.config import load_config
 
     per_iteration = 8 * 8 * 4  # envs x chunk steps x chunk, as in the recipe
@@ -75,7 +75,7 @@ def sb3(seed: int, target: float, eval_every_steps: int, episodes: int, budget_s
     from stable_baselines3 import SAC
     from stable_baselines3.common.callbacks import BaseCallback
 
-    from embodied.registry import ENVS
+    from embodied.core.registry import ENVS
 
     def make() -> gym.Env:
         env = ENVS.resolve(TASK)(obs_mode="state", max_episode_steps=EPISODE_STEPS)

@@ -28,8 +28,8 @@ import gymnasium as gym
 import numpy as np
 
 from embodied.config import load_config, to_dict
-from embodied.registry import ENVS
-from embodied.runner import train
+from embodied.core.registry import ENVS
+from embodied.runs.train import train
 
 _LAST_FAULT = {"at": time.monotonic()}  # per process: a restarted Ray worker (a new process) waits a full period
 

@@ -1,7 +1,7 @@
 """embodied: reinforcement-learning fine-tuning of robot policies coupled to simulators.
 
 Importing this package loads neither a simulator nor a model library; those are found through
-``embodied.registry`` when a config names them.
+``embodied.core.registry`` when a config names them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys as _sys
 __version__ = "0.1.0"
 
 CODE_ENV_VAR = "EMBODIED_CODE"  # set on a run's Ray workers: the content hash of the run's copy of this package
-CODE_MARKER = "_code_snapshot"  # the file in such a copy that holds its hash (embodied.placement.snapshot)
+CODE_MARKER = "_code_snapshot"  # the file in such a copy that holds its hash (embodied.backends.snapshot)
 
 
 def _marker(package_dir: str) -> str | None:
@@ -29,7 +29,7 @@ def _run_the_runs_copy() -> None:
 
     Why: Ray puts the driver's working directory at the head of every worker's path, and when that is the source
     tree, ``import embodied`` finds the tree as it is on disk now, which may have been edited since the run began;
-    the run's copy (``placement/snapshot.py``) is further down the path, where Ray unpacked it. The copy is
+    the run's copy (``backends/snapshot.py``) is further down the path, where Ray unpacked it. The copy is
     imported in this module's place (its own ``__init__`` finds its marker and stops there).
     """
     wanted = _os.environ.get(CODE_ENV_VAR)

@@ -68,14 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     p_list = sub.add_parser("list", help="list registered envs, policies or algorithms")
     p_list.add_argument("what", choices=["envs", "policies", "algorithms"])
     sub.add_parser("check-env", help="validate a simulator against the contracts (see `embodied check-env --help`)",
-                   add_help=False)  # listed here; embodied.check_env parses its own arguments, --help included
+                   add_help=False)  # listed here; embodied.env_runtime.check_env parses its own arguments, --help included
     p_tiny = sub.add_parser("make-tiny-vla", help="build a tiny VLA backbone offline (save_pretrained folder)")
     p_tiny.add_argument("out_dir", help="folder to write (AutoModelForImageTextToText.from_pretrained reads it)")
     p_tiny.add_argument("--backbone", default="smolvlm-tiny", help="smolvlm-tiny (default), qwen2_5_vl-tiny, paligemma-tiny or pi0-tiny (π0 itself)")
     p_tiny.add_argument("--seed", type=int, default=0, help="seed of the random initial weights")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["check-env"]:
-        from embodied.check_env import main as check_env_main
+        from embodied.env_runtime.check_env import main as check_env_main
 
         os.environ.setdefault("MUJOCO_GL", "egl")
         return check_env_main(argv[1:])
@@ -115,7 +115,7 @@ def _error(message: object) -> int:
 def _env_error(exc: Exception) -> int:
     """Exit 1 with the env's own traceback if an env raised (after the diagnosis, when env faults ran out of
     restarts: ``embodied eval``); any other exception goes on up."""
-    from embodied.types import find_env_error
+    from embodied.core.types import find_env_error
     from embodied.workers.restarts import FaultStop
 
     if isinstance(exc, FaultStop):  # its message ends with the env's own error
@@ -130,7 +130,7 @@ def _env_error(exc: Exception) -> int:
 
 def _train(path: str, overrides: list[str]) -> int:
     from embodied.config import ConfigError, load_config
-    from embodied.logger import prestart_wandb
+    from embodied.logging.logger import prestart_wandb
 
     try:
         cfg = load_config(path, overrides)  # imports no torch
@@ -140,11 +140,11 @@ def _train(path: str, overrides: list[str]) -> int:
         return _env_error(exc)
     prestart_wandb(cfg.logger)  # wandb's import, on the other core, while torch's runs here
 
-    from embodied.runner import train
+    from embodied.runs.train import train
 
-    from embodied.atomic import DiskFullError
-    from embodied.checkpoint import CheckpointError
-    from embodied.placement import ActorLostError, ClusterLostError
+    from embodied.core.atomic import DiskFullError
+    from embodied.checkpoint.store import CheckpointError
+    from embodied.backends import ActorLostError, ClusterLostError
     from embodied.workers.restarts import FaultStop
 
     try:
@@ -188,9 +188,9 @@ def _bench(quick: bool, out: Path) -> int:
 
 
 def _collect(args: argparse.Namespace) -> int:
-    from embodied.atomic import DiskFullError
+    from embodied.core.atomic import DiskFullError
     from embodied.config import ConfigError, load_config
-    from embodied.collect import CollectError, collect
+    from embodied.runs.collect import CollectError, collect
 
     try:
         command = ["embodied", "collect", args.config, *args.overrides, "--episodes", str(args.episodes),
@@ -230,7 +230,7 @@ def _data_info(path: str) -> int:
 
 def _sft(path: str, overrides: list[str]) -> int:
     from embodied.config import ConfigError, load_config
-    from embodied.sft import sft
+    from embodied.runs.sft import sft
 
     try:
         result = sft(load_config(path, overrides))
@@ -244,9 +244,10 @@ def _sft(path: str, overrides: list[str]) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from embodied.checkpoint import find_checkpoint, run_dir_of
+    from embodied.checkpoint.store import find_checkpoint, run_dir_of
     from embodied.config import ConfigError, load_config
-    from embodied.evaluation import evaluate_checkpoint, format_table
+    from embodied.evaluation.stats import format_table
+    from embodied.evaluation.run import evaluate_checkpoint
 
     try:
         cfg = load_config(args.config, args.overrides)
@@ -272,7 +273,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _plot(run_dirs: list[str], out: str | None, baselines: list[str]) -> int:
-    from embodied.plot import plot_compare, plot_run
+    from embodied.logging.plot import plot_compare, plot_run
 
     try:
         if len(run_dirs) == 1 and out is None and not baselines:
@@ -304,10 +305,10 @@ def _make_tiny_vla(out_dir: str, backbone: str, seed: int) -> int:
 
 
 def _list(what: str) -> int:
-    from embodied.registry import ALGORITHMS, ENVS, POLICIES
+    from embodied.core.registry import ALGORITHMS, ENVS, POLICIES
 
     if what == "envs":
-        from embodied.env_catalog import describe_env, format_env_table
+        from embodied.env_runtime.catalog import describe_env, format_env_table
 
         print(format_env_table([describe_env(name) for name in ENVS.names()]))
         print("Any gymnasium id (e.g. HalfCheetah-v5) and any 'package.module:Class' work as env.id too.")

@@ -40,7 +40,7 @@ import numpy as np
 from collections.abc import Sequence
 from typing import Any
 
-from embodied.types import TASK_DESCRIPTIONS, ChunkStepResult, EpisodeFrames, Obs
+from embodied.core.types import TASK_DESCRIPTIONS, ChunkStepResult, EpisodeFrames, Obs
 
 
 @runtime_checkable

@@ -1,6 +1,6 @@
 """``ChunkedVectorEnv``: M gymnasium envs stepped one action chunk at a time.
 
-This file is the single owner of the chunk-step contract (see ``embodied.types.ChunkStepResult``):
+This file is the single owner of the chunk-step contract (see ``embodied.core.types.ChunkStepResult``):
 
 - ``chunk_step(actions float32[B, C, A])`` runs, for every env, its C sub-actions in order and
   stops at the sub-step where that env's episode ends (termination or truncation).
@@ -40,8 +40,8 @@ import gymnasium as gym
 import numpy as np
 
 from embodied.envs.batched import check_chunk_actions
-from embodied.numerics import NonFiniteError
-from embodied.types import TASK_DESCRIPTIONS, ChunkStepResult, EnvError, EpisodeFrames, EpisodeStats, Obs
+from embodied.core.numerics import NonFiniteError
+from embodied.core.types import TASK_DESCRIPTIONS, ChunkStepResult, EnvError, EpisodeFrames, EpisodeStats, Obs
 
 
 @dataclass

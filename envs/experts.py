@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from embodied.types import Obs
+from embodied.core.types import Obs
 from embodied.envs.mujoco_base import TableTopEnv
 from embodied.envs.pick_color import PickColorEnv
 from embodied.envs.pick_place import PickPlaceEnv

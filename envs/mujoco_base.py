@@ -20,7 +20,7 @@ import mujoco
 import numpy as np
 from gymnasium import spaces
 
-from embodied.types import MAIN_IMAGES, OBS_MODES, STATES, WRIST_IMAGES, Obs
+from embodied.core.types import MAIN_IMAGES, OBS_MODES, STATES, WRIST_IMAGES, Obs
 from embodied.envs.mujoco_render import OffscreenRenderer
 from embodied.envs.mujoco_state import MjDataState, mujoco_unstable
 

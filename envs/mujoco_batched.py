@@ -34,8 +34,8 @@ import mujoco
 import numpy as np
 
 from embodied.envs.batched import check_chunk_actions
-from embodied.numerics import NonFiniteError
-from embodied.types import STATES, TASK_DESCRIPTIONS, ChunkStepResult, EpisodeStats, Obs
+from embodied.core.numerics import NonFiniteError
+from embodied.core.types import STATES, TASK_DESCRIPTIONS, ChunkStepResult, EpisodeStats, Obs
 from embodied.envs.mujoco_base import FINGER_RANGE, TableTopEnv
 from embodied.envs.mujoco_rollout import STATE_SPEC, NativeStepper
 

@@ -9,7 +9,7 @@ and the CNN over images (``policy.type: cnn_sac``, ``policies/cnn/squashed.py``)
   Its log-prob carries the change-of-variables correction of the squash and the scale. Greedy acting takes
   ``tanh(mean)``. It has no state-value head: ``value`` is 0 (SAC bootstraps with its critics, never with V).
 
-It implements ``embodied.q_functions.QFunctionPolicy``: the critics are SAC's, built by the learner from the
+It implements ``embodied.policy.q_functions.QFunctionPolicy``: the critics are SAC's, built by the learner from the
 policy's ``feature_size``, ``chunk`` and ``action_dim`` (``embodied.algorithms.sac_networks``).
 """
 
@@ -25,8 +25,8 @@ from torch import nn
 from torch.distributions import Normal
 
 from embodied.policies.mlp.modeling import _mlp
-from embodied.policy import Policy, PolicySpec
-from embodied.types import Obs, PolicyOutput
+from embodied.policy.base import Policy, PolicySpec
+from embodied.core.types import Obs, PolicyOutput
 
 
 def squash_logprob_correction(u: torch.Tensor) -> torch.Tensor:

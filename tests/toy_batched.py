@@ -16,7 +16,7 @@ from typing import ClassVar
 import gymnasium as gym
 import numpy as np
 
-from embodied.types import MAIN_IMAGES, OBS_MODES, STATES, TASK_DESCRIPTIONS, ChunkStepResult, EpisodeStats, Obs
+from embodied.core.types import MAIN_IMAGES, OBS_MODES, STATES, TASK_DESCRIPTIONS, ChunkStepResult, EpisodeStats, Obs
 
 
 class PointMassBatch:

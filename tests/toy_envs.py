@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from embodied.types import EnvFootprint, EvalEpisode
+from embodied.core.types import EnvFootprint, EvalEpisode
 
 
 class CountingEnv(gym.Env):

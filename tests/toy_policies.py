@@ -12,8 +12,8 @@ from torch import nn
 
 from embodied.policies.mlp.configuration import MLPConfig
 from embodied.policies.mlp.modeling import MLPPolicy
-from embodied.policy import Policy, PolicyConfig, PolicySpec
-from embodied.types import STATES, Obs, PolicyOutput
+from embodied.policy.base import Policy, PolicyConfig, PolicySpec
+from embodied.core.types import STATES, Obs, PolicyOutput
 
 
 @dataclass

@@ -61,7 +61,7 @@ def build_policy(case_dir: Path, tokenizer: Path, meta: dict, ref: dict[str, tor
     the tokenizer would be (everything else from the folder, through the config loader's ``folder_defaults``)."""
     from embodied.policies.pi0.configuration import PI0PolicyConfig
     from embodied.policies.pi0.modeling import PI0Policy
-    from embodied.policy import PolicySpec
+    from embodied.policy.base import PolicySpec
 
     section = {"type": "pi0", "model_path": str(case_dir / "lerobot"), "tokenizer_path": str(tokenizer)}
     known = {f.name for f in fields(PI0PolicyConfig)}

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from embodied.types import MAIN_IMAGES, TASK_DESCRIPTIONS, WRIST_IMAGES, Obs
+from embodied.core.types import MAIN_IMAGES, TASK_DESCRIPTIONS, WRIST_IMAGES, Obs
 
 
 def raw_inputs(policy: Any, obs: Obs, extra: int) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """RL maths as pure functions of tensors, and the algorithms the actor trains with.
 
-Algorithms are found by ``algorithm.name`` through ``embodied.registry.ALGORITHMS`` (entry points of the
+Algorithms are found by ``algorithm.name`` through ``embodied.core.registry.ALGORITHMS`` (entry points of the
 ``embodied.algorithms`` group), as envs and policies are: each name stands for a configuration class
 (``embodied.config.AlgorithmConfig``), which is the ``algorithm:`` section and names what trains with it. The
 built-ins: ``ppo`` (``ppo_config.PPOConfig``), ``grpo`` (``grpo_config.GRPOConfig``), ``sac`` (``sac_config.SACConfig``)
@@ -9,7 +9,7 @@ and ``dsrl`` (``dsrl_config.DSRLConfig``). Names are imported on first use, so t
 
 from __future__ import annotations
 
-from embodied.registry import lazy_attributes
+from embodied.core.registry import lazy_attributes
 
 DEFAULT_NAME = "ppo"  # algorithm.name when a config leaves it out
 

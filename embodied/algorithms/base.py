@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
-from embodied.types import Trajectory
+from embodied.core.types import Trajectory
 
 if TYPE_CHECKING:
-    from embodied.policy import Policy
+    from embodied.policy.base import Policy
 
 
 @dataclass

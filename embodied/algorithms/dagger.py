@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import torch
 
 from embodied.algorithms.transitions import ReplaySample
-from embodied.types import Trajectory
+from embodied.core.types import Trajectory
 
 
 def pack(labels: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:

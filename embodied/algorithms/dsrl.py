@@ -39,10 +39,10 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from embodied.checkpoint import check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state
-from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
-from embodied.policy_config import policy_config_class
-from embodied.types import STATES, NoiseSteering, Obs, PolicyOutput
+from embodied.checkpoint.store import check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state
+from embodied.policy.base import Policy, PolicyConfig, PolicySpec, build_policy
+from embodied.policy.config import policy_config_class
+from embodied.core.types import STATES, NoiseSteering, Obs, PolicyOutput
 
 FEATURES = "dsrl_features"  # forward_inputs and replay key: what the noise actor and critics see, float32 [B, F]
 NOISE = "dsrl_noise"  # forward_inputs key: the initial noise the chunk was decoded from, float32 [B, Cn, An]
@@ -108,7 +108,7 @@ class RecordedFeatures(nn.Module):
 
 
 class DSRLPolicy(Policy):
-    """A tanh-Gaussian noise actor over a frozen flow policy; implements ``embodied.q_functions.QFunctionPolicy``
+    """A tanh-Gaussian noise actor over a frozen flow policy; implements ``embodied.policy.q_functions.QFunctionPolicy``
     in noise space (module docstring). Its module tree, so its parameters, state dict, optimizer and weight sync,
     is the noise actor alone."""
 

@@ -12,7 +12,7 @@ from embodied.config.validate import OBS_MODE_GIVES
 
 if TYPE_CHECKING:
     from embodied.config.schema import Config
-    from embodied.policy_config import PolicyConfig
+    from embodied.policy.config import PolicyConfig
 
 
 @dataclass

@@ -20,7 +20,7 @@ import torch
 
 from embodied.algorithms.base import Averages, LossOutput, RolloutReset, flatten
 from embodied.algorithms.ppo import PPO
-from embodied.types import Trajectory
+from embodied.core.types import Trajectory
 
 if TYPE_CHECKING:
     from embodied.algorithms.grpo_config import GRPOConfig

@@ -23,8 +23,8 @@ from embodied.algorithms.base import (Averages, LossOutput, RankGroup, RolloutRe
                                      flatten)
 from embodied.algorithms.batch import expand_rows, take, to_device
 from embodied.algorithms.gae import compute_gae
-from embodied.numerics import NonFiniteUpdateError, non_finite_terms
-from embodied.types import Trajectory
+from embodied.core.numerics import NonFiniteUpdateError, non_finite_terms
+from embodied.core.types import Trajectory
 
 if TYPE_CHECKING:
     from embodied.algorithms.ppo_config import PPOConfig

@@ -37,11 +37,11 @@ import torch
 from embodied.algorithms.augment import random_shift
 from embodied.algorithms.sac_networks import build_critics
 from embodied.algorithms.transitions import ReplaySample, chunk_reward, n_step_returns
-from embodied.types import MAIN_IMAGES, WRIST_IMAGES, Trajectory
+from embodied.core.types import MAIN_IMAGES, WRIST_IMAGES, Trajectory
 
 if TYPE_CHECKING:
     from embodied.algorithms.sac_config import SACConfig
-    from embodied.policy import Policy
+    from embodied.policy.base import Policy
 
 # Replay's rows and their maths are every off-policy learner's (``transitions``); named here too, as SAC's.
 __all__ = ["ReplaySample", "SACLearner", "chunk_reward", "n_step_returns"]

@@ -7,7 +7,7 @@ hidden layer (``algorithm.critic_layernorm``, RLPD's). The critics' hidden width
 config (``policy.critic_hidden_sizes``, as the recipes write them).
 
 - ``EnsembleLinear``: ``E`` independent linear layers applied in one batched matmul, ``[E, in, out]``.
-- ``MLPQEnsemble``: every critic in one batched pass (``embodied.q_functions.QEnsemble``).
+- ``MLPQEnsemble``: every critic in one batched pass (``embodied.policy.q_functions.QEnsemble``).
 
 Built where and as the policies built them before (same sizes, same order of draws), so the same seed gives the
 same critics, and their state dicts (``critics``, ``target_critics`` in a checkpoint's learner state) keep their

@@ -1,6 +1,6 @@
 """Chunk transitions as replay holds them, shared by every off-policy learner: a chunk's reward and bootstrap
 discount (``chunk_reward``), n-step returns over chunks (``n_step_returns``), and the batch a learner steps on
-(``ReplaySample``). Pure functions of tensors; ``embodied.replay`` and ``embodied.demo_replay`` store their rows."""
+(``ReplaySample``). Pure functions of tensors; ``embodied.replay.buffer`` and ``embodied.replay.demos`` store their rows."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def n_step_returns(reward: torch.Tensor, discount: torch.Tensor, terminated: tor
 
 @dataclass
 class ReplaySample:
-    """A batch of chunk transitions drawn from replay (``embodied.replay.ReplayBuffer.sample``)."""
+    """A batch of chunk transitions drawn from replay (``embodied.replay.buffer.ReplayBuffer.sample``)."""
 
     obs: dict[str, torch.Tensor]  # each [B, ...], as the env gave it
     actions: torch.Tensor  # float32 [B, C, A]

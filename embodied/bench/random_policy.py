@@ -11,8 +11,8 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from embodied.policy import Policy, PolicyConfig, PolicySpec
-from embodied.types import TASK_DESCRIPTIONS, Obs, PolicyOutput
+from embodied.policy.base import Policy, PolicyConfig, PolicySpec
+from embodied.core.types import TASK_DESCRIPTIONS, Obs, PolicyOutput
 
 
 @dataclass
@@ -63,6 +63,6 @@ class RandomPolicy(Policy):
 
 def register_random_policy() -> None:
     """Make ``policy.type=random`` known (the registry takes the config class object itself)."""
-    from embodied.registry import POLICIES
+    from embodied.core.registry import POLICIES
 
     POLICIES.register("random", RandomConfig, overwrite=True)

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embodied.atomic import atomic_path
+from embodied.core.atomic import atomic_path
 from embodied.bench.sac import sac_row
 from embodied.bench.throughput import TASK, Rate, framework_rate, native_rate, raw_rate
 
@@ -166,8 +166,8 @@ def _pipeline_case(name: str, policy_config: Any, overrides: list[str], sizes: S
 
     from embodied.envs.chunked import ChunkedVectorEnv
     from embodied.envs.reach import ReachEnv
-    from embodied.env_factory import policy_spec
-    from embodied.policy import build_policy
+    from embodied.env_runtime.factory import policy_spec
+    from embodied.policy.base import build_policy
 
     n, chunk, steps = sizes.pipeline_envs, 4, sizes.pipeline_envs * 4 * (4 if sizes.steps < 1000 else 16)
     venv = ChunkedVectorEnv([lambda: ReachEnv(obs_mode="rgb", max_episode_steps=50) for _ in range(n)])
@@ -212,8 +212,8 @@ def weight_sync(report: Report, sizes: Sizes) -> None:
 
 def _sync_case(name: str, recipe: Path, extra: list[str], iterations: int) -> dict[str, Any]:
     from embodied.config import load_config
-    from embodied.placement import make_backend
-    from embodied.runner import train_iteration
+    from embodied.backends import make_backend
+    from embodied.runs.train import train_iteration
     from embodied.workers.group import Workers
 
     cfg = load_config(recipe, [*extra, "cluster.backend=ray", "logger.backends=[console]", "env.preflight=false"])

@@ -52,7 +52,7 @@ def update_rate(cfg: Any, updates: int) -> float:
     """Gradient updates per second of the off-policy actor's sample-and-step, on a replay of random rows."""
     import torch
 
-    from embodied.env_factory import env_spec
+    from embodied.env_runtime.factory import env_spec
     from embodied.workers.offpolicy_actor import OffPolicyActorWorker
 
     spec = env_spec(cfg.env)
@@ -81,8 +81,8 @@ def wait_shares(actor_wait_s: float, rollout_wait_s: float, wall_s: float) -> di
 
 def loop_waits(cfg: Any, iterations: int) -> dict[str, float]:
     """Seconds of rollout, update, sync and both waits over ``iterations`` timed iterations, and the wait shares."""
-    from embodied.offpolicy_runner import OffPolicyIterations
-    from embodied.placement import make_backend
+    from embodied.runs.offpolicy_iterations import OffPolicyIterations
+    from embodied.backends import make_backend
     from embodied.workers.group import Workers
 
     backend = make_backend(cfg.cluster)

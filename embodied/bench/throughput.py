@@ -67,7 +67,7 @@ def framework_rate(num_envs: int, chunk: int, steps: int, backend_name: str, chu
     overrides ``policy.*``)."""
     from embodied.bench.random_policy import register_random_policy
     from embodied.config import load_config
-    from embodied.placement import make_backend
+    from embodied.backends import make_backend
     from embodied.workers.group import Workers
 
     register_random_policy()
@@ -102,7 +102,7 @@ def raw_rate(num_envs: int, steps: int, max_episode_steps: int, seed: int, obs_m
 
     import gymnasium as gym
 
-    from embodied.registry import ENVS
+    from embodied.core.registry import ENVS
 
     make = functools.partial(ENVS.resolve(task), obs_mode=obs_mode, max_episode_steps=max_episode_steps)
     vector = gym.vector.SyncVectorEnv if kind == "sync" else gym.vector.AsyncVectorEnv
@@ -129,7 +129,7 @@ def raw_rate(num_envs: int, steps: int, max_episode_steps: int, seed: int, obs_m
 def native_rate(num_envs: int, chunk: int, steps: int, task: str = TASK) -> Rate | None:
     """The simulator's own limit for ``task``: its env class's ``physics_limit(num_envs, chunk, steps)``
     (env steps and seconds of native stepping alone), or None when the class offers none."""
-    from embodied.registry import ENVS
+    from embodied.core.registry import ENVS
 
     limit = getattr(ENVS.resolve(task), "physics_limit", None)
     if limit is None:

@@ -140,7 +140,7 @@ def mailbox_actor(cls: type, **options: Any) -> Any:
 
         @ray.method(concurrency_group=MAILBOX_GROUP)
         def _embodied_rss_mib(self) -> float | None:
-            from embodied.process_memory import process_rss_mib
+            from embodied.core.process_memory import process_rss_mib
 
             return process_rss_mib()
 

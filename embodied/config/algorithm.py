@@ -79,7 +79,7 @@ class OnPolicyConfig(AlgorithmConfig):
 
 @dataclass
 class OffPolicyConfig(AlgorithmConfig):
-    """Fields of the off-policy loop the engine runs (``OffPolicyActorWorker``, ``embodied.offpolicy_runner``):
+    """Fields of the off-policy loop the engine runs (``OffPolicyActorWorker``, ``embodied.runs.offpolicy_iterations``):
     replay, its pacing and weight sync; the learner's own fields are the subclass's."""
 
     off_policy: ClassVar[bool] = True
@@ -88,7 +88,7 @@ class OffPolicyConfig(AlgorithmConfig):
     utd_ratio: float = 1.0  # gradient updates per chunk transition received (update-to-data ratio)
     sync_every: int = 1  # gradient updates between weight syncs to the rollout workers
     # rollout epoch k + 1 runs while the actor makes epoch k's updates, acting with the weights from before
-    # them (embodied/offpolicy_runner.py); false: rollout and updates take turns
+    # them (embodied/runs/offpolicy_iterations.py); false: rollout and updates take turns
     overlap: bool = True
     batch_size: int = 256  # chunk transitions per gradient update
     replay_capacity: int = 100_000  # chunk transitions the replay ring buffer holds (the oldest go first)
@@ -136,7 +136,7 @@ class OffPolicyConfig(AlgorithmConfig):
         """What the off-policy loop and actor cannot run with."""
         p, name = [], self.name
         if cfg.runner.mode != "sync":
-            p.append(f"runner.mode: algorithm.name={name} runs its own loop (embodied.offpolicy_runner); leave "
+            p.append(f"runner.mode: algorithm.name={name} runs its own loop (embodied.runs.offpolicy_iterations); leave "
                      f"runner.mode=sync, got {cfg.runner.mode}")
         if self.overlap and cfg.cluster.placement == "colocated":
             p.append("cluster.placement: colocated rollout workers act with the actor's own module, which "

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from embodied.policy_config import PolicyConfig
-from embodied.registry import ALGORITHMS, load_entry_point
+from embodied.policy.config import PolicyConfig
+from embodied.core.registry import ALGORITHMS, load_entry_point
 
 
 @dataclass
@@ -111,15 +111,15 @@ class ExpertLabels:
 class AlgorithmConfig:
     """Fields every algorithm has. Subclasses add their own, each with a default and a doc line."""
 
-    name: str = ""  # registered algorithm name (see embodied.registry.ALGORITHMS); each subclass sets its own
+    name: str = ""  # registered algorithm name (see embodied.core.registry.ALGORITHMS); each subclass sets its own
 
     algorithm_class: ClassVar[str] = ""
     """``"module:attr"`` of what trains with this config: an ``embodied.algorithms.base.OnPolicyLearner`` class
     (on-policy, built as ``cls(config, seed)``) or an ``OffPolicyLearner`` class (off-policy, built by
     ``OffPolicyConfig.learner``)."""
     off_policy: ClassVar[bool] = False
-    """Trains from replay: the run gets the off-policy loop (``embodied.offpolicy_runner``) and actor
-    (``OffPolicyActorWorker``), and the policy the workers build must have Q-functions (``embodied.q_functions``)."""
+    """Trains from replay: the run gets the off-policy loop (``embodied.runs.offpolicy_iterations``) and actor
+    (``OffPolicyActorWorker``), and the policy the workers build must have Q-functions (``embodied.policy.q_functions``)."""
     records_observations: ClassVar[bool] = False
     """Rollout workers record each observation in the trajectory (``Trajectory.observations``) for replay."""
     needs_whole_episodes: ClassVar[bool] = False
@@ -130,7 +130,7 @@ class AlgorithmConfig:
     may feed it trajectories up to its config's ``max_staleness`` (a field it must have) versions old."""
 
     needs_q_functions: ClassVar[bool] = False
-    """Its learner trains Q-functions the policy provides (``embodied.q_functions``): the policy the workers build
+    """Its learner trains Q-functions the policy provides (``embodied.policy.q_functions``): the policy the workers build
     must have them, which is checked before any worker starts."""
 
     def validate(self, cfg: Config) -> list[str]:
@@ -204,7 +204,7 @@ def due(it: int, every: int, last: int) -> bool:
 @dataclass
 class RunnerConfig:
     iterations: int = 100  # training iterations (sync, rollout, update, log)
-    # sync: rollout, then update, in turn. async (embodied/async_runner.py): env and rollout workers keep
+    # sync: rollout, then update, in turn. async (embodied/runs/async_iterations.py): env and rollout workers keep
     # producing the next rollouts while the actor trains on earlier ones (algorithm.max_staleness bounds the lag).
     mode: Literal["sync", "async"] = "sync"
     eval_every: int = 10  # iterations between evals (0: only at the end)
@@ -230,7 +230,7 @@ class RunnerConfig:
     # seeds, and again after the next rebuild, fails from any state: the run stops with that diagnosis at once.
     broken_env_iterations: int | None = 5  # null: never diagnosed (only the rate stops the run)
     # Resume a checkpoint's env snapshots (pickles) even when they do not carry a signature made with your own key
-    # (embodied.trust): only for a run folder you trust, e.g. one you made on another machine.
+    # (embodied.checkpoint.trust): only for a run folder you trust, e.g. one you made on another machine.
     trust_checkpoint: bool = False
     plot: bool = True  # write learning_curves.png into the run dir at the end of training
 

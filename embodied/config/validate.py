@@ -12,7 +12,7 @@ from typing import Any
 
 from embodied.config.algorithm import OffPolicyConfig, OnPolicyConfig, whole_episode_problems
 from embodied.config.schema import Config, RunnerConfig
-from embodied.registry import ENVS, UnknownNameError
+from embodied.core.registry import ENVS, UnknownNameError
 
 
 OBS_MODE_GIVES = {"state": {"states"}, "rgb": {"images"}, "state+rgb": {"states", "images"}}

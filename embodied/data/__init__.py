@@ -1,4 +1,4 @@
-"""Demonstrations: stored as a Hugging Face dataset or a LeRobot folder, read back (``embodied.collect`` records them).
+"""Demonstrations: stored as a Hugging Face dataset or a LeRobot folder, read back (``embodied.runs.collect`` records them).
 
     embodied collect configs/pick_place_mlp_sft.yaml --episodes 200 --out data/pick_place
     embodied collect configs/pick_place_mlp_sft.yaml --episodes 200 --out data/pp_lerobot --format lerobot
@@ -12,15 +12,15 @@
 ``embodied.data.lerobot`` LeRobot's (read and written), ``embodied.data.demonstrations`` the one
 interface SFT reads both through, ``embodied.data.info`` what ``embodied data info`` prints, and
 ``embodied.data.dataset`` the reader of embodied's format. Recording scripted-expert episodes
-(``embodied collect``) drives env workers, a layer above this package: it is ``embodied.collect``,
-beside ``embodied.sft``; this package imports nothing above it.
+(``embodied collect``) drives env workers, a layer above this package: it is ``embodied.runs.collect``,
+beside ``embodied.runs.sft``; this package imports nothing above it.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from embodied.registry import lazy_attributes
+from embodied.core.registry import lazy_attributes
 
 if TYPE_CHECKING:
     from embodied.data.dataset import DemoBatch, DemoDataset, DemoSample, check_compatible, collate

@@ -17,10 +17,10 @@ import numpy as np
 import torch
 
 from embodied.data.format import IMAGE_KEYS, OBS_KEYS, Meta, read_meta
-from embodied.types import MAIN_IMAGES, TASK_DESCRIPTIONS, Obs
+from embodied.core.types import MAIN_IMAGES, TASK_DESCRIPTIONS, Obs
 
 if TYPE_CHECKING:
-    from embodied.policy import PolicySpec
+    from embodied.policy.base import PolicySpec
 
 
 class DemoSample(NamedTuple):
@@ -71,7 +71,7 @@ class DemoDataset(torch.utils.data.Dataset):
         self.columns: dict[str, np.ndarray] = {
             k: _numpy(table, k) for k in (*self.obs_keys, "actions", "executed", "episode_index", "step")}
         self.tasks: list[str] = table.column("task").to_pylist()
-        # RLPD's demo replay (embodied.demo_replay) reads what the env rewarded and whether the episode succeeded
+        # RLPD's demo replay (embodied.replay.demos) reads what the env rewarded and whether the episode succeeded
         self.outcomes: dict[str, np.ndarray] = {k: _numpy(table, k) for k in ("rewards", "success")
                                                 if k in table.column_names}
 

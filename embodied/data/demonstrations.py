@@ -26,7 +26,7 @@ from embodied.data.dataset import DemoSample
 from embodied.data.format import META_FILE
 
 if TYPE_CHECKING:
-    from embodied.policy import PolicySpec
+    from embodied.policy.base import PolicySpec
 
 Format = Literal["arrow", "lerobot"]
 LEROBOT_INFO = "meta/info.json"
@@ -43,7 +43,7 @@ class Demonstrations(Protocol):
     @property
     def rewards(self) -> np.ndarray | None:
         """float32 [N, C]: the reward of each sub-step of every row's chunk, 0 where not executed (None: not
-        recorded; RLPD then gives a sparse success reward, ``embodied.demo_replay``)."""
+        recorded; RLPD then gives a sparse success reward, ``embodied.replay.demos``)."""
 
     @property
     def episode_success(self) -> np.ndarray | None:

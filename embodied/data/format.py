@@ -49,8 +49,8 @@ from typing import Any
 
 import numpy as np
 
-from embodied.atomic import atomic_dir, disk_full, disk_full_error
-from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES
+from embodied.core.atomic import atomic_dir, disk_full, disk_full_error
+from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES
 
 FORMAT_VERSION = 1
 META_FILE = "meta.json"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from embodied.registry import lazy_attributes
+from embodied.core.registry import lazy_attributes
 
 if TYPE_CHECKING:
     from embodied.workers.actor_worker import ActorWorker

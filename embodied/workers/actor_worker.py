@@ -28,12 +28,12 @@ import torch
 
 from embodied.algorithms.base import OnPolicyLearner, UpdateContext
 from embodied.channels import Channel
-from embodied.checkpoint import (check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state,
+from embodied.checkpoint.store import (check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state,
                                  non_finite_tensors, save_policy_checkpoint)
-from embodied.numerics import NonFiniteUpdateError
+from embodied.core.numerics import NonFiniteUpdateError
 from embodied.config import ActorConfig, AlgorithmConfig
-from embodied.policy import Policy, PolicyConfig, PolicySpec, build_policy
-from embodied.types import Trajectory
+from embodied.policy.base import Policy, PolicyConfig, PolicySpec, build_policy
+from embodied.core.types import Trajectory
 from embodied.workers.ranks import ProcessGroup, Ranks, rendezvous_address
 
 
@@ -239,7 +239,7 @@ class ActorWorker:
                 **self._learner_state(), **({"live_policy": live} if live else {})}
 
     def save_checkpoint(self, path: str, extra: dict[str, Any]) -> str:
-        """Write a checkpoint folder (``embodied.checkpoint``) from rank 0, in the one-process format whatever the
+        """Write a checkpoint folder (``embodied.checkpoint.store``) from rank 0, in the one-process format whatever the
         number of ranks (so it resumes into any number, and transformers opens an exported policy alone)."""
         with self._averaged() as live:  # policy/ holds the average: what evals measured and init_from reads
             policy, optimizer = self._whole()

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from embodied.config import EnvConfig
-from embodied.placement import Backend, ClusterLostError, WorkerGroup
-from embodied.types import PeerFailure, PeerFailureError
+from embodied.backends import Backend, ClusterLostError, WorkerGroup
+from embodied.core.types import PeerFailure, PeerFailureError
 from embodied.workers.faults import WorkerFailure, check_env_command, is_hang
 from embodied.workers.link import Link
 

@@ -18,11 +18,11 @@ from embodied.channels import Shard
 from embodied.config import EnvConfig
 from embodied.config.schema import ExpertLabels, VideoConfig
 from embodied.data.format import OBS_KEYS, DemoEpisode
-from embodied.env_factory import make_vector_env, policy_spec
-from embodied.numerics import check_env_result, check_reset_obs
-from embodied.policy_config import PolicySpec
-from embodied.types import ChunkStepResult, EnvError, Obs, PeerFailure, PeerFailureError, obs_slice
-from embodied.video import VideoReport, VideoWriter
+from embodied.env_runtime.factory import make_vector_env, policy_spec
+from embodied.core.numerics import check_env_result, check_reset_obs
+from embodied.policy.config import PolicySpec
+from embodied.core.types import ChunkStepResult, EnvError, Obs, PeerFailure, PeerFailureError, obs_slice
+from embodied.logging.video import VideoReport, VideoWriter
 from embodied.workers.faults import StepWatch
 from embodied.workers.link import Link
 from embodied.envs.batched import BatchedEnv, RecordingBatchedEnv

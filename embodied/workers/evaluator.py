@@ -14,15 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from embodied.checkpoint import PACKAGES, package_version
+from embodied.checkpoint.store import PACKAGES, package_version
 from embodied.config import Config
 from embodied.config.schema import VideoConfig
-from embodied.env_factory import episode_steps
-from embodied.eval_plan import EvalPlan, env_eval_episodes
-from embodied.placement import Backend, WorkerGroup, without_frames
-from embodied.registry import ENVS
-from embodied.types import EpisodeStats, EvalEpisode
-from embodied.video import VideoReport
+from embodied.env_runtime.factory import episode_steps
+from embodied.workers.eval_plan import EvalPlan, env_eval_episodes
+from embodied.backends import Backend, WorkerGroup, without_frames
+from embodied.core.registry import ENVS
+from embodied.core.types import EpisodeStats, EvalEpisode
+from embodied.logging.video import VideoReport
 from embodied.workers.env_group import EnvGroup, exchange
 from embodied.workers.faults import WorkerFailure
 from embodied.workers.launch import (EVAL_SEED_OFFSET, dropped_envs, fresh_seed, restart_or_raise, start_eval_envs,
@@ -37,7 +37,7 @@ class Evaluator:
 
     Eval episode ``k`` starts from seed ``experiment.seed + EVAL_SEED_OFFSET + k``, apart from
     every training seed, or, for an env that publishes a fixed eval set (``eval_episodes``), from
-    its ``k``-th chosen episode (``embodied.eval_plan``); ``eval_env.num_envs`` episodes run at a
+    its ``k``-th chosen episode (``embodied.workers.eval_plan``); ``eval_env.num_envs`` episodes run at a
     time (one round).
     """
 
@@ -69,7 +69,7 @@ class Evaluator:
         self.backend.wait(self.rollout_group.call("load_checkpoint", actor_state, version))
 
     def plan(self, episodes: int) -> EvalPlan:
-        """The episodes of an eval of ``episodes`` episodes (``embodied.eval_plan``): seeded, or spread over
+        """The episodes of an eval of ``episodes`` episodes (``embodied.workers.eval_plan``): seeded, or spread over
         the fixed eval set the eval env publishes (computed once)."""
         return EvalPlan.make(self.cfg.resolved_eval_env().num_envs, episodes, self.fixed_episodes)
 

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from embodied.config import EnvConfig
-from embodied.numerics import NonFiniteError
-from embodied.types import EnvStepTimeoutError, find_env_error
+from embodied.core.numerics import NonFiniteError
+from embodied.core.types import EnvStepTimeoutError, find_env_error
 
 
 class StepWatch:

@@ -15,10 +15,10 @@ from typing import Any
 from embodied.algorithms import OnPolicyLearner, RolloutReset
 from embodied.channels import Channel
 from embodied.config import Config
-from embodied.placement import (ActorLostError, Backend, ClusterLostError, LocalBackend, WorkerGroup, process_rss_mib,
+from embodied.backends import (ActorLostError, Backend, ClusterLostError, LocalBackend, WorkerGroup, process_rss_mib,
                                 without_frames)
-from embodied.policy import PolicySpec
-from embodied.types import EpisodeStats, RolloutSummary, Trajectory
+from embodied.policy.base import PolicySpec
+from embodied.core.types import EpisodeStats, RolloutSummary, Trajectory
 from embodied.workers.env_group import EnvGroup, exchange
 from embodied.workers.evaluator import Evaluator
 from embodied.workers.faults import WorkerFailure
@@ -223,7 +223,7 @@ class Workers:
         reasons = [s for rank in envs for s in rank if isinstance(s, str)]
         stages = self.cfg.rollout.pipeline_stages
         if "envs" not in state and "rollout_rng" in state:
-            pass  # left out on purpose (snapshots not trusted: ``embodied.trust.trusted`` said why)
+            pass  # left out on purpose (snapshots not trusted: ``embodied.checkpoint.trust.trusted`` said why)
         elif reasons:
             problems.append(f"the envs were not saved ({reasons[0]})")
         elif len(envs) != len(self.env_group) or any(len(rank) != stages for rank in envs):

@@ -2,12 +2,12 @@
 algorithm's learner (``OffPolicyConfig.learner()``, an ``embodied.algorithms.base.OffPolicyLearner``).
 
 Each ``update`` receives the rollout epoch's trajectories (over the same ``trajectories`` channel as PPO),
-adds their chunk transitions to a bounded replay buffer (``embodied.replay``), and makes
+adds their chunk transitions to a bounded replay buffer (``embodied.replay.buffer``), and makes
 ``algorithm.utd_ratio`` gradient updates per chunk transition received, once replay holds
 ``algorithm.learning_starts`` transitions; with ``algorithm.demos`` (RLPD) ``algorithm.demo_ratio`` of every batch
-comes from the demonstrations' own replay (``embodied.demo_replay``), built here at start. Fractional ratios
+comes from the demonstrations' own replay (``embodied.replay.demos``), built here at start. Fractional ratios
 carry over between epochs (``owed``), so the run keeps the ratio exactly. ``version`` counts gradient updates:
-the runner syncs weights every ``algorithm.sync_every`` of them (``embodied.offpolicy_runner``).
+the runner syncs weights every ``algorithm.sync_every`` of them (``embodied.runs.offpolicy_iterations``).
 
 With ``actor.num_ranks > 1`` (data parallel, as PPO's ranks): rollout rank r's trajectories reach actor rank
 r mod N, so each rank's replay holds its own share; the pacing counts what all ranks received, so every rank
@@ -34,14 +34,14 @@ import torch
 
 from embodied.algorithms.base import OffPolicyLearner
 from embodied.algorithms.transitions import ReplaySample
-from embodied.checkpoint import REPLAY_DIR, save_policy_checkpoint
+from embodied.checkpoint.store import REPLAY_DIR, save_policy_checkpoint
 from embodied.config import ActorConfig, OffPolicyConfig
-from embodied.demo_replay import demo_replay, fit_demos, mixed_sample, open_demos
-from embodied.numerics import NonFiniteUpdateError, non_finite_terms
-from embodied.policy import PolicyConfig, PolicySpec
-from embodied.q_functions import require_q_functions
-from embodied.replay import ReplayBuffer, save_replay
-from embodied.types import Trajectory
+from embodied.replay.demos import demo_replay, fit_demos, mixed_sample, open_demos
+from embodied.core.numerics import NonFiniteUpdateError, non_finite_terms
+from embodied.policy.base import PolicyConfig, PolicySpec
+from embodied.policy.q_functions import require_q_functions
+from embodied.replay.buffer import ReplayBuffer, save_replay
+from embodied.core.types import Trajectory
 from embodied.workers.actor_worker import ActorWorker
 from embodied.workers.ranks import ProcessGroup
 

@@ -12,9 +12,9 @@ from typing import NamedTuple
 
 from embodied.config import Config, ConfigError, EnvConfig
 from embodied.config.schema import Resources
-from embodied.placement import Backend
-from embodied.registry import ENVS
-from embodied.types import footprint_of
+from embodied.backends import Backend
+from embodied.core.registry import ENVS
+from embodied.core.types import footprint_of
 
 
 def check_resources(cfg: Config, backend: Backend, training: bool) -> None:

@@ -1,13 +1,13 @@
 """``GymnasiumEnv``: any gymnasium env, by registered id or by class, behind the observation contract.
 
-Which path an env entry point takes (``plug_in`` decides, when ``embodied.registry.ENVS`` resolves
+Which path an env entry point takes (``plug_in`` decides, when ``embodied.core.registry.ENVS`` resolves
 a name, so ``embodied train``, ``embodied check-env`` and ``embodied list envs`` all agree):
 
 1. a ``BatchedEnv`` (class attribute ``batched = True``): built directly, unchanged;
 2. a class whose constructor names both ``obs_mode`` and ``max_episode_steps``: embodied's own
    convention (the built-in tasks, this adapter's subclasses), called as it is, the fast path with
    no adapter; its observation space must be a ``Dict`` with embodied's keys, which
-   ``embodied.env_factory`` checks when it is built;
+   ``embodied.env_runtime.factory`` checks when it is built;
 3. any other ``gymnasium.Env`` subclass (a plain gymnasium class, taking neither): wrapped in
    ``GymnasiumEnv``, exactly as a gymnasium id is;
 4. a function, ``functools.partial`` or other callable that is not a class: called as it is, with
@@ -44,7 +44,7 @@ gymnasium's ``TimeLimit`` either way. It is translated, step by step, into what
 The adapter's own options (``image_size``, ``task_description``, ``success_key``) come from
 ``env.kwargs`` like the constructor's arguments; a wrapped class that names one gets it too.
 
-``embodied.registry`` falls back on this class for any ``env.id`` that is registered with
+``embodied.core.registry`` falls back on this class for any ``env.id`` that is registered with
 gymnasium (``gymnasium.envs.registry``) but not with embodied, so ``env.id: HalfCheetah-v5`` works.
 """
 
@@ -61,8 +61,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.wrappers import TimeLimit
 
-from embodied.registry import PluginError
-from embodied.types import MAIN_IMAGES, OBS_MODES, STATES, WRIST_IMAGES, Obs
+from embodied.core.registry import PluginError
+from embodied.core.types import MAIN_IMAGES, OBS_MODES, STATES, WRIST_IMAGES, Obs
 from embodied.envs.batched import is_batched
 
 # Goal-conditioned observations (gymnasium-robotics' GoalEnv) are concatenated in this order;

@@ -31,8 +31,8 @@ import torch
 from torch import nn
 from torch.distributions import Normal
 
-from embodied.policy import Policy, PolicySpec
-from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES, Obs, PolicyOutput
+from embodied.policy.base import Policy, PolicySpec
+from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES, Obs, PolicyOutput
 from embodied.policies.cnn.configuration import CNNConfig, CNNEncoderConfig
 
 

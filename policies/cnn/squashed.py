@@ -24,12 +24,12 @@ from torch import nn
 from embodied.policies.cnn.configuration import SquashedCNNConfig
 from embodied.policies.cnn.modeling import CNNFeatures
 from embodied.policies.squashed import SquashedGaussianPolicy
-from embodied.policy import PolicySpec
-from embodied.types import Obs
+from embodied.policy.base import PolicySpec
+from embodied.core.types import Obs
 
 
 class SquashedCNNPolicy(SquashedGaussianPolicy):
-    """Tanh-Gaussian actor over a CNN encoder; implements ``embodied.q_functions.QFunctionPolicy``."""
+    """Tanh-Gaussian actor over a CNN encoder; implements ``embodied.policy.q_functions.QFunctionPolicy``."""
 
     def __init__(self, config: SquashedCNNConfig, spec: PolicySpec) -> None:
         super().__init__()

@@ -12,8 +12,8 @@ import torch
 from torch import nn
 from torch.distributions import Normal
 
-from embodied.policy import Policy, PolicySpec
-from embodied.types import STATES, Obs, PolicyOutput
+from embodied.policy.base import Policy, PolicySpec
+from embodied.core.types import STATES, Obs, PolicyOutput
 from embodied.policies.mlp.configuration import MLPConfig
 
 

@@ -16,8 +16,8 @@ from torch import nn
 from embodied.policies.mlp.configuration import SquashedMLPConfig
 from embodied.policies.mlp.modeling import merge_statistics, standardize, states_tensor
 from embodied.policies.squashed import SquashedGaussianPolicy
-from embodied.policy import PolicySpec
-from embodied.types import STATES, Obs
+from embodied.policy.base import PolicySpec
+from embodied.core.types import STATES, Obs
 
 
 class StatesFeatures(nn.Module):
@@ -38,7 +38,7 @@ class StatesFeatures(nn.Module):
 
 
 class SquashedMLPPolicy(SquashedGaussianPolicy):
-    """Tanh-Gaussian MLP actor over action chunks; implements ``embodied.q_functions.QFunctionPolicy``."""
+    """Tanh-Gaussian MLP actor over action chunks; implements ``embodied.policy.q_functions.QFunctionPolicy``."""
 
     def __init__(self, config: SquashedMLPConfig, spec: PolicySpec) -> None:
         super().__init__()

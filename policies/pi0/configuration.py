@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 from embodied.policies.pi0.folders import (CAMERA_SOURCES, TINY_NAMES, camera_sources, is_lerobot_config,
                                            pi0_folder_problem, read_config_json)
 from embodied.policies.transformers_base.configuration import FLOW_LOGPROBS, TINY_PREFIX, TransformersPolicyConfig
-from embodied.policy_config import PolicySpec
+from embodied.policy.config import PolicySpec
 
 __all__ = ["FLOW_LOGPROBS", "PI0PolicyConfig", "TINY_NAMES", "TINY_PREFIX", "size_problems"]
 

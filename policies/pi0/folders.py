@@ -37,7 +37,7 @@ def pi0_folder_problem(path: Path) -> tuple[str | None, int | None]:
     return None, config.get("chunk_size", 50)
 
 
-CAMERA_SOURCES = ("main_images", "wrist_images", "empty")  # embodied.types MAIN_IMAGES, WRIST_IMAGES; no camera
+CAMERA_SOURCES = ("main_images", "wrist_images", "empty")  # embodied.core.types MAIN_IMAGES, WRIST_IMAGES; no camera
 LEROBOT_MAX_LENGTH = 48  # LeRobot's π0 tokenizer_max_length default (openpi's)
 
 

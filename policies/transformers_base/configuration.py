@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from embodied.policy_config import PolicyConfig
+from embodied.policy.config import PolicyConfig
 
 TINY_PREFIX = "tiny:"  # policy.model_path: tiny:NAME is a tiny model built offline into the cache
 FLOW_LOGPROBS = ("sde", "noise")  # policy.flow_logprob's modes (policies/flow_logprob.py)

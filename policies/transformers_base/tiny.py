@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from embodied.atomic import atomic_dir
+from embodied.core.atomic import atomic_dir
 
 # Text the tokenizer learns from: every built-in task description plus the words of prompts,
 # numbers (states as text) and colours, so any built-in instruction tokenizes compactly.

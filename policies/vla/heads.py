@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Normal
 
-from embodied.policy import masked_nll
+from embodied.policy.base import masked_nll
 
 Run = Callable[..., torch.Tensor]  # run(extra_ids [B, k] | None, extra_embeds [k, H] | None) -> hidden
 

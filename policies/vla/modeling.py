@@ -29,8 +29,8 @@ from torch import nn
 
 from embodied.policies.transformers_base.folders import load_tokenizer
 from embodied.policies.transformers_base.modeling import TransformersPolicy
-from embodied.policy import PolicySpec
-from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES, NoiseSteering, Obs, PolicyOutput
+from embodied.policy.base import PolicySpec
+from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES, NoiseSteering, Obs, PolicyOutput
 from embodied.policies.vla.action_tokenizer import ActionTokenizer, stats_bounds
 from embodied.policies.vla.configuration import VLAConfig
 from embodied.policies.vla.flow import ExpertShape, FlowHead

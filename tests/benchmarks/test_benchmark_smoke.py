@@ -6,7 +6,7 @@ import math
 
 from benchmarks.rollout_throughput import RandomConfig, RandomPolicy, main
 
-from embodied.policy import PolicySpec, build_policy
+from embodied.policy.base import PolicySpec, build_policy
 
 
 def test_benchmark_main_returns_finite_positive_rates(capsys):

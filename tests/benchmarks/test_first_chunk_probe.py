@@ -7,8 +7,8 @@ import torch
 
 from benchmarks.first_chunk_probe import main
 from embodied.config import load_config
-from embodied.collect import collect
-from embodied.sft import sft
+from embodied.runs.collect import collect
+from embodied.runs.sft import sft
 
 REACH = ["env.num_envs=8", "eval_env.num_envs=8", "env.max_episode_steps=30", "policy.action_chunk=2",
          "policy.hidden_sizes=[64, 64]", "policy.normalize_states=true", "sft.val_fraction=0.3"]

@@ -1,5 +1,5 @@
 """docs/extending.md stays true: its code is the examples' code (``docs/examples/my_algo``, ``my_policy``), each
-example trains on Reach through ``embodied.runner.train``, the checks the page names refuse what it says they
+example trains on Reach through ``embodied.runs.train.train``, the checks the page names refuse what it says they
 refuse, and every ``Class.attr`` it names exists."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from embodied.config import ConfigError, load_config
-from embodied.registry import ALGORITHMS, POLICIES
-from embodied.runner import train
+from embodied.core.registry import ALGORITHMS, POLICIES
+from embodied.runs.train import train
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "extending.md"
@@ -75,9 +75,9 @@ def test_every_class_attribute_the_doc_names_exists():
     from embodied.config.algorithm import OffPolicyConfig, OnPolicyConfig, TDConfig
     from embodied.config.schema import AlgorithmConfig
     from embodied.envs.chunked import ChunkedVectorEnv
-    from embodied.policy import Policy
-    from embodied.policy_config import PolicyConfig
-    from embodied.types import ChunkStepResult, Trajectory
+    from embodied.policy.base import Policy
+    from embodied.policy.config import PolicyConfig
+    from embodied.core.types import ChunkStepResult, Trajectory
 
     known = {c.__name__: c for c in (OnPolicyLearner, OffPolicyLearner, UpdateContext, DAggerLearner, DAggerConfig,
                                      OnPolicyConfig, OffPolicyConfig, TDConfig, AlgorithmConfig, ChunkedVectorEnv,

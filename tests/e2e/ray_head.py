@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from embodied.config import ConfigError
-from embodied.placement import check_reachable
+from embodied.backends import check_reachable
 
 
 def descendants(pid: int) -> list[int]:

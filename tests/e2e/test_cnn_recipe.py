@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from embodied.checkpoint import load_checkpoint
+from embodied.checkpoint.store import load_checkpoint
 from embodied.cli import main
 from embodied.config import load_config
-from embodied.env_factory import policy_spec
-from embodied.policy import build_policy
-from embodied.runner import train
+from embodied.env_runtime.factory import policy_spec
+from embodied.policy.base import build_policy
+from embodied.runs.train import train
 from embodied.policies.cnn.configuration import CNNConfig
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "push_cnn_ppo.yaml"

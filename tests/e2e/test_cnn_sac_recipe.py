@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from embodied.checkpoint import load_checkpoint
+from embodied.checkpoint.store import load_checkpoint
 from embodied.config import load_config
-from embodied.runner import train
+from embodied.runs.train import train
 from tests.e2e.test_sac_recipe import weights
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "reach_cnn_sac.yaml"

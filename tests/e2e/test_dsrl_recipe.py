@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from embodied.algorithms.dsrl import FEATURES
-from embodied.checkpoint import load_checkpoint
+from embodied.checkpoint.store import load_checkpoint
 from embodied.cli import main
 from embodied.config import load_config
-from embodied.replay import ReplayBuffer, read_replay_manifest
-from embodied.runner import train
+from embodied.replay.buffer import ReplayBuffer, read_replay_manifest
+from embodied.runs.train import train
 from tests.e2e.test_vla_flow_recipe import PPO as FLOW_PPO
 from tests.e2e.test_vla_flow_recipe import SMALL
 from tests.e2e.test_vla_flow_recipe import short_run as flow_short_run

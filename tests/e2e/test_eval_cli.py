@@ -12,7 +12,7 @@ import pytest
 
 from embodied.cli import main
 from embodied.config import load_config
-from embodied.runner import train
+from embodied.runs.train import train
 from embodied.workers.launch import EVAL_SEED_OFFSET
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +29,7 @@ def run_dir(tmp_path_factory) -> Path:
 
 
 def decode(path: Path):
-    from tests.embodied.test_video import decode as decode_mp4
+    from tests.embodied.logging.test_video import decode as decode_mp4
 
     return decode_mp4(path)
 

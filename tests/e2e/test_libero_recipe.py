@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from embodied.check_env import check_env
+from embodied.env_runtime.check_env import check_env
 from embodied.cli import main
 from embodied.config import ConfigError, EnvConfig, config_from_dict, load_config, to_dict
-from embodied.env_factory import check_env_config
-from embodied.runner import train
+from embodied.env_runtime.factory import check_env_config
+from embodied.runs.train import train
 
 pytest.importorskip("libero.libero", reason="pip install 'embodied[libero]'")
 pytestmark = pytest.mark.libero
@@ -82,8 +82,8 @@ PI0_GPU = CONFIGS / "libero_pi0_ppo_gpu.yaml"
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:policy.type=pi0.*no normalization statistics")
 def test_pi0_sft_recipe_trains_an_epoch_and_evaluates_two_tasks_times_two_init_states(tmp_path):
-    from embodied.collect import collect
-    from embodied.sft import sft
+    from embodied.runs.collect import collect
+    from embodied.runs.sft import sft
 
     short = [*SHORT, "env.max_episode_steps=8", "sft.epochs=1", "sft.batch_size=4", "sft.val_fraction=0",
              f"experiment.output_dir={tmp_path}"]
@@ -125,9 +125,9 @@ def test_rlpd_recipe_collects_dense_demonstrations_clones_them_and_fine_tunes_af
     import datasets
     import torch
 
-    from embodied.checkpoint import find_checkpoint, load_checkpoint
-    from embodied.collect import collect
-    from embodied.sft import sft
+    from embodied.checkpoint.store import find_checkpoint, load_checkpoint
+    from embodied.runs.collect import collect
+    from embodied.runs.sft import sft
 
     short = [*SHORT, "cluster.backend=local", "cluster.num_env_workers=1", "env.max_episode_steps=40",
              "sft.epochs=1", "sft.batch_size=8", "sft.val_fraction=0", "algorithm.batch_size=8",

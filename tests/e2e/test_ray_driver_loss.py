@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from embodied.placement import check_reachable
+from embodied.backends import check_reachable
 from tests.e2e.ray_head import alive, descendants, kill_all, start_head, stop_head, token_env
 
 pytestmark = pytest.mark.slow

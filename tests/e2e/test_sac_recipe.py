@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from embodied.atomic import DiskFullError
-from embodied.checkpoint import find_checkpoint, load_checkpoint
+from embodied.core.atomic import DiskFullError
+from embodied.checkpoint.store import find_checkpoint, load_checkpoint
 from embodied.config import load_config
-from embodied.runner import train
+from embodied.runs.train import train
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "reach_mlp_sac.yaml"
 SHORT = ["runner.iterations=4", "env.num_envs=4", "eval_env.num_envs=4", "runner.eval_episodes=4",
@@ -131,7 +131,7 @@ def test_a_stop_the_schedule_did_not_foresee_records_the_overlapped_epoch(tmp_pa
 def test_a_full_disk_while_checkpointing_replay_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     """keep_checkpoints=1: the failed write of iteration 4's replay names the path and deletes nothing; the run
     resumes from iteration 2's checkpoint and ends on one run's weights."""
-    from embodied import replay as replay_module
+    from embodied.replay import buffer as replay_module
 
     write = replay_module._write_chunk
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from embodied.checkpoint import load_checkpoint
+from embodied.checkpoint.store import load_checkpoint
 from embodied.config import load_config
-from embodied.env_factory import policy_spec
-from embodied.policy import build_policy
-from embodied.runner import train
+from embodied.env_runtime.factory import policy_spec
+from embodied.policy.base import build_policy
+from embodied.runs.train import train
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "reach_mlp_ppo.yaml"
 SHORT = ["runner.iterations=3", "env.num_envs=8", "eval_env.num_envs=4", "runner.eval_episodes=8",
@@ -83,9 +83,9 @@ def test_an_actor_rank_that_dies_stops_the_run_naming_it_its_last_checkpoint_and
         tmp_path, ray_session):
     import threading
 
-    from embodied.checkpoint import find_checkpoint
-    from embodied.placement import ActorLostError
-    from embodied.registry import POLICIES
+    from embodied.checkpoint.store import find_checkpoint
+    from embodied.backends import ActorLostError
+    from embodied.core.registry import POLICIES
 
     POLICIES.register("dying_mlp", "tests.toy_policies:DyingMLPConfig", overwrite=True)
     marker = tmp_path / "die"
@@ -167,7 +167,7 @@ def test_an_unreachable_cluster_address_fails_within_the_timeout_and_leaves_no_r
 def test_training_joins_an_existing_ray_cluster_and_leaves_it_running(tmp_path):
     """`ray start --head` on loopback (token authentication on, as Ray now defaults to), a short run
     against it through cluster.address, then the head is stopped by the test, not by the run."""
-    from embodied.placement import check_reachable
+    from embodied.backends import check_reachable
     from tests.e2e.ray_head import start_head, stop_head, token_env
 
     env = token_env()

@@ -59,7 +59,7 @@ CHECKS = textwrap.dedent('''
     import envs, policies  # the user's, from the project folder
 
     assert envs.USER_ENVS and policies.USER_POLICIES, (envs, policies)
-    from embodied.registry import ENVS, POLICIES
+    from embodied.core.registry import ENVS, POLICIES
 
     reach = ENVS.resolve("Reach-v0")
     assert reach.__name__ == "ReachEnv" and project not in Path(sys.modules[reach.__module__].__file__).parents, \\

@@ -12,7 +12,7 @@ import pytest
 
 from embodied.cli import main
 from embodied.config import ConfigError, load_config
-from embodied.runner import train
+from embodied.runs.train import train
 from tests.e2e.test_vla_recipe import SHORT
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -23,8 +23,8 @@ def test_list_envs(capsys):
 
 
 def test_env_catalog_describes_modes_and_names_what_is_unavailable():
-    from embodied.env_catalog import describe_env
-    from embodied.registry import ENVS
+    from embodied.env_runtime.catalog import describe_env
+    from embodied.core.registry import ENVS
 
     ENVS.register("OnlyState-v0", "tests.toy_envs:CountingEnv", overwrite=True)  # accepts any obs_mode
     assert describe_env("OnlyState-v0").action_space == "Box(2) in [-10, 10]"

@@ -15,28 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from embodied.layers import LAYERS
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("embodied", "envs", "policies")
 ALIASES = {"embodied.envs": "envs", "embodied.policies": "policies"}  # the same packages, as installed
 
-# Lowest first; declared here only. docs/architecture.md ("Layers") draws the same picture.
-LAYERS: list[tuple[str, list[str]]] = [
-    ("foundation: types, registries, files, memory", ["embodied", "embodied.types", "embodied.registry",
-                                                      "embodied.atomic", "embodied.numerics", "embodied.process_memory"]),
-    ("contracts: the policy interface, configs", ["embodied.policy", "embodied.policy_config", "embodied.q_functions",
-                                                  "embodied.config", "embodied.trust", "embodied.stop"]),
-    ("components: simulators, policies, datasets, algorithms, transport, files of a run",
-     ["envs", "policies", "embodied.data", "embodied.algorithms", "embodied.channels", "embodied.placement",
-      "embodied.checkpoint", "embodied.logger", "embodied.wandb_process", "embodied.plot", "embodied.video", "embodied.eval_plan",
-      "embodied.env_catalog", "embodied.replay", "embodied.demo_replay"]),
-    ("env machinery: building and checking envs", ["embodied.env_factory", "embodied.check_env",
-                                                   "embodied.preflight"]),
-    ("workers", ["embodied.workers"]),
-    ("runs: training, resume, eval, SFT, collection, benchmarks",
-     ["embodied.evaluation", "embodied.runner", "embodied.async_runner", "embodied.offpolicy_runner",
-      "embodied.rollout_producer", "embodied.resume", "embodied.sft", "embodied.collect", "embodied.bench"]),
-    ("entry point", ["embodied.cli"]),
-]
+# Declared once, in embodied/layers.py (lowest first); docs/architecture.md ("Layers") draws the same picture.
 LAYER_OF = {component: i for i, (_, components) in enumerate(LAYERS) for component in components}
 
 
@@ -168,7 +153,7 @@ def test_no_module_imports_one_of_a_layer_above():
             elif LAYER_OF[theirs] > LAYER_OF[mine]:
                 upward.append(f"{path.relative_to(ROOT)}:{line}: {module_name(path)} ({LAYERS[LAYER_OF[mine]][0]}) "
                               f"imports {imported} ({LAYERS[LAYER_OF[theirs]][0]})")
-    assert not undeclared, f"components with no layer in LAYERS (tests/embodied/test_layers.py): {sorted(undeclared)}"
+    assert not undeclared, f"components with no layer in LAYERS (embodied/layers.py): {sorted(undeclared)}"
     assert not upward, "imports that point up a layer:\n" + "\n".join(upward)
 
 
@@ -188,7 +173,7 @@ def test_the_guard_sees_an_upward_import(tmp_path, monkeypatch):
         test_no_module_imports_one_of_a_layer_above()
     except AssertionError as exc:
         assert "embodied/data/_layer_probe.py:2: embodied.data._layer_probe (components" in str(exc)
-        assert "imports embodied.workers.group (workers)" in str(exc)
+        assert "imports embodied.workers.group (workers:" in str(exc)
     else:
         raise AssertionError("the upward import was not seen")
 
@@ -208,13 +193,13 @@ def test_the_cycle_check_names_each_circle_of_a_synthetic_graph():
 
 
 def test_the_cycle_check_sees_the_channel_placement_circle_put_back(monkeypatch):
-    """The circle issue 41 removed: the Ray channel's mailbox reading its memory through ``embodied.placement``,
+    """The circle issue 41 removed: the Ray channel's mailbox reading its memory through ``embodied.backends``,
     which itself builds on the channels (one component layer, so the layer check alone did not see it)."""
     probe = ROOT / "embodied" / "channels" / "ray_channel.py"
     original = Path.read_text
-    text = original(probe) + "\n\ndef _probe():\n    from embodied.placement import process_rss_mib\n"
+    text = original(probe) + "\n\ndef _probe():\n    from embodied.backends import process_rss_mib\n"
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: text if self == probe else original(self, *a, **k))
     with pytest.raises(AssertionError) as failure:
         test_no_imports_go_in_a_circle()
-    assert "components: embodied.channels -> embodied.placement -> embodied.channels" in str(failure.value)
-    assert "modules: embodied.channels -> embodied.channels.ray_channel -> embodied.placement -> " in str(failure.value)
+    assert "components: embodied.backends -> embodied.channels -> embodied.backends" in str(failure.value)
+    assert "modules: embodied.backends -> embodied.backends.ray_backend -> embodied.channels.ray_channel -> " in str(failure.value)

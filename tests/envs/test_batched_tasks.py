@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from embodied.config import EnvConfig
-from embodied.env_factory import make_vector_env
+from embodied.env_runtime.factory import make_vector_env
 from embodied.envs.chunked import ChunkedVectorEnv
 from embodied.envs.mujoco_rollout import available_cores
 from embodied.envs.pick_color import PickColorEnv
@@ -20,7 +20,7 @@ from embodied.envs.pick_place import PickPlaceEnv
 from embodied.envs.push import PushEnv
 from embodied.envs.reach import ReachBatchedEnv, ReachEnv
 from embodied.envs.stack import StackEnv
-from embodied.types import ChunkStepResult
+from embodied.core.types import ChunkStepResult
 
 TASKS = [ReachEnv, PushEnv, PickPlaceEnv, StackEnv, PickColorEnv]
 IDS = {ReachEnv: "Reach-v0", PushEnv: "Push-v0", PickPlaceEnv: "PickPlace-v0", StackEnv: "Stack-v0",
@@ -147,7 +147,7 @@ def test_nthread_beyond_the_cores_is_clamped_with_a_warning():
 
 def test_env_kwargs_of_a_twin_are_checked_against_the_task():
     from embodied.config import ConfigError
-    from embodied.env_factory import check_env_config
+    from embodied.env_runtime.factory import check_env_config
 
     check_env_config(EnvConfig(id="Reach-v0", kwargs={"nthread": 1, "success_threshold": 0.1}))
     with pytest.raises(ConfigError, match="env.kwargs.sucess_threshold"):
@@ -157,7 +157,7 @@ def test_env_kwargs_of_a_twin_are_checked_against_the_task():
 
 
 def test_check_env_passes_on_every_twin():
-    from embodied.check_env import check_env
+    from embodied.env_runtime.check_env import check_env
 
     for task in (ReachEnv, PickColorEnv):
         rows = check_env(EnvConfig(id=IDS[task], max_episode_steps=12), steps=24, fast=True, render="skip")

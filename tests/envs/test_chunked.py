@@ -162,7 +162,7 @@ def test_envs_built_on_threads_keep_their_order_and_a_failure_closes_the_built_o
     import threading
     import time
 
-    from embodied.types import EnvError
+    from embodied.core.types import EnvError
 
     threads, closed = set(), []
 

@@ -9,8 +9,8 @@ import pickle
 import numpy as np
 import pytest
 
-from embodied.placement import process_rss_mib
-from embodied.registry import ENVS
+from embodied.backends import process_rss_mib
+from embodied.core.registry import ENVS
 
 TASKS = ["Reach-v0", "Push-v0", "PickPlace-v0", "Stack-v0", "PickColor-v0"]
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES
+from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES
 from embodied.envs.reach import ReachEnv
 
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from embodied.registry import ENVS
-from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES
+from embodied.core.registry import ENVS
+from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES
 from embodied.envs.experts import PickColorExpert, expert_for
 from embodied.envs.mujoco_base import TableTopEnv
 from embodied.envs.pick_color import COLORS, PickColorEnv

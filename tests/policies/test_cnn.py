@@ -10,8 +10,8 @@ import torch
 
 from embodied.algorithms import ppo_loss
 from embodied.config import ConfigError, load_config
-from embodied.policy import Policy, PolicySpec, build_policy
-from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES
+from embodied.policy.base import Policy, PolicySpec, build_policy
+from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES
 from embodied.policies.cnn.configuration import CNNConfig
 from embodied.policies.cnn.modeling import CNNPolicy, SpatialSoftmax
 
@@ -244,7 +244,7 @@ def test_state_dict_round_trip_gives_the_same_actions():
 @pytest.mark.parametrize("obs_mode", ["rgb", "state+rgb"])
 def test_default_config_on_push_images(obs_mode):
     """The recipe's size: 64x64 main and wrist images of the real Push env, default layers."""
-    from embodied.env_factory import policy_spec
+    from embodied.env_runtime.factory import policy_spec
     from embodied.envs.push import PushEnv
 
     env = PushEnv(obs_mode=obs_mode)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from embodied.config import load_config
-from embodied.policy import Policy, PolicySpec, build_policy
-from embodied.types import STATES
+from embodied.policy.base import Policy, PolicySpec, build_policy
+from embodied.core.types import STATES
 from embodied.policies.mlp.configuration import MLPConfig
 from embodied.policies.mlp.modeling import MLPPolicy
 
@@ -158,7 +158,7 @@ def test_state_dict_round_trip_gives_the_same_actions():
 
 def test_state_normalization_tracks_rollout_statistics_and_keeps_replay_exact():
     from embodied.config import load_config
-    from embodied.policy import PolicySpec, build_policy
+    from embodied.policy.base import PolicySpec, build_policy
 
     cfg = load_config(None, ["policy.normalize_states=true", "policy.hidden_sizes=[16]", "policy.action_chunk=2"])
     spec = PolicySpec(state_dim=3, image_shape=None, action_dim=2, action_low=(-1.0,) * 2, action_high=(1.0,) * 2)

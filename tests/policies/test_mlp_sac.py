@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from embodied.algorithms.sac_networks import build_critics
 from embodied.policies.mlp.configuration import SquashedMLPConfig
 from embodied.policies.mlp.squashed import SquashedMLPPolicy
-from embodied.policy import PolicySpec
-from embodied.q_functions import QFunctionPolicy, require_q_functions
+from embodied.policy.base import PolicySpec
+from embodied.policy.q_functions import QFunctionPolicy, require_q_functions
 
 SPEC = PolicySpec(state_dim=5, image_shape=None, action_dim=2, action_low=(-1.0, 0.0), action_high=(1.0, 4.0))
 

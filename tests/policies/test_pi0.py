@@ -16,7 +16,7 @@ from embodied.policies.flow_logprob import CHAIN, step_distribution
 from embodied.policies.pi0.configuration import PI0PolicyConfig
 from embodied.policies.pi0.modeling import PI0Policy
 from embodied.policies.pi0.pretrained import resolve_model_path
-from embodied.policy import PolicySpec
+from embodied.policy.base import PolicySpec
 
 SPEC = PolicySpec(state_dim=7, image_shape=(64, 64, 3), action_dim=4, action_low=(-1.0,) * 4, action_high=(1.0,) * 4,
                   wrist_image_shape=(48, 64, 3))
@@ -397,7 +397,9 @@ def test_the_env_is_checked_against_the_checkpoint_before_any_worker_or_weights(
                                                                                   tmp_path, monkeypatch):
     """train, sft and eval read the checkpoint's config.json against one env's spaces before starting anything:
     the folder holds no weights, so reaching the model would fail otherwise."""
-    from embodied import evaluation, runner, sft
+    from embodied.evaluation import run as evaluation
+    from embodied.runs import train as runner
+    from embodied.runs import sft
 
     folder = tmp_path / "pi0"
     folder.mkdir()
@@ -416,7 +418,7 @@ def test_the_env_is_checked_against_the_checkpoint_before_any_worker_or_weights(
 
 
 def test_statistics_of_other_sizes_than_the_env_are_named_before_any_worker(tmp_path):
-    from embodied.runner import check_before_start
+    from embodied.runs.train import check_before_start
 
     stats = tmp_path / "norm_stats.json"
     stats.write_text(json.dumps({"state_mean": [], "state_std": [], "action_mean": [0.0] * 7,

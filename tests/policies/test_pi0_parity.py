@@ -17,7 +17,7 @@ from embodied.config.loader import from_dict
 from embodied.policies.pi0.configuration import PI0PolicyConfig
 from embodied.policies.pi0.folders import camera_sources, read_config_json
 from embodied.policies.pi0.pretrained import lerobot_pi0_config, load_pi0
-from embodied.policy_config import PolicyConfig
+from embodied.policy.config import PolicyConfig
 
 PARITY = Path(__file__).resolve().parent / "parity" / "pi0"
 TOKENIZER = PARITY / "tokenizer"
@@ -74,7 +74,7 @@ def test_a_tied_folder_loads_without_the_embedding_warning(recwarn):
 
 
 def test_a_camera_mismatch_is_named_before_any_worker_or_weights():
-    from embodied.policy import PolicySpec
+    from embodied.policy.base import PolicySpec
 
     config = PI0PolicyConfig(model_path=str(PARITY / "untied_no_resize" / "lerobot"), tokenizer_path=str(TOKENIZER),
                              action_chunk=5)

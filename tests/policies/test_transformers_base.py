@@ -24,7 +24,7 @@ from embodied.policies.transformers_base.modeling import (ADAPTER_DIR, HEADS_FIL
 from embodied.policies.vla.configuration import VLAConfig
 from embodied.policies.vla.modeling import VLAPolicy
 from embodied.policies.vla.tiny import resolve_model_path
-from embodied.policy import PolicySpec
+from embodied.policy.base import PolicySpec
 
 SUBCLASSES = [(VLAConfig, VLAPolicy), (PI0PolicyConfig, PI0Policy)]
 SHARED = {f.name: f for f in dataclasses.fields(TransformersPolicyConfig)}

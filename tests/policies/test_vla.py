@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from embodied.config import ConfigError, load_config
-from embodied.policy import PolicySpec
+from embodied.policy.base import PolicySpec
 from embodied.policies.vla.action_tokenizer import ActionTokenizer
 from embodied.policies.vla.configuration import TINY_NAMES, VLAConfig
 from embodied.policies.vla.modeling import VLAPolicy

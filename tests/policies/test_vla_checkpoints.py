@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.checkpoint import load_checkpoint, save_checkpoint
+from embodied.checkpoint.store import load_checkpoint, save_checkpoint
 from embodied.algorithms.ppo_config import PPOConfig
 from embodied.config import ActorConfig
 from embodied.workers.actor_worker import ActorWorker

@@ -10,7 +10,7 @@ import torch
 from embodied.algorithms.base import RolloutReset, UpdateContext, expand_mask, flatten
 from embodied.algorithms.batch import expand_rows, take, to_device
 from embodied.algorithms.ppo import learning_rate
-from embodied.types import Trajectory
+from embodied.core.types import Trajectory
 from my_algo.reinforce_config import ReinforceConfig
 
 

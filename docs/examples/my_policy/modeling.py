@@ -1,4 +1,4 @@
-"""The linear Gaussian policy (``LinearConfig``): a ``Policy`` (``embodied.policy``) in a few lines."""
+"""The linear Gaussian policy (``LinearConfig``): a ``Policy`` (``embodied.policy.base``) in a few lines."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import torch
 from torch import nn
 from torch.distributions import Normal
 
-from embodied.policy import Policy, PolicySpec
-from embodied.types import Obs, PolicyOutput
+from embodied.policy.base import Policy, PolicySpec
+from embodied.core.types import Obs, PolicyOutput
 from my_policy.configuration import LinearConfig
 
 

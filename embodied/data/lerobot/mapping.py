@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from embodied.data.lerobot.layout import Feature, LeRobotError, LeRobotInfo
-from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES
+from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES
 
 ACTIONS = "actions"
 KEYS = (STATES, MAIN_IMAGES, WRIST_IMAGES, ACTIONS)

@@ -33,10 +33,10 @@ from embodied.data.lerobot.layout import (Episodes, Feature, LeRobotError, LeRob
                                           read_parquet, read_tasks)
 from embodied.data.lerobot.mapping import ACTIONS, CAMERA_KEYS, Resolved, require, resolve
 from embodied.data.lerobot.video import FrameError, VideoPool, probe
-from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, Obs
+from embodied.core.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, Obs
 
 if TYPE_CHECKING:
-    from embodied.policy import PolicySpec
+    from embodied.policy.base import PolicySpec
 
 OBS_KEYS = (STATES, MAIN_IMAGES, WRIST_IMAGES)
 INDEX_COLUMNS = ("episode_index", "frame_index", "timestamp", "task_index")

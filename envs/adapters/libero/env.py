@@ -58,7 +58,7 @@ from typing import Any, ClassVar, Literal
 import gymnasium as gym
 import numpy as np
 
-from embodied.types import MAIN_IMAGES, STATES, WRIST_IMAGES, EnvFootprint, EvalEpisode, Obs
+from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES, EnvFootprint, EvalEpisode, Obs
 from embodied.envs.adapters.libero.render import gl_strings, release_gl, render_cameras
 from embodied.envs.adapters.libero.shaping import SHAPED_SUITES, PickPlaceShaping
 from embodied.envs.adapters.libero.suites import (

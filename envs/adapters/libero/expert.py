@@ -133,6 +133,11 @@ class LiberoObjectExpert:
         self.rim_z = body_top(sim, basket_id)  # the basket is not moved during an episode
         self.grip_site = sim.model.site_name2id(GRIP_SITE)
         self.finger_qpos = [sim.model.get_joint_qpos_addr(j) for j in FINGER_JOINTS]
+        self.finger_qvel = [sim.model.get_joint_qvel_addr(j) for j in FINGER_JOINTS]
+        m = sim.model
+        self.obj_geom_ids = {g for g in range(m.ngeom) if m.geom_bodyid[g] == self.obj_id}
+        self.finger_geom_ids = [{g for g in range(m.ngeom) if (m.geom_id2name(g) or "").startswith(f"gripper0_finger{i}_")}
+                                for i in (1, 2)]
         self.phase, self.timer = "approach", 0
         self.yaw = None  # chosen closing direction (radians) for the current grasp
         self.grasp_offset = 0.0  # object bottom below the grip site once held
@@ -280,6 +285,66 @@ class LiberoObjectExpert:
                 self._switch("release", pos)
             return self._action(sim, (*(pos[:2] + offset), drop_z), CLOSE, speed=0.5)
         return self._action(sim, pos, OPEN)
+
+    # --- resync (DAgger: labels on states a policy drove into) --------------------------------
+
+    def _squeezed(self, sim: Any) -> bool:
+        """Both fingers touch the object now (MuJoCo contacts between their geoms and the object's)."""
+        touching = [False, False]
+        for i in range(sim.data.ncon):
+            c = sim.data.contact[i]
+            for a, b in ((c.geom1, c.geom2), (c.geom2, c.geom1)):
+                if b in self.obj_geom_ids:
+                    for k, finger in enumerate(self.finger_geom_ids):
+                        touching[k] |= a in finger
+        return all(touching)
+
+    def resync(self, env: Any) -> None:
+        """Re-derive the phase (and its anchor, grasp offset and yaw) from the simulator's state, before labelling a
+        state a policy drove into (DAgger): the phase this expert carried along may no longer fit it. The object
+        squeezed by both fingers: ``close`` while they still close on it (or the expert's own close is running),
+        else ``lower`` over the basket, ``carry`` at carrying height, ``lift`` below it, with the grasp offset of the
+        grasp the policy made. Fingers partly closed on nothing at the grasp pose: ``close``; open and lined up over
+        the grasp point between it and the hover height: ``descend``; else ``approach``. A release in progress is
+        left to run, and the timer restarts only when the phase changes."""
+        if not self.obj or self.phase == "release":
+            return
+        sim = env.robosuite_env.sim
+        pos = sim.data.site_xpos[self.grip_site].copy()
+        geoms = self._object(sim)
+        allv = np.concatenate(geoms)
+        bottom = float(allv[:, 2].min())
+        centre = 0.5 * (allv.min(0) + allv.max(0))
+        gap = self._gap(sim)
+        xy, z, yaw = self._grasp_plan(sim, geoms)
+        off_xy, anchor = float(np.linalg.norm(pos[:2] - xy)), None
+        # The expert's own close still running where it began (the fingers take a few steps to leave "open").
+        closing_here = self.phase == "close" and self.timer < 10 and np.linalg.norm(pos - self.anchor) < 0.015
+        if gap > 0.004 and self._squeezed(sim):
+            qv = sim.data.qvel
+            closing = qv[self.finger_qvel[0]] - qv[self.finger_qvel[1]] < -0.01  # the gap still shrinks
+            if closing_here or closing:
+                phase, anchor = "close", (self.anchor if self.phase == "close" else pos)
+            else:
+                self.grasp_offset = float(pos[2] - bottom)
+                carry_z = self.rim_z + self.rim_clearance + self.grasp_offset
+                over = np.linalg.norm(sim.data.get_site_xpos(self.region)[:2] - centre[:2])
+                if over < (0.03 if self.phase == "lower" else 0.012) and pos[2] < carry_z + 0.02:
+                    phase = "lower"
+                else:
+                    phase = "carry" if pos[2] > carry_z - 0.01 else "lift"
+        elif closing_here:
+            phase = "close"
+        elif gap < 0.07:
+            at_grasp = off_xy < 0.01 and abs(pos[2] - z) < 0.01
+            phase = "close" if at_grasp and self.phase != "close" else "approach"
+            anchor = (*xy, z)
+        else:
+            self.yaw = yaw if self.phase != "descend" else self.yaw
+            lined_up = off_xy < (0.02 if self.phase == "descend" else 0.01) and self._yaw_error(sim) < 0.15
+            phase = "descend" if lined_up and z - 0.01 < pos[2] < z + self.hover + 0.03 else "approach"
+        if phase != self.phase:
+            self._switch(phase, anchor)
 
     def _yaw_error(self, sim: Any) -> float:
         """Radians between the hand's heading and the planned ``self.yaw``."""

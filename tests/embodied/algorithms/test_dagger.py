@@ -11,7 +11,7 @@ from embodied.algorithms.transitions import ReplaySample
 from embodied.config import ConfigError, load_config
 from embodied.policies.mlp.configuration import MLPConfig
 from embodied.policies.mlp.modeling import MLPPolicy
-from embodied.policy import PolicySpec
+from embodied.policy.base import PolicySpec
 
 SPEC = PolicySpec(state_dim=5, image_shape=None, action_dim=3, action_low=(-1.0,) * 3, action_high=(1.0,) * 3)
 
@@ -53,7 +53,7 @@ def test_steps_fit_the_labels_of_the_sub_steps_that_ran():
 
 
 def test_a_trajectory_without_labels_is_named():
-    from embodied.types import Trajectory
+    from embodied.core.types import Trajectory
 
     t = torch.zeros
     trajectory = Trajectory(forward_inputs={}, actions=t(1, 1, 2, 3), logprobs=t(1, 1), values=t(1, 1),

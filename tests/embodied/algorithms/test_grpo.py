@@ -87,7 +87,7 @@ def test_the_episode_mean_weighs_every_episode_alike_and_a_group_sums_to_zero():
 def test_grpo_prepare_weighs_episodes_as_configured(mean):
     from embodied.algorithms.grpo import GRPO
     from embodied.algorithms.grpo_config import GRPOConfig
-    from embodied.types import Trajectory
+    from embodied.core.types import Trajectory
 
     steps, envs, chunk = 5, 4, 2
     executed = torch.zeros(steps, envs, chunk, dtype=torch.bool)
@@ -117,7 +117,7 @@ def test_dropped_groups_get_no_episode_weight():
 
 def test_a_group_of_envs_starts_from_one_state_and_groups_differ():
     from embodied.config import load_config
-    from embodied.placement import LocalBackend
+    from embodied.backends import LocalBackend
     from embodied.workers.group import Workers
 
     cfg = load_config(None, ["env.id=Reach-v0", "env.num_envs=8", "cluster.num_env_workers=2",
@@ -141,7 +141,7 @@ def test_a_group_of_envs_starts_from_one_state_and_groups_differ():
 @pytest.mark.parametrize("mean", ["token", "episode"])
 def test_a_short_grpo_run_trains_on_whole_episodes(tmp_path, mean):
     from embodied.config import load_config
-    from embodied.runner import train
+    from embodied.runs.train import train
 
     cfg = load_config(None, ["env.id=Reach-v0", "env.num_envs=8", "env.auto_reset=false", "env.max_episode_steps=12",
                              "algorithm.name=grpo", "algorithm.group_size=4", "algorithm.num_minibatches=2",
@@ -157,9 +157,9 @@ def test_a_short_grpo_run_trains_on_whole_episodes(tmp_path, mean):
 
 
 def test_critic_warmup_moves_the_value_head_alone(tmp_path):
-    import embodied.runner as runner
-    from embodied.checkpoint import load_checkpoint
-    from tests.embodied.test_resume import toy_config
+    import embodied.runs.train as runner
+    from embodied.checkpoint.store import load_checkpoint
+    from tests.embodied.runs.test_resume import toy_config
 
     first = runner.train(toy_config(tmp_path, "runner.iterations=1"))
     start = load_checkpoint(first.checkpoint)["actor"]["policy"]

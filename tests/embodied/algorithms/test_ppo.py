@@ -214,7 +214,7 @@ def test_reward_scale_scales_the_returns_the_value_head_learns():
     from embodied.algorithms import compute_gae
     from embodied.algorithms.ppo import PPO
     from embodied.algorithms.ppo_config import PPOConfig
-    from embodied.types import Trajectory
+    from embodied.core.types import Trajectory
 
     g = torch.Generator().manual_seed(3)
     T, N, C, scale = 5, 3, 2, 0.25

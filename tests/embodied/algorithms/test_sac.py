@@ -9,7 +9,7 @@ import torch
 
 from embodied.algorithms.sac import (actor_loss, advantage_weighted_loss, bc_term, chunk_reward, critic_loss,
                                      n_step_returns, polyak_update, subset_min, td_target, temperature_loss)
-from embodied.replay import following_rows
+from embodied.replay.buffer import following_rows
 
 
 def random_chunks(B=6, C=4, seed=0):

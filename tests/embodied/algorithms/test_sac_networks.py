@@ -9,7 +9,7 @@ from torch import nn
 from embodied.algorithms.sac_networks import MLPQEnsemble, build_critics, critic_sizes
 from embodied.policies.mlp.configuration import SquashedMLPConfig
 from embodied.policies.mlp.squashed import SquashedMLPPolicy
-from embodied.policy import PolicySpec
+from embodied.policy.base import PolicySpec
 
 SPEC = PolicySpec(state_dim=5, image_shape=None, action_dim=2, action_low=(-1.0,) * 2, action_high=(1.0,) * 2)
 

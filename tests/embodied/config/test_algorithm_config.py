@@ -14,7 +14,7 @@ from embodied.algorithms.ppo_config import PPOConfig
 from embodied.algorithms.sac_config import SACConfig
 from embodied.config import (AlgorithmConfig, Config, ConfigError, OffPolicyConfig, OnPolicyConfig,
                              algorithm_config_class, config_from_dict, load_config, to_dict)
-from embodied.registry import ALGORITHMS
+from embodied.core.registry import ALGORITHMS
 
 ROOT = Path(__file__).resolve().parents[3]
 BUILT_IN = {"ppo": PPOConfig, "grpo": GRPOConfig, "sac": SACConfig, "dsrl": DSRLConfig}

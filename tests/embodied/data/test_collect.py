@@ -10,7 +10,7 @@ import pytest
 from embodied.cli import main
 from embodied.config import ConfigError, load_config
 from embodied.data import DemoDataset, collate, read_meta
-from embodied.collect import collect
+from embodied.runs.collect import collect
 
 SMALL = ["env.num_envs=2", "eval_env.num_envs=2", "policy.action_chunk=4"]
 
@@ -108,7 +108,7 @@ def test_the_expert_succeeds_in_nearly_every_collected_episode(tmp_path, task):
 
 
 def test_a_task_without_an_expert_fails_before_any_worker_listing_those_with_one(tmp_path, monkeypatch, capsys):
-    import embodied.collect as collect_module
+    import embodied.runs.collect as collect_module
 
     monkeypatch.setattr(collect_module, "make_backend", lambda *a: pytest.fail("a worker started"))
     cfg = load_config(None, ["env.id=tests.toy_envs:CountingEnv", "env.num_envs=2"])

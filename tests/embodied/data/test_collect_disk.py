@@ -13,11 +13,11 @@ import time
 import numpy as np
 import pytest
 
-from embodied.atomic import DiskFullError, atomic_dir
+from embodied.core.atomic import DiskFullError, atomic_dir
 from embodied.cli import main
 from embodied.config import ConfigError, load_config
 from embodied.data import DemoEpisode, Meta, read_meta
-from embodied.collect import collect
+from embodied.runs.collect import collect
 
 REACH = ["env.id=Reach-v0", "env.num_envs=2", "policy.action_chunk=4", "env.max_episode_steps=30"]
 
@@ -126,7 +126,7 @@ KILLED_MID_WRITE = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from embodied.config import load_config
-    from embodied.collect import collect
+    from embodied.runs.collect import collect
     from embodied.data.format import DatasetWriter
 
     def slow(self, meta):

@@ -16,7 +16,7 @@ from embodied.config import load_config
 from embodied.data import DemoDataset, DemoEpisode, Meta, read_meta
 from embodied.data.format import DatasetWriter, columns, dataset_writer, episode_bytes, features, write_dataset
 from embodied.data.info import summarize
-from embodied.collect import collect
+from embodied.runs.collect import collect
 
 C, A, S, H = 4, 3, 5, 8  # chunk, action dim, state dim, image side
 

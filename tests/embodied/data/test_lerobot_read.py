@@ -13,7 +13,7 @@ import torch
 
 from embodied.data import ReadOptions, collate, detect_format, open_demonstrations
 from embodied.data.lerobot import LeRobotDemos, LeRobotError
-from embodied.policy import PolicySpec
+from embodied.policy.base import PolicySpec
 from tests.embodied.data.lerobot_folders import (FPS, SIZE, TASKS, action, build_images, build_v3, build_v21, encode,
                                                  frame_value, states)
 

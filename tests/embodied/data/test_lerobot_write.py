@@ -11,7 +11,7 @@ import pytest
 from embodied.cli import main
 from embodied.config import ConfigError, load_config
 from embodied.data import DemoEpisode, ReadOptions, open_demonstrations, read_meta
-from embodied.collect import collect
+from embodied.runs.collect import collect
 from embodied.data.lerobot import FileLimits, LeRobotDemos, write_lerobot
 
 PICK_COLOR = ["env.id=PickColor-v0", "env.obs_mode=state+rgb", "env.num_envs=2", "env.max_episode_steps=60",

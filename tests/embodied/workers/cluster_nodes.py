@@ -21,7 +21,7 @@ def main(out_dir: str) -> None:
     cluster.wait_for_nodes()
 
     from embodied.config import load_config
-    from embodied.placement import ActorLostError, RayBackend
+    from embodied.backends import ActorLostError, RayBackend
     from embodied.workers.group import Workers
 
     cfg = load_config(RECIPE, [

@@ -17,8 +17,8 @@ from embodied.config import ActorConfig, Config
 from embodied.config.schema import ClusterConfig
 from embodied.policies.mlp.configuration import MLPConfig
 from embodied.policies.vla.configuration import VLAConfig
-from embodied.policy import Policy, PolicySpec
-from embodied.types import Trajectory
+from embodied.policy.base import Policy, PolicySpec
+from embodied.core.types import Trajectory
 from embodied.workers.actor_worker import ActorWorker
 from embodied.policies.pi0.configuration import PI0PolicyConfig
 from tests.policies import test_pi0, test_vla
@@ -119,7 +119,7 @@ def test_averages_of_parts_add_up_to_the_whole_mean():
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(CASES))
 def test_two_gloo_ranks_take_the_single_rank_step(kind, ray_session):
-    from embodied.placement import RayBackend
+    from embodied.backends import RayBackend
     from embodied.workers.launch import start_actor_group
 
     trajectories = shares(kind)
@@ -177,8 +177,8 @@ def test_nccl_without_a_gpu_is_refused():
 def test_fsdp_ranks_take_the_single_rank_step_and_checkpoint_in_the_one_process_format(kind, ray_session, tmp_path):
     """FSDP2 over two gloo ranks: the same step as one rank; rank 0 writes the one-process checkpoint format
     (gathered), which resumes into one rank and back into two."""
-    from embodied.checkpoint import load_checkpoint
-    from embodied.placement import RayBackend
+    from embodied.checkpoint.store import load_checkpoint
+    from embodied.backends import RayBackend
     from embodied.workers.launch import start_actor_group
 
     trajectories = shares(kind)
@@ -239,7 +239,7 @@ def test_more_actor_ranks_than_the_cluster_has_cpus_for_is_refused_before_any_wo
 
 def test_fsdp_on_one_rank_warns_that_nothing_is_sharded():
     from embodied.config import load_config
-    from embodied.placement import LocalBackend
+    from embodied.backends import LocalBackend
     from embodied.workers.launch import start_actor_group
 
     cfg = load_config("configs/reach_mlp_ppo.yaml", ["actor.strategy=fsdp"])
@@ -271,11 +271,11 @@ def test_two_gloo_sac_ranks_hold_their_own_replay_and_stay_identical(ray_session
 
     import ray
 
-    from embodied.checkpoint import load_checkpoint
+    from embodied.checkpoint.store import load_checkpoint
     from embodied.config import load_config
-    from embodied.placement import RayBackend
+    from embodied.backends import RayBackend
     from embodied.workers.launch import start_actor_group
-    from tests.embodied.test_offpolicy import RECIPE, SPEC, TINY, transitions
+    from tests.embodied.runs.test_offpolicy import RECIPE, SPEC, TINY, transitions
 
     cfg = load_config(RECIPE, [*TINY, "cluster.backend=ray", "actor.num_ranks=2", "cluster.num_rollout_workers=2",
                                "algorithm.utd_ratio=0.5", "algorithm.n_step=2"])
@@ -340,7 +340,7 @@ def test_two_gloo_cnn_sac_ranks_keep_the_encoder_and_its_target_identical(ray_se
     import ray
 
     from embodied.config import load_config
-    from embodied.placement import RayBackend
+    from embodied.backends import RayBackend
     from embodied.workers.launch import start_actor_group
 
     recipe = Path(__file__).resolve().parents[3] / "configs" / "reach_cnn_sac.yaml"

@@ -38,7 +38,7 @@ def test_groups_go_to_the_nodes_their_resources_name_in_placement_groups(tmp_pat
 
 
 def test_custom_resources_the_backend_lacks_and_empty_placement_bundles_are_refused():
-    from embodied.placement import LocalBackend
+    from embodied.backends import LocalBackend
     from embodied.workers.resources import check_resources
 
     cfg = load_config(None, ["cluster.env_resources.resources={sim: 1}"])

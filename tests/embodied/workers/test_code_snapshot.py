@@ -1,5 +1,5 @@
 """Ray workers run the code as it was when the run began: an edit of the source tree mid-run reaches no worker,
-not even one started or replaced after it (``embodied/placement/snapshot.py``)."""
+not even one started or replaced after it (``embodied/backends/snapshot.py``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from embodied import CODE_ENV_VAR, CODE_MARKER
-from embodied.placement.snapshot import package_parts, snapshot_package
+from embodied import CODE_ENV_VAR
+from embodied import CODE_MARKER
+from embodied.backends.snapshot import package_parts, snapshot_package
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -40,21 +41,21 @@ def test_a_snapshot_is_the_package_as_installed_and_changes_with_its_content(tmp
     parts = package_parts()
     assert set(parts) == {"", "envs", "policies", "assets"}  # a source tree: envs, policies and assets beside it
     first = snapshot_package(tmp_path)
-    for name in ("envs/mujoco_base.py", "policies/mlp/modeling.py", "assets/robot.xml", "placement/snapshot.py"):
+    for name in ("envs/mujoco_base.py", "policies/mlp/modeling.py", "assets/robot.xml", "backends/snapshot.py"):
         assert (first.package / name).is_file(), name
     assert (first.package / CODE_MARKER).read_text() == first.digest
     assert not list(first.package.rglob("__pycache__"))
     assert snapshot_package(tmp_path) == first  # the same content: the same copy, made once
 
     tree = installed_tree(tmp_path / "tree")
-    edited = python(tree, "from embodied.placement.snapshot import package_parts, snapshot_package; "
+    edited = python(tree, "from embodied.backends.snapshot import package_parts, snapshot_package; "
                           "import sys; print(sorted(package_parts())); print(snapshot_package(__import__('pathlib')"
                           ".Path(sys.argv[1])).digest)", None, str(tmp_path))
     assert edited.returncode == 0, edited.stderr
     assert edited.stdout.splitlines()[0] == "['']"  # installed: one folder holds it all
     assert edited.stdout.splitlines()[1] == first.digest  # the same files, laid out another way
-    (tree / "embodied" / "stop.py").write_text((tree / "embodied" / "stop.py").read_text() + "\n# edited\n")
-    again = python(tree, "from embodied.placement.snapshot import snapshot_package; import sys, pathlib; "
+    (tree / "embodied" / "runs" / "stop.py").write_text((tree / "embodied" / "runs" / "stop.py").read_text() + "\n# edited\n")
+    again = python(tree, "from embodied.backends.snapshot import snapshot_package; import sys, pathlib; "
                          "print(snapshot_package(pathlib.Path(sys.argv[1])).digest)", None, str(tmp_path))
     assert again.returncode == 0 and again.stdout.strip() != first.digest
 
@@ -82,12 +83,12 @@ from pathlib import Path
 import ray
 
 from embodied.config.schema import ClusterConfig
-from embodied.placement import RayBackend
+from embodied.backends import RayBackend
 
 
 class Probe:
     def edited(self):
-        import embodied.atomic as module  # imported by the worker, after the edit for a worker started after it
+        import embodied.core.atomic as module  # imported by the worker, after the edit for a worker started after it
         return getattr(module, "EDITED", False), module.__file__
 
 
@@ -95,7 +96,7 @@ backend = RayBackend(ClusterConfig(backend="ray"))  # starts a Ray for the run, 
 try:
     group = backend.create(Probe, [(), ()])
     before = backend.wait(group.call("edited"))
-    module = Path("embodied/atomic.py")
+    module = Path("embodied/core/atomic.py")
     module.write_text(module.read_text() + "\\nEDITED = True\\n")  # the edit, mid-run
     group.restart(1, ())  # a replaced worker (an env worker's restart) starts after it
     later = backend.create(Probe, [()])  # and so does a group made later in the run
@@ -117,4 +118,4 @@ def test_an_edit_mid_run_reaches_no_ray_worker_started_or_replaced_after_it(tmp_
     assert seen["unsnapshotted"][0] is True  # the hazard: a worker started now imports the edited tree
     for edited, path in seen["before"] + seen["after"]:
         assert edited is False  # every worker of the run, the replaced one and the later group's too
-        assert not path.startswith(str(tree)) and "/embodied/atomic.py" in path  # the run's copy, unpacked by Ray
+        assert not path.startswith(str(tree)) and "/embodied/core/atomic.py" in path  # the run's copy, unpacked by Ray

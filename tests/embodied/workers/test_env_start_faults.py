@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import embodied.runner as runner
+import embodied.runs.train as runner
 from embodied.config import ConfigError, load_config
-from embodied.env_factory import make_vector_env
-from embodied.types import EnvError
+from embodied.env_runtime.factory import make_vector_env
+from embodied.core.types import EnvError
 
 FLAKY = "tests.toy_envs:FlakyBuildEnv"
 FAULTY = "tests.toy_envs:FaultyEnv"

@@ -9,10 +9,10 @@ import pytest
 
 # What a Ray env worker imports: its class, the channel and group plumbing it is built with, and a built-in task.
 ENV_SIDE = ("embodied.workers.env_worker", "embodied.workers.env_group", "embodied.channels.ray_channel",
-            "embodied.env_factory", "embodied.numerics", "embodied.data.format", "embodied.envs.reach")
+            "embodied.env_runtime.factory", "embodied.core.numerics", "embodied.data.format", "embodied.envs.reach")
 
 
-@pytest.mark.parametrize("heavy", ["torch", "transformers", "embodied.policy", "embodied.data.dataset"])
+@pytest.mark.parametrize("heavy", ["torch", "transformers", "embodied.policy.base", "embodied.data.dataset"])
 def test_the_env_side_modules_import_no_heavy_module(heavy):
     code = f"import sys\nimport {', '.join(ENV_SIDE)}\nprint({heavy!r} in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from embodied.config import load_config
-from embodied.placement import LocalBackend, RayBackend
-from embodied.registry import POLICIES
+from embodied.backends import LocalBackend, RayBackend
+from embodied.core.registry import POLICIES
 from embodied.workers.group import Workers
 from embodied.workers.launch import EVAL_SEED_OFFSET
 

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 import torch
 
-import embodied.runner as runner
-from embodied.checkpoint import load_checkpoint
+import embodied.runs.train as runner
+from embodied.checkpoint.store import load_checkpoint
 from embodied.config import ConfigError, load_config
-from embodied.numerics import NonFiniteError
-from embodied.placement import LocalGroup
-from embodied.types import EnvError, EnvStepTimeoutError, find_env_error
+from embodied.core.numerics import NonFiniteError
+from embodied.backends import LocalGroup
+from embodied.core.types import EnvError, EnvStepTimeoutError, find_env_error
 from embodied.workers.faults import StepWatch, WorkerFailure
 from embodied.workers.restarts import RestartBudget, RestartRateError
 

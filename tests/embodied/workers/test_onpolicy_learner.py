@@ -14,7 +14,7 @@ from embodied.algorithms.ppo import PPO
 from embodied.algorithms.ppo_config import PPOConfig
 from embodied.config import ActorConfig
 from embodied.policies.mlp.configuration import MLPConfig
-from embodied.types import Trajectory
+from embodied.core.types import Trajectory
 from embodied.workers.actor_worker import ActorWorker
 from tests.embodied.workers.test_actor_ranks import MLP_SPEC, mlp_obs, rollout
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from embodied.config import ConfigError, load_config
-from embodied.placement import LocalBackend
-from embodied.registry import POLICIES
+from embodied.backends import LocalBackend
+from embodied.core.registry import POLICIES
 from embodied.workers.group import Workers
 from embodied.workers.rollout_worker import MultiStepRolloutWorker
 
@@ -85,7 +85,7 @@ def test_gpus_the_machine_lacks_fail_before_any_worker_naming_the_group(monkeypa
 @pytest.mark.ray
 def test_ray_resources_beyond_the_cluster_fail_before_any_actor(ray_session):
     from embodied.config import ClusterConfig
-    from embodied.placement import RayBackend
+    from embodied.backends import RayBackend
 
     backend = RayBackend(ClusterConfig(backend="ray"))
     try:

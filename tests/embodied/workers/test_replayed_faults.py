@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import embodied.runner as runner
-from embodied.checkpoint import load_checkpoint
+import embodied.runs.train as runner
+from embodied.checkpoint.store import load_checkpoint
 from embodied.config import ConfigError, load_config
-from embodied.placement import LocalBackend
-from embodied.types import EnvError
+from embodied.backends import LocalBackend
+from embodied.core.types import EnvError
 from embodied.workers.faults import WorkerFailure
 from embodied.workers.group import Workers
 from embodied.workers.launch import FRESH_SEED_OFFSET
@@ -152,7 +152,7 @@ def test_same_fault_compares_worker_env_place_and_error_but_not_addresses():
 
 def start_evaluator(backend: LocalBackend, fail_seed: int):
     """4 eval envs over 2 env workers of ``ReplayFaultEnv`` failing after a reset with ``fail_seed``; the echo policy."""
-    from embodied.registry import POLICIES
+    from embodied.core.registry import POLICIES
     from embodied.workers.evaluator import Evaluator
 
     POLICIES.register("echo", "tests.toy_policies:EchoConfig", overwrite=True)
@@ -169,7 +169,7 @@ def test_an_eval_fault_that_replays_leaves_those_episodes_out_and_keeps_the_fixe
     """Eval episode 1 (env 1, in eval env worker 0) raises at its 3rd step, on every redo of its round. The
     round is redone once exactly, then worker 0 plays from fresh seeds: its episodes 0 and 1 are left out
     (listed in ``dropped``); episodes 2-5 are those of an eval without the fault."""
-    from embodied.evaluation import EvalReport, EvalSummary, format_table, per_task
+    from embodied.evaluation.stats import EvalReport, EvalSummary, format_table, per_task
     from embodied.workers.launch import EVAL_SEED_OFFSET
 
     backend = LocalBackend()

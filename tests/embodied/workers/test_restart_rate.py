@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import embodied.runner as runner
-from embodied.checkpoint import load_checkpoint
+import embodied.runs.train as runner
+from embodied.checkpoint.store import load_checkpoint
 from embodied.config import ConfigError, load_config
-from embodied.types import EnvError
+from embodied.core.types import EnvError
 from embodied.workers.faults import WorkerFailure
 from embodied.workers.restarts import (Backoff, BrokenEnvError, BrokenEnvWatch, RestartBudget, RestartRateError,
                                        RestartWindow)

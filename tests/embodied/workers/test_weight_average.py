@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 import torch
 
-import embodied.runner as runner
-from embodied.checkpoint import load_checkpoint
+import embodied.runs.train as runner
+from embodied.checkpoint.store import load_checkpoint
 from embodied.algorithms.ppo_config import PPOConfig
 from embodied.config import ActorConfig, load_config
-from embodied.evaluation import evaluate_checkpoint
+from embodied.evaluation.run import evaluate_checkpoint
 from embodied.policies.cnn.configuration import CNNConfig
-from embodied.policy import PolicySpec
+from embodied.policy.base import PolicySpec
 from embodied.workers.actor_worker import ActorWorker
 from tests.embodied.config.test_config import error_of
-from tests.embodied.test_resume import EXACT, stop_then_resume
+from tests.embodied.runs.test_resume import EXACT, stop_then_resume
 from tests.embodied.workers.test_critic_warmup import rollout
 from tests.policies import test_cnn
 

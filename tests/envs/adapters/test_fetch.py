@@ -12,9 +12,9 @@ pytest.importorskip("gymnasium_robotics", reason="install embodied[robotics]")
 from gymnasium.utils.env_checker import check_env  # noqa: E402
 
 from embodied.config import EnvConfig  # noqa: E402
-from embodied.env_factory import make_vector_env  # noqa: E402
-from embodied.registry import ENVS  # noqa: E402
-from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS  # noqa: E402
+from embodied.env_runtime.factory import make_vector_env  # noqa: E402
+from embodied.core.registry import ENVS  # noqa: E402
+from embodied.core.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS  # noqa: E402
 from embodied.envs.adapters.fetch import FetchEnv  # noqa: E402
 from embodied.envs.chunked import ChunkedVectorEnv  # noqa: E402
 

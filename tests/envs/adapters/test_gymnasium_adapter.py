@@ -14,9 +14,9 @@ from gymnasium import spaces
 from gymnasium.utils.env_checker import check_env
 
 from embodied.config import EnvConfig, load_config
-from embodied.env_factory import make_vector_env
-from embodied.registry import ENVS, PluginError, UnknownNameError
-from embodied.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES
+from embodied.env_runtime.factory import make_vector_env
+from embodied.core.registry import ENVS, PluginError, UnknownNameError
+from embodied.core.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES
 from embodied.envs.adapters.gymnasium_env import GymnasiumEnv
 from embodied.envs.chunked import ChunkedVectorEnv
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from embodied.config import ConfigError, load_config
-from embodied.registry import ENVS
-from embodied.types import EvalEpisode
+from embodied.core.registry import ENVS
+from embodied.core.types import EvalEpisode
 
 pytest.importorskip("libero.libero", reason="pip install 'embodied[libero]'")
 pytestmark = pytest.mark.libero
@@ -257,7 +257,7 @@ def test_init_states_that_do_not_match_the_model_name_the_task_and_both_sizes(tm
 
 
 def test_list_envs_describes_the_suites_without_building_a_scene(monkeypatch):
-    from embodied.env_catalog import describe_env
+    from embodied.env_runtime.catalog import describe_env
 
     monkeypatch.setattr(LiberoEnv, "_build", lambda *a: pytest.fail("a scene was built"))
     row = describe_env("LIBERO-Goal-v0")
@@ -266,7 +266,7 @@ def test_list_envs_describes_the_suites_without_building_a_scene(monkeypatch):
 
 def test_envs_built_on_threads_leave_stdout_and_numpy_s_global_rng_as_they_were():
     from embodied.config import EnvConfig
-    from embodied.env_factory import make_vector_env
+    from embodied.env_runtime.factory import make_vector_env
 
     stdout, rng = sys.stdout, np.random.get_state()
     venv = make_vector_env(EnvConfig(id="LIBERO-Object-v0", obs_mode="state", max_episode_steps=4,

@@ -1,0 +1,216 @@
+"""Supervised fine-tuning (behaviour cloning) from demonstrations, top to bottom.
+
+    embodied collect configs/pick_place_mlp_sft.yaml --episodes 200 --out data/pick_place
+    embodied sft configs/pick_place_mlp_sft.yaml                      # sft.dataset: data/pick_place
+    embodied train configs/pick_place_mlp_ppo.yaml policy.init_from=runs/pick_place_mlp_sft-...
+
+``sft.dataset`` is either format: embodied's own (``embodied collect``) or a LeRobot folder, whose
+per-frame rows become chunks of ``policy.action_chunk`` actions at load time (docs/lerobot.md).
+
+The loss is ``policy.supervised_loss``: the negative log-likelihood of the demonstrated action
+chunks, ``-policy.evaluate(forward_inputs(obs), actions)`` averaged over executed sub-steps
+(cross-entropy on the action tokens for the VLA, same bins and statistics as RL; the Gaussian
+log-likelihood for the MLP and CNN), or the flow-matching loss of the VLA's flow head. Success is measured with the same ``Evaluator`` as RL, metrics go to the
+same sinks and ``learning_curves.png``, and the checkpoint is the same folder format, so
+``policy.init_from`` and ``embodied eval`` read it as they read an RL checkpoint.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Subset, WeightedRandomSampler
+
+from embodied.checkpoint.store import (check_init_from, check_policy_spec, find_checkpoint, load_checkpoint,
+                                 load_policy_state, save_policy_checkpoint)
+from embodied.config import Config, ConfigError, EnvConfig, to_dict
+from embodied.data import Demonstrations, ReadOptions, collate, open_demonstrations
+from embodied.env_runtime.factory import control_frequency
+from embodied.evaluation.stats import eval_metrics
+from embodied.logging.logger import MetricLogger
+from embodied.backends import make_backend
+from embodied.policy.base import Policy, build_policy
+from embodied.env_runtime.preflight import check_policy_fits
+from embodied.runs.train import draw_learning_curves, make_run_dir, save_config, seed_everything
+from embodied.workers.evaluator import Evaluator
+
+
+@dataclass
+class SFTResult:
+    run_dir: Path
+    checkpoint: Path
+    final_eval: dict[str, float]
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def sft(cfg: Config) -> SFTResult:
+    """Behaviour cloning of ``cfg.policy`` on ``cfg.sft.dataset``; evaluates on ``cfg``'s eval envs."""
+    data = open_dataset(cfg)
+    if cfg.policy.init_from:  # continue SFT, or fine-tune a checkpoint on new demonstrations
+        try:
+            check_init_from(cfg.policy.init_from, cfg.policy)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    check_policy_fits(cfg, cfg.resolved_eval_env(), "eval_env")  # before any worker starts or a run dir is made
+    seed_everything(cfg.experiment.seed)
+    run_dir = make_run_dir(cfg)
+    save_config(cfg, run_dir)
+    train_set, val_set = split_by_episode(data, cfg.sft.val_fraction, cfg.experiment.seed)
+    loader = train_loader(data, train_set, cfg.sft.batch_size, cfg.sft.first_step_weight, cfg.experiment.seed)
+    total = cfg.sft.epochs * len(loader)
+    backend = make_backend(cfg.cluster)
+    logger: MetricLogger | None = None
+    history: list[dict[str, float]] = []
+    try:
+        evaluator = Evaluator.start(cfg, backend)
+        spec = backend.wait(evaluator.envs.group.call("spec"))[0]
+        policy = build_policy(cfg.policy, spec)
+        print(policy.describe())
+        if cfg.policy.init_from:
+            state = load_checkpoint(find_checkpoint(cfg.policy.init_from))
+            check_policy_spec(state, spec.action_dim, "policy.init_from")
+            load_policy_state(policy, state["actor"])
+        try:
+            data.fit(spec, cfg.policy.action_chunk, cfg.policy.required_observations())
+        except ValueError as exc:
+            raise dataset_error(exc) from None
+        fit_input_statistics(policy, train_set, cfg.sft.batch_size)
+        params = [p for p in policy.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=cfg.sft.lr, weight_decay=cfg.sft.weight_decay)
+        logger = MetricLogger(cfg.logger, run_dir, run_dir.name, to_dict(cfg), total, 0, None)
+        step, window, t0 = 0, [], time.perf_counter()
+
+        def save(step: int) -> Path:
+            return save_policy_checkpoint(run_dir / "checkpoints" / f"iter_{step:06d}", policy, optimizer, step, spec,
+                                          {"iteration": step, "env_steps": 0, "config": to_dict(cfg),
+                                           "wandb_id": logger.wandb_id, "sft_dataset": cfg.sft.dataset})
+
+        for _epoch in range(cfg.sft.epochs):
+            for obs, actions, executed in loader:
+                step += 1
+                loss = bc_loss(policy, obs, actions, executed)
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, cfg.sft.max_grad_norm)
+                optimizer.step()
+                window.append(float(loss.detach()))
+                evaluating = step == total or bool(cfg.sft.eval_every and step % cfg.sft.eval_every == 0)
+                if evaluating or step % cfg.sft.log_every == 0:
+                    metrics = {"sft/train_loss": float(np.mean(window)), "sft/epoch": step / len(loader),
+                               "sft/samples_per_s": len(window) * cfg.sft.batch_size / (time.perf_counter() - t0)}
+                    window, t0 = [], time.perf_counter()
+                    if len(val_set):
+                        metrics["sft/val_loss"] = validation_loss(policy, val_set, cfg.sft.batch_size)
+                    if evaluating:
+                        metrics |= evaluate(evaluator, policy, step, cfg.runner.eval_episodes)
+                    logger.log(metrics, step=step)
+                    history.append(metrics)
+                if evaluating and step < total:  # a long SFT that is stopped keeps what it learned so far
+                    save(step)
+        checkpoint = save(step)
+        evaluator.close()
+    finally:
+        if logger is not None:
+            logger.close()
+        backend.shutdown()
+    if cfg.runner.plot:
+        draw_learning_curves(run_dir)
+    final = {k: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
+    return SFTResult(run_dir, checkpoint, final, history)
+
+
+def open_dataset(cfg: Config) -> Demonstrations:
+    """The demonstrations ``sft.dataset`` names (either format), checked before any worker starts."""
+    if not cfg.sft.dataset:
+        raise ConfigError("sft.dataset: no dataset named; set it to a folder written by `embodied collect` or a "
+                          "LeRobot dataset folder")
+    options = ReadOptions(cfg.policy.action_chunk, cfg.sft.features, cfg.sft.frame_cache_mb)
+    try:
+        data = open_demonstrations(cfg.sft.dataset, options)
+        data.check(cfg.policy.action_chunk, cfg.policy.required_observations())
+    except (FileNotFoundError, ValueError) as exc:
+        raise dataset_error(exc) from None
+    warn_frame_rate(data, cfg.env)
+    return data
+
+
+def dataset_error(exc: Exception) -> ConfigError:
+    """A dataset that cannot serve the policy, as a ``ConfigError`` naming the field: ``sft.dataset``, unless
+    the message names its own (a feature-mapping error names ``sft.features.<key>``)."""
+    message = str(exc)
+    return ConfigError(message if message.startswith("sft.") else f"sft.dataset: {message}")
+
+
+def warn_frame_rate(data: Demonstrations, env: EnvConfig) -> None:
+    """Warn when the demonstrations were recorded at another rate than the env applies actions: a
+    demonstrated action then lasts another time in the env than it did when recorded."""
+    if data.fps is None:  # embodied's format: recorded by the env itself
+        return
+    env_fps = control_frequency(env)
+    if env_fps is None:
+        warnings.warn(f"sft.dataset: {data.path} was recorded at {data.fps:g} fps; env.id {env.id} does not say "
+                      "its control frequency (metadata['render_fps']), so the two are not compared", stacklevel=2)
+    elif abs(env_fps - data.fps) > 1e-6 * env_fps:
+        warnings.warn(f"sft.dataset: {data.path} was recorded at {data.fps:g} fps, env.id {env.id} acts at "
+                      f"{env_fps:g} Hz (its control frequency): each demonstrated action will last "
+                      f"{data.fps / env_fps:g}x as long as it did in the demonstrations", stacklevel=2)
+
+
+def split_by_episode(data: Demonstrations, val_fraction: float, seed: int) -> tuple[Subset, Subset]:
+    """Rows of a random ``val_fraction`` of the episodes held out (whole episodes: no leakage)."""
+    episodes = sorted(set(int(e) for e in data.episode_indices))
+    random.Random(seed).shuffle(episodes)
+    held = set(episodes[: int(round(val_fraction * len(episodes)))]) if len(episodes) > 1 else set()
+    rows = np.asarray(data.episode_indices)
+    val = np.flatnonzero(np.isin(rows, list(held)))
+    train = np.flatnonzero(~np.isin(rows, list(held)))
+    return Subset(data, train.tolist()), Subset(data, val.tolist())
+
+
+def train_loader(data: Demonstrations, train_set: Subset, batch_size: int, first_step_weight: float,
+                 seed: int) -> DataLoader:
+    """Shuffled batches of the training rows; with ``first_step_weight != 1``, an epoch draws as
+    many rows with replacement, each episode's first chunk step that many times as likely as the
+    others (the step where a demonstrator commits to its target is one row of several per episode)."""
+    generator = torch.Generator().manual_seed(seed)
+    if first_step_weight == 1.0:
+        return DataLoader(train_set, batch_size=batch_size, shuffle=True, collate_fn=collate, generator=generator)
+    weights = np.where(data.steps[train_set.indices] == 0, first_step_weight, 1.0)
+    sampler = WeightedRandomSampler(weights.tolist(), num_samples=len(train_set), replacement=True,
+                                    generator=generator)
+    return DataLoader(train_set, batch_size=batch_size, sampler=sampler, collate_fn=collate)
+
+
+@torch.no_grad()
+def fit_input_statistics(policy: Policy, train_set: Subset, batch_size: int) -> None:
+    """Let the policy fit its statistics to the demonstrations before it learns with them (the MLP's state
+    normalization, which RL then goes on updating from its own rollouts; π0's state and action mean/std)."""
+    batches = DataLoader(train_set, batch_size=batch_size, collate_fn=collate)
+    policy.fit_statistics((policy.forward_inputs(obs), actions, executed) for obs, actions, executed in batches)
+
+
+def bc_loss(policy: Policy, obs: dict, actions: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
+    """The policy's supervised loss on demonstrated chunks (``Policy.supervised_loss``): the negative
+    log-likelihood averaged over executed sub-steps, or a flow-matching head's own loss."""
+    return policy.supervised_loss(policy.forward_inputs(obs), actions, executed)
+
+
+@torch.no_grad()
+def validation_loss(policy: Policy, val_set: Subset, batch_size: int) -> float:
+    total, count = 0.0, 0
+    for obs, actions, executed in DataLoader(val_set, batch_size=batch_size, collate_fn=collate):
+        total += float(bc_loss(policy, obs, actions, executed)) * len(actions)
+        count += len(actions)
+    return total / max(count, 1)
+
+
+def evaluate(evaluator: Evaluator, policy: Policy, step: int, episodes: int) -> dict[str, float]:
+    """Greedy success of the current weights on the fixed eval seeds (the RL runner's ``eval/*`` metrics)."""
+    evaluator.backend.wait(evaluator.rollout_group.call("sync_weights", (step, policy.trainable_state())))
+    return eval_metrics([e for e in evaluator.run(episodes) if e.env_index < episodes])
