@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from embodied.core import pickles
 from embodied.envs.batched import check_chunk_actions
 from embodied.core.numerics import NonFiniteError
 from embodied.core.types import TASK_DESCRIPTIONS, ChunkStepResult, EnvError, EpisodeFrames, EpisodeStats, Obs
@@ -179,7 +180,7 @@ class ChunkedVectorEnv:
 
     def set_state(self, state: bytes) -> None:
         """Replace the envs by the ones ``get_state`` saved (the current ones are closed)."""
-        envs, episodes, obs, finished = pickle.loads(state)  # noqa: S301 - the run's own checkpoint
+        envs, episodes, obs, finished = pickles.loads(state)  # noqa: S301 - the run's own checkpoint
         if len(envs) != self.num_envs:
             raise ValueError(f"{self.name}: the saved state holds {len(envs)} envs, this batch has {self.num_envs}")
         self.close()

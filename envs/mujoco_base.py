@@ -97,7 +97,7 @@ class TableTopEnv(gym.Env):
     @classmethod
     def physics_limit(cls, num_envs: int, chunk: int, steps: int) -> tuple[int, float]:
         """Env steps and seconds of this task's physics alone, natively on every core (``embodied bench``)."""
-        from embodied.envs.mujoco_rollout import physics_limit
+        from embodied.envs.mujoco_stepper import physics_limit
 
         return physics_limit(cls(obs_mode="state"), num_envs, chunk, steps)
 

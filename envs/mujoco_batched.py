@@ -1,7 +1,7 @@
 """``TableTopBatchedEnv``: the batched twin of a built-in task for ``state`` observations.
 
 A ``BatchedEnv`` (``envs/batched.py``) that holds N envs of one task as rows of arrays over one
-``MjModel`` and steps a whole chunk of them natively (``envs/mujoco_rollout.py``): per chunk the
+``MjModel`` and steps a whole chunk of them natively (``envs/mujoco_stepper.py``): per chunk the
 delta-TCP actions become mocap targets and finger controls in numpy, ``mujoco.rollout`` runs
 C x ``frame_skip`` physics steps per env on threads with the GIL released, and the observations,
 rewards, success, termination and truncation of every sub-step are computed vectorised from the
@@ -33,11 +33,12 @@ from typing import Any, ClassVar
 import mujoco
 import numpy as np
 
+from embodied.core import pickles
 from embodied.envs.batched import check_chunk_actions
 from embodied.core.numerics import NonFiniteError
 from embodied.core.types import STATES, TASK_DESCRIPTIONS, ChunkStepResult, EpisodeStats, Obs
 from embodied.envs.mujoco_base import FINGER_RANGE, TableTopEnv
-from embodied.envs.mujoco_rollout import STATE_SPEC, NativeStepper
+from embodied.envs.mujoco_stepper import STATE_SPEC, NativeStepper
 
 
 class TableTopBatchedEnv:
@@ -197,7 +198,7 @@ class TableTopBatchedEnv:
 
     def set_state(self, state: bytes) -> None:
         """Put back what ``get_state`` saved (a batch of the same size)."""
-        sim, warm, fields, was_reset = pickle.loads(state)  # noqa: S301 - the run's own checkpoint
+        sim, warm, fields, was_reset = pickles.loads(state)  # noqa: S301 - the run's own checkpoint
         if sim.shape != self.stepper.state.shape:
             raise ValueError(f"{self.name}: the saved state holds {sim.shape[0]} envs, this batch has {self.num_envs}")
         self.stepper.state[:], self.stepper.warmstart[:] = sim, warm

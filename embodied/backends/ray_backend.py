@@ -117,19 +117,19 @@ class RayBackend:
         return RayGroup(remote, actors, self._actors.append, placement)
 
     def _placement_group(self, cls: type, res: Resources, n: int) -> Any:
-        """A placement group of ``n`` bundles of ``res`` with its strategy (None without ``res.placement``);
+        """A placement group of ``n`` bundles of ``res`` with its strategy (None without ``res.group_strategy``);
         waits until the cluster has placed it, or fails naming the group and what it asked for."""
-        if res.placement is None or n == 0:
+        if res.group_strategy is None or n == 0:
             return None
         from ray.util.placement_group import placement_group
 
         bundle = {k: v for k, v in {"CPU": res.num_cpus, "GPU": res.num_gpus, **res.resources}.items() if v}
-        group = placement_group([bundle] * n, strategy=res.placement.upper())
+        group = placement_group([bundle] * n, strategy=res.group_strategy.upper())
         ready, _ = self.ray.wait([group.ready()], timeout=self.cluster.connect_timeout_s)
         if not ready:
             self.ray.util.remove_placement_group(group)
-            raise ConfigError(f"cluster.*_resources.placement: the {cls.__name__} group's placement group ({n} x "
-                              f"{bundle}, {res.placement}) could not be placed on the cluster within "
+            raise ConfigError(f"cluster.*_resources.group_strategy: the {cls.__name__} group's placement group ({n} x "
+                              f"{bundle}, {res.group_strategy}) could not be placed on the cluster within "
                               f"cluster.connect_timeout_s={self.cluster.connect_timeout_s:g} s; its nodes have "
                               f"{self.ray.available_resources()}")
         self._placement_groups.append(group)

@@ -183,6 +183,10 @@ def _algorithm_class(data: dict[str, Any], path: str) -> type[AlgorithmConfig]:
 MOVED = {"actor.adam_eps": "algorithm.adam_eps", "actor.anneal_lr": "algorithm.anneal_lr",
          "actor.lr_warmup_iterations": "algorithm.lr_warmup_iterations"}
 
+# Fields renamed so that a word means one thing: (config class, old name) -> (new name, why).
+RENAMED = {("Resources", "placement"): ("group_strategy", "the strategy of a Ray placement group; 'placement' alone is "
+                                       "cluster.placement: colocated or disaggregated")}
+
 
 def _unknown_field(cls: type, path: str, key: str, fields: list[str], name: Any = None) -> str:
     """The error for a key ``cls`` has no field for: a moved field says where it went, an algorithm's section names
@@ -190,6 +194,9 @@ def _unknown_field(cls: type, path: str, key: str, fields: list[str], name: Any 
     where = _join(path, key)
     close = difflib.get_close_matches(key, fields, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
+    if (cls.__name__, key) in RENAMED:
+        new, why = RENAMED[cls.__name__, key]
+        return f"{where}: renamed to {_join(path, new)} ({why})"
     if where in MOVED:
         return (f"{where}: moved to {MOVED[where]}, the algorithm's section, where it takes effect (an algorithm "
                 f"whose config has no such field refuses it)")

@@ -29,9 +29,10 @@ class Resources:
     # Ray custom resources per worker, e.g. {learner: 1} for nodes started with `ray start --resources='{"learner": 4}'`:
     # the group's workers go only to nodes that have them.
     resources: dict[str, float] = field(default_factory=dict)
-    # Ray: the group's workers in one placement group, packed onto as few nodes as possible or spread over as many
-    # as possible (each worker one bundle of the resources above, which must not be all 0); None: no placement group.
-    placement: Literal["pack", "spread", "strict_pack", "strict_spread"] | None = None
+    # Ray: the group's workers in one Ray placement group of this strategy: packed onto as few nodes as possible or
+    # spread over as many as possible (each worker one bundle of the resources above, which must not be all 0);
+    # None: no placement group. ("placement" alone is cluster.placement's word: colocated or disaggregated.)
+    group_strategy: Literal["pack", "spread", "strict_pack", "strict_spread"] | None = None
 
 
 @dataclass
@@ -143,10 +144,20 @@ class AlgorithmConfig:
         (``ExpertLabels``; ``Trajectory.expert_actions``), and how often that expert acts instead; None: no labels."""
         return None
 
+    policy_head: ClassVar[str] = ""
+    """The action head its learner trains (SAC's ``"tanh_gaussian"``): the policy section's type is built as its
+    variant with that head (``PolicyConfig.with_head``: ``policy.type: mlp`` under SAC is the tanh-Gaussian MLP);
+    empty: the policy as configured."""
+
+    def trained_policy(self, policy: PolicyConfig) -> PolicyConfig:
+        """The policy this algorithm trains, SFT pre-trains and ``policy.init_from`` must hold: ``policy`` with its
+        ``policy_head`` (``ValueError`` when its type has none)."""
+        return policy.with_head(self.policy_head, self.name) if self.policy_head else policy
+
     def worker_policy(self, policy: PolicyConfig) -> PolicyConfig:
-        """The policy the workers build for this algorithm: ``policy`` itself, or what the algorithm wraps it in
-        (DSRL: a noise actor over the frozen ``policy``)."""
-        return policy
+        """The policy the workers build for this algorithm: ``trained_policy(policy)``, or what the algorithm wraps
+        it in (DSRL: a noise actor over the frozen ``policy``)."""
+        return self.trained_policy(policy)
 
     def algorithm_type(self) -> Any:
         """What trains with this config: ``algorithm_class`` loaded (on first use, so torch only then)."""

@@ -223,10 +223,10 @@ def validate(cfg: Config) -> list[str]:
         for name, value in res.resources.items():
             need(isinstance(value, (int, float)) and math.isfinite(value) and value > 0,
                  f"cluster.{group}_resources.resources.{name}: must be a number > 0, got {value!r}")
-        need(res.placement is None or c.backend == "ray",
-             f"cluster.{group}_resources.placement: placement groups are Ray's; cluster.backend is {c.backend!r}")
-        need(res.placement is None or res.num_cpus > 0 or res.num_gpus > 0 or bool(res.resources),
-             f"cluster.{group}_resources.placement: {res.placement} needs something to place: set num_cpus, "
+        need(res.group_strategy is None or c.backend == "ray",
+             f"cluster.{group}_resources.group_strategy: placement groups are Ray's; cluster.backend is {c.backend!r}")
+        need(res.group_strategy is None or res.num_cpus > 0 or res.num_gpus > 0 or bool(res.resources),
+             f"cluster.{group}_resources.group_strategy: {res.group_strategy} needs something to place: set num_cpus, "
              f"num_gpus or resources of cluster.{group}_resources (a placement group's bundles cannot be empty)")
     need(cfg.cluster.address is None or cfg.cluster.backend == "ray",
          f"cluster.address: only used with cluster.backend=ray, got backend={cfg.cluster.backend!r}")

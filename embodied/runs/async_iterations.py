@@ -28,11 +28,11 @@ from typing import Any
 
 from embodied.config import Config
 from embodied.evaluation.stats import episode_metrics
-from embodied.runs.producer import RolloutProducer, Start
+from embodied.runs.producer import EpochProducer, Start
 from embodied.workers.group import Workers
 
 
-class AsyncIterations(RolloutProducer):
+class AsyncIterations(EpochProducer):
     """The capacity gate of the producer (``embodied.runs.producer``) and the consumer side (see the module
     docstring)."""
 
@@ -90,6 +90,6 @@ class AsyncIterations(RolloutProducer):
     # -- checkpoints -----------------------------------------------------------------------------
 
     def pause(self) -> dict[str, Any]:
-        """The producer at rest (``RolloutProducer.pause``); rollouts in the buffer stay (this run trains on
+        """The producer at rest (``EpochProducer.pause``); rollouts in the buffer stay (this run trains on
         them), and the checkpoint records how many (a resumed run cannot)."""
         return {"async_in_flight": super().pause()}

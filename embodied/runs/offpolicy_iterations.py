@@ -40,11 +40,11 @@ from typing import Any
 
 from embodied.config import Config, OffPolicyConfig
 from embodied.evaluation.stats import episode_metrics
-from embodied.runs.producer import RolloutProducer, Start
+from embodied.runs.producer import EpochProducer, Start
 from embodied.workers.group import Workers
 
 
-class OffPolicyIterations(RolloutProducer):
+class OffPolicyIterations(EpochProducer):
     """Rollout epochs, replay and UTD-paced updates: overlapped or in turn (``algorithm.overlap``); weights synced
     every ``algorithm.sync_every`` updates."""
 

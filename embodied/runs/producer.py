@@ -1,4 +1,4 @@
-"""``RolloutProducer``: a thread in the driver that runs rollout epochs while the actor trains.
+"""``EpochProducer``: a thread in the driver that runs rollout epochs while the actor trains.
 
 Shared by the runners whose rollouts overlap the actor's updates: async PPO (``embodied.runs.async_iterations``)
 and off-policy SAC (``embodied.runs.offpolicy_iterations``). What differs between them is one question, asked
@@ -9,7 +9,7 @@ the summaries, the seconds it ran and the seconds the weights took to load) into
 ``LocalChannel``) that the consumer, the runner's iteration, reads in order (``take``). An error of the
 producer is raised there, by the consumer, instead of a rollout that never comes.
 
-    class Mine(RolloutProducer):
+    class Mine(EpochProducer):
         def _next(self, i):          # under self.cond
             return Start(iteration=first + i, weights=handle) if allowed else None
     producer = Mine(workers, chunk_steps, "mine")
@@ -50,7 +50,7 @@ class Epoch(NamedTuple):
     sync_seconds: float  # the rollout workers loading new weights before it (0: they held them already)
 
 
-class RolloutProducer:
+class EpochProducer:
     """The producer thread, the trajectory buffer and pause/resume/close; subclasses say when and with what
     weights each rollout starts (``_next``) and consume with ``take``."""
 

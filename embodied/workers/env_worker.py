@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from embodied.core import pickles
 from embodied.channels import Shard
 from embodied.config import EnvConfig
 from embodied.config.schema import ExpertLabels, VideoConfig
@@ -246,7 +247,7 @@ class EnvWorker:
     def set_state(self, states: list[bytes]) -> None:
         """Put back what ``get_state`` saved (same stages and envs per stage)."""
         for stage, state in zip(self.stages, states, strict=True):
-            venv_state, stage.obs = pickle.loads(state)  # noqa: S301 - the run's own checkpoint
+            venv_state, stage.obs = pickles.loads(state)  # noqa: S301 - the run's own checkpoint
             stage.venv.set_state(venv_state)
 
     def restore(self, states: list[bytes | str] | str, generation: int, seed: int) -> bool:
@@ -259,7 +260,7 @@ class EnvWorker:
             states = [states] * len(self.stages)
         for stage, state in zip(self.stages, states, strict=True):
             if isinstance(state, bytes):
-                venv_state, stage.obs = pickle.loads(state)  # noqa: S301 - this run's own snapshot
+                venv_state, stage.obs = pickles.loads(state)  # noqa: S301 - this run's own snapshot
                 stage.venv.set_state(venv_state)
             else:
                 with self.watch.watching(stage.venv, stage.start, f"reset seed {seed} after a restart"):

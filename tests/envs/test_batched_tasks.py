@@ -14,7 +14,7 @@ import pytest
 from embodied.config import EnvConfig
 from embodied.env_runtime.factory import make_vector_env
 from embodied.envs.chunked import ChunkedVectorEnv
-from embodied.envs.mujoco_rollout import available_cores
+from embodied.envs.mujoco_stepper import available_cores
 from embodied.envs.pick_color import PickColorEnv
 from embodied.envs.pick_place import PickPlaceEnv
 from embodied.envs.push import PushEnv

@@ -28,9 +28,9 @@ def main(out_dir: str) -> None:
         "env.num_envs=8", "eval_env.num_envs=4", "rollout.chunk_steps=4", "runner.iterations=1",
         f"experiment.output_dir={out_dir}", "cluster.backend=ray", "cluster.num_env_workers=2",
         "cluster.num_rollout_workers=2", "actor.num_ranks=2", "env.preflight=false",
-        "cluster.env_resources.resources={sim: 1}", "cluster.env_resources.placement=strict_spread",
-        "cluster.rollout_resources.resources={learner: 0.5}", "cluster.rollout_resources.placement=pack",
-        "cluster.actor_resources.resources={learner: 1}", "cluster.actor_resources.placement=pack"])
+        "cluster.env_resources.resources={sim: 1}", "cluster.env_resources.group_strategy=strict_spread",
+        "cluster.rollout_resources.resources={learner: 0.5}", "cluster.rollout_resources.group_strategy=pack",
+        "cluster.actor_resources.resources={learner: 1}", "cluster.actor_resources.group_strategy=pack"])
     backend = RayBackend(cfg.cluster)
     workers = Workers.start(cfg, backend)
     try:

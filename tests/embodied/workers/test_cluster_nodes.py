@@ -45,7 +45,20 @@ def test_custom_resources_the_backend_lacks_and_empty_placement_bundles_are_refu
     with pytest.raises(ConfigError, match=r"cluster.env_resources.resources.sim: the worker groups reserve 2 \(env: 2 "
                                           r"x 1\) but the local backend has 0"):
         check_resources(cfg, LocalBackend(), training=True)
-    with pytest.raises(ConfigError, match=r"cluster.actor_resources.placement: pack needs something to place"):
-        load_config(None, ["cluster.backend=ray", "cluster.actor_resources.placement=pack"])
-    with pytest.raises(ConfigError, match=r"cluster.env_resources.placement: placement groups are Ray's"):
-        load_config(None, ["cluster.env_resources.placement=spread", "cluster.env_resources.num_cpus=1"])
+    with pytest.raises(ConfigError, match=r"cluster.actor_resources.group_strategy: pack needs something to place"):
+        load_config(None, ["cluster.backend=ray", "cluster.actor_resources.group_strategy=pack"])
+    with pytest.raises(ConfigError, match=r"cluster.env_resources.group_strategy: placement groups are Ray's"):
+        load_config(None, ["cluster.env_resources.group_strategy=spread", "cluster.env_resources.num_cpus=1"])
+
+
+def test_the_old_name_of_a_groups_ray_strategy_is_refused_with_its_new_name():
+    """``placement`` is cluster.placement's word (colocated or disaggregated); a group's Ray placement-group strategy
+    is ``group_strategy``, and a recipe that still says ``*_resources.placement`` is told so."""
+    for group in ("env", "rollout", "actor"):
+        with pytest.raises(ConfigError, match=rf"cluster.{group}_resources.placement: renamed to "
+                                              rf"cluster.{group}_resources.group_strategy \(the strategy of a Ray "
+                                              r"placement group; 'placement' alone is cluster.placement"):
+            load_config(None, ["cluster.backend=ray", f"cluster.{group}_resources.placement=pack"])
+    cfg = load_config(None, ["cluster.backend=ray", "cluster.actor_resources.group_strategy=pack",
+                             "cluster.actor_resources.num_cpus=1"])
+    assert cfg.cluster.actor_resources.group_strategy == "pack"
