@@ -1,7 +1,8 @@
 """What the SAC policies share: the tanh-squashed Gaussian actor over action chunks.
 
-One implementation with two users, the MLP over states (``policy.type: mlp_sac``, ``policies/mlp/squashed.py``)
-and the CNN over images (``policy.type: cnn_sac``, ``policies/cnn/squashed.py``). Each supplies its
+One implementation with two users, the MLP over states (``policy.type: mlp`` under SAC, alias ``mlp_sac``,
+``policies/mlp/squashed.py``) and the CNN over images (``cnn`` under SAC, alias ``cnn_sac``,
+``policies/cnn/squashed.py``). Each supplies its
 ``feature_encoder`` (forward inputs -> features [B, F]); the rest is here:
 
 - ``SquashedGaussianPolicy``: an MLP trunk over the features gives the mean and log-std of a diagonal Gaussian

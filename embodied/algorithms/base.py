@@ -188,11 +188,11 @@ class OffPolicyLearner(Protocol):
     batch. The worker owns replay, pacing, ranks and checkpoint I/O."""
 
     name: ClassVar[str]  # its checkpoint keys (``<name>``, ``<name>_counters``, ``<name>_generator``) and metric prefix
-    actor_optimizer: torch.optim.Optimizer  # the policy's optimizer: a checkpoint saves it beside the policy
+    policy_optimizer: torch.optim.Optimizer  # the policy's optimizer: a checkpoint saves it beside the policy
     generator: torch.Generator  # the learner's random stream (this rank's), saved for exact resume
 
     def __init__(self, policy: Any, cfg: Any, lr: float, action_size: int, seed: int) -> None:
-        """Around ``policy`` (the actor the rollout workers act with), with ``cfg`` (its ``OffPolicyConfig``),
+        """Around ``policy`` (what the rollout workers act with), with ``cfg`` (its ``OffPolicyConfig``),
         ``actor.lr``, the size of one action chunk and the run's seed."""
 
     def rank_modules(self) -> list[torch.nn.Module]:
@@ -205,9 +205,9 @@ class OffPolicyLearner(Protocol):
     def demo_actions(self, actions: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
         """The same column for demonstrated chunks ``actions`` [N, C, A] with their ``executed`` [N, C] mask."""
 
-    def step(self, batch: Any, ranks: Any = None, train_actor: bool = True, demo_rows: int = 0) -> dict[str, float]:
+    def step(self, batch: Any, ranks: Any = None, train_policy: bool = True, demo_rows: int = 0) -> dict[str, float]:
         """One gradient update on a ``ReplaySample`` (this rank's share; ``ranks`` sums gradients over several);
-        ``train_actor`` False is critic warm-up; the first ``demo_rows`` rows are demonstrations. Returns its
+        ``train_policy`` False is critic warm-up; the first ``demo_rows`` rows are demonstrations. Returns its
         logged stats, each named ``<name>/...``."""
 
     def state_dict(self) -> dict[str, Any]:

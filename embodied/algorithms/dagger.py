@@ -43,7 +43,7 @@ class DAggerLearner:
     def __init__(self, policy: Any, cfg: Any, lr: float, action_size: int, seed: int) -> None:
         self.policy, self.cfg = policy, cfg
         self.params = [p for p in policy.parameters() if p.requires_grad]
-        self.actor_optimizer = torch.optim.Adam(self.params, lr=lr)
+        self.policy_optimizer = torch.optim.Adam(self.params, lr=lr)
         self.generator = torch.Generator().manual_seed(seed)  # draws nothing yet; kept for the protocol's resume
 
     def rank_modules(self) -> list[torch.nn.Module]:
@@ -61,25 +61,25 @@ class DAggerLearner:
         """Demonstrated chunks are the expert's labels of their states."""
         return pack(actions, executed)
 
-    def step(self, batch: ReplaySample, ranks: Any = None, train_actor: bool = True,
+    def step(self, batch: ReplaySample, ranks: Any = None, train_policy: bool = True,
              demo_rows: int = 0) -> dict[str, float]:
         """One supervised step on ``batch`` (this rank's share: with ``ranks`` the loss is scaled by the share and the
-        gradients summed over the ranks, so they step as one on the whole batch). ``train_actor`` is always true
+        gradients summed over the ranks, so they step as one on the whole batch). ``train_policy`` is always true
         here (DAgger has no critic to warm up)."""
         labels, executed = unpack(batch.actions)
         share = 1.0 / ranks.size if ranks is not None else 1.0
         loss = self.policy.supervised_loss(self.policy.forward_inputs(batch.obs), labels, executed)
-        self.actor_optimizer.zero_grad()
+        self.policy_optimizer.zero_grad()
         (loss * share).backward()
         if ranks is not None:
             ranks.reduce_gradients(self.params)
         norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
-        self.actor_optimizer.step()
+        self.policy_optimizer.step()
         return {"dagger/loss": loss.item(), "dagger/grad_norm": float(norm),
                 "dagger/demo_share": demo_rows / max(len(labels), 1)}
 
     def state_dict(self) -> dict[str, Any]:
-        """Its stream (the optimizer travels as the worker's ``actor_optimizer``)."""
+        """Its stream (the optimizer travels as the worker's ``policy_optimizer``)."""
         return {"generator": self.generator.get_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

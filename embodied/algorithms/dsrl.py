@@ -2,17 +2,17 @@
 frozen flow-matching policy.
 
 The flow policy (``policy``: ``type: vla`` with ``action_head: flow``, or ``type: pi0``; its weights from
-``policy.init_from``, an SFT checkpoint) is never trained. A small tanh-Gaussian actor (the registered ``mlp_sac``
-policy, built here over the frozen policy's features) chooses the noise ``x_1`` its Euler loop starts from, and the
-frozen policy turns that noise into the env's chunk with its deterministic ODE. SAC (``embodied.algorithms.sac``:
-the same learner, replay, runner and actor worker) then treats the noise as its action:
+``policy.init_from``, an SFT checkpoint) is never trained. A small tanh-Gaussian noise policy (SAC's MLP policy,
+registered as ``mlp_sac``, built here over the frozen policy's features) chooses the noise ``x_1`` its Euler loop
+starts from, and the frozen policy turns that noise into the env's chunk with its deterministic ODE. SAC
+(``embodied.algorithms.sac``: the same learner, replay, runner and actor worker) then treats the noise as its action:
 
     noise = tanh(u) * algorithm.noise_scale,   u ~ N(mu(f), sigma(f))      # [Cn, An], f: the obs's features
     chunk = frozen ODE from noise                                            # [C, A], what the env executes
-    Q(f, noise) learns the chunk's discounted reward; the actor maximises it
+    Q(f, noise) learns the chunk's discounted reward; the noise policy maximises it
 
-So the critics score (features, noise), the actor's entropy is over the noise, and only the actor and the critics
-train: weight sync sends the actor's tensors alone, checkpoints hold the actor, the critics and the learner. The
+So the critics score (features, noise), the noise policy's entropy is over the noise, and only it and the critics
+train: weight sync sends the noise policy's tensors alone, checkpoints hold it, the critics and the learner. The
 frozen policy is rebuilt on every copy from the config and ``policy.init_from`` (it is kept out of ``DSRLPolicy``'s
 module tree), and runs in the rollout worker, which computes the features while acting.
 
@@ -44,9 +44,9 @@ from embodied.policy.base import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.policy.config import policy_config_class
 from embodied.core.types import STATES, NoiseSteering, Obs, PolicyOutput
 
-FEATURES = "dsrl_features"  # forward_inputs and replay key: what the noise actor and critics see, float32 [B, F]
+FEATURES = "dsrl_features"  # forward_inputs and replay key: what the noise policy and critics see, float32 [B, F]
 NOISE = "dsrl_noise"  # forward_inputs key: the initial noise the chunk was decoded from, float32 [B, Cn, An]
-NOISE_ACTOR = "mlp_sac"  # the registered tanh-Gaussian policy (with its Q-ensemble) that acts in noise space
+NOISE_POLICY = "mlp_sac"  # the registered tanh-Gaussian MLP (SAC's head) that acts in noise space
 FROZEN_SEED = 0  # every copy builds the frozen policy under this seed: the same weights even without init_from
 
 
@@ -67,14 +67,13 @@ class SteerablePolicy(Protocol):
 @dataclass
 class DSRLPolicyConfig(PolicyConfig):
     """The policy a dsrl run's workers build (``DSRLConfig.worker_policy``), not a ``policy.type`` of its own: the frozen
-    flow policy's config (``policy``, whose ``init_from`` gives its weights) and the noise actor's settings."""
+    flow policy's config (``policy``, whose ``init_from`` gives its weights) and the noise policy's settings."""
 
     type: str = "dsrl"
     frozen: PolicyConfig | None = None  # the run's policy section
     noise_scale: float = 1.0  # algorithm.noise_scale
     features: str = "encoding"  # algorithm.dsrl_features
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # algorithm.noise_actor_hidden_sizes
-    critic_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # algorithm.noise_critic_hidden_sizes
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # algorithm.noise_policy_hidden_sizes
 
     model_class: ClassVar[str] = "embodied.algorithms.dsrl:DSRLPolicy"
 
@@ -107,10 +106,18 @@ class RecordedFeatures(nn.Module):
         return inputs[FEATURES].float()
 
 
+def _renamed_noise_policy(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+    """A state dict saved when the noise policy was ``DSRLPolicy.actor``: its ``actor.*`` keys read as
+    ``noise_policy.*``."""
+    for key in [k for k in state_dict if k.startswith(f"{prefix}actor.")]:
+        state_dict[f"{prefix}noise_policy.{key[len(prefix) + len('actor.'):]}"] = state_dict.pop(key)
+
+
 class DSRLPolicy(Policy):
-    """A tanh-Gaussian noise actor over a frozen flow policy; implements ``embodied.policy.q_functions.QFunctionPolicy``
+    """A tanh-Gaussian noise policy over a frozen flow policy; implements
+    ``embodied.policy.q_functions.QFunctionPolicy``
     in noise space (module docstring). Its module tree, so its parameters, state dict, optimizer and weight sync,
-    is the noise actor alone."""
+    is the noise policy alone."""
 
     logprob_granularity = "chunk"
 
@@ -129,16 +136,17 @@ class DSRLPolicy(Policy):
             size = spec.state_dim
         else:
             size = frozen.flow_feature_size()
-        actor_config = policy_config_class(NOISE_ACTOR)(action_chunk=chunk, hidden_sizes=list(config.hidden_sizes),
-                                                        critic_hidden_sizes=list(config.critic_hidden_sizes))
+        noise_config = policy_config_class(NOISE_POLICY)(action_chunk=chunk, hidden_sizes=list(config.hidden_sizes))
         s = config.noise_scale
         noise_space = PolicySpec(state_dim=size, image_shape=None, action_dim=dim, action_low=(-s,) * dim,
                                  action_high=(s,) * dim)  # mlp_sac scales its tanh into the bounds: tanh(u) * s
-        self.actor = build_policy(actor_config, noise_space)
+        self.noise_policy = build_policy(noise_config, noise_space)
+        # Checkpoints written before the rename hold its tensors as "actor.*"
+        self.register_load_state_dict_pre_hook(_renamed_noise_policy)
         # Before any update, greedy DSRL is the frozen policy's ODE from zero noise on every obs. An untrained mean
         # head instead picks an arbitrary noise per obs from features of any scale (π0's prefix means): with it,
         # greedy success before the first update measured 79.7 / 82.0 / 39.8% on seeds 0 / 1 / 2 of one checkpoint.
-        self.actor.start_at_center()  # type: ignore[attr-defined]
+        self.noise_policy.start_at_center()  # type: ignore[attr-defined]
         self.recorded = RecordedFeatures()
 
     @property
@@ -148,7 +156,7 @@ class DSRLPolicy(Policy):
     def describe(self) -> str:
         chunk, dim = self.frozen.flow_noise_shape()  # type: ignore[attr-defined]
         trainable = sum(p.numel() for p in self.parameters())
-        return (f"policy: DSRL noise actor ({trainable / 1e6:.3f}M parameters, all trainable) over noise [{chunk}, "
+        return (f"policy: DSRL noise policy ({trainable / 1e6:.3f}M parameters, all trainable) over noise [{chunk}, "
                 f"{dim}] x {self.config.noise_scale}, features: {self.config.features}; "
                 f"frozen {self.frozen.describe()}")
 
@@ -157,7 +165,7 @@ class DSRLPolicy(Policy):
             return torch.as_tensor(obs[STATES], dtype=torch.float32)
         return (steering or self.frozen.steer(obs)).features  # type: ignore[attr-defined]
 
-    # -- QFunctionPolicy: the noise actor's ---------------------------------------------------------
+    # -- QFunctionPolicy: the noise policy's ---------------------------------------------------------
 
     @property
     def feature_encoder(self) -> nn.Module:
@@ -167,26 +175,26 @@ class DSRLPolicy(Policy):
 
     def sample_with_logprob(self, features: torch.Tensor,
                             generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.actor.sample_with_logprob(features, generator)  # type: ignore[attr-defined]
+        return self.noise_policy.sample_with_logprob(features, generator)  # type: ignore[attr-defined]
 
     def mode_error(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return self.actor.mode_error(features, actions)  # type: ignore[attr-defined]
+        return self.noise_policy.mode_error(features, actions)  # type: ignore[attr-defined]
 
     # -- Policy -----------------------------------------------------------------------------------
 
     @torch.no_grad()
     def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
-        """The noise actor's noise (greedy: ``tanh(mean) * noise_scale``), decoded by the frozen policy's ODE."""
+        """The noise policy's noise (greedy: ``tanh(mean) * noise_scale``), decoded by the frozen policy's ODE."""
         steering = self.frozen.steer(obs)  # type: ignore[attr-defined]
         features = self._features(obs, steering)
-        out = self.actor.act({STATES: features}, deterministic)
+        out = self.noise_policy.act({STATES: features}, deterministic)
         noise = out.actions  # [B, Cn, An]
         return PolicyOutput(actions=steering.decode(noise), logprobs=out.logprobs, values=torch.zeros(len(features)),
                             forward_inputs={FEATURES: features, NOISE: noise})
 
     def evaluate(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor):
-        """The noise actor's log-prob of the recorded noise (the executed ``actions`` are not read)."""
-        return self.actor.evaluate({STATES: forward_inputs[FEATURES]}, forward_inputs[NOISE])
+        """The noise policy's log-prob of the recorded noise (the executed ``actions`` are not read)."""
+        return self.noise_policy.evaluate({STATES: forward_inputs[FEATURES]}, forward_inputs[NOISE])
 
     def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
         """The features of ``obs``: computed by the frozen policy (or its states), or, for an observation as replay

@@ -5,7 +5,7 @@ Torch-free, so that loading a config imports no torch."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from embodied.algorithms.sac_config import SACConfig
 from embodied.config.validate import OBS_MODE_GIVES
@@ -18,38 +18,38 @@ if TYPE_CHECKING:
 @dataclass
 class DSRLConfig(SACConfig):
     """The ``algorithm:`` section of a DSRL run (Wagenmaker et al. 2025): SAC's learner, replay and loop, whose
-    action is the noise the frozen flow policy decodes into the env's chunk."""
+    action is the noise the frozen flow policy decodes into the env's chunk. Its critics' widths are SAC's
+    ``critic_hidden_sizes``."""
+
+    policy_head: ClassVar[str] = ""  # the frozen flow policy is steered as it is; the noise policy is DSRL's own
 
     name: str = "dsrl"  # registered algorithm name
-    noise_scale: float = 1.0  # the noise actor's output is tanh(u) * noise_scale, per noise entry
-    # What the noise actor and critics see: "encoding", a frozen encoding the flow policy computes anyway (its
+    noise_scale: float = 1.0  # the noise policy's output is tanh(u) * noise_scale, per noise entry
+    # What the noise policy and critics see: "encoding", a frozen encoding the flow policy computes anyway (its
     # backbone's or VLM prefix's features, which see the images and the instruction), or "states", the env's states.
     dsrl_features: Literal["encoding", "states"] = "encoding"
-    noise_actor_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # the noise actor's layers
-    noise_critic_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # every critic's layers
+    noise_policy_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # the noise policy's layers
 
     def worker_policy(self, policy: PolicyConfig) -> PolicyConfig:
-        """A noise actor over the frozen ``policy`` (``embodied.algorithms.dsrl.DSRLPolicy``)."""
+        """A noise policy over the frozen ``policy`` (``embodied.algorithms.dsrl.DSRLPolicy``)."""
         from embodied.algorithms.dsrl import DSRLPolicyConfig  # torch: only when workers are built
 
         return DSRLPolicyConfig(action_chunk=policy.action_chunk, frozen=policy, noise_scale=self.noise_scale,
-                                features=self.dsrl_features, hidden_sizes=list(self.noise_actor_hidden_sizes),
-                                critic_hidden_sizes=list(self.noise_critic_hidden_sizes))
+                                features=self.dsrl_features, hidden_sizes=list(self.noise_policy_hidden_sizes))
 
     def validate(self, cfg: Config) -> list[str]:
-        """SAC's checks, the frozen flow policy, the noise actor, and what DSRL cannot take."""
+        """SAC's checks, the frozen flow policy, the noise policy, and what DSRL cannot take."""
         p = super().validate(cfg)
         if not cfg.policy.flow_noise():
             p.append(f"policy.type: algorithm.name={self.name} steers the initial noise of a flow-matching policy, "
                      f"and policy.type={cfg.policy.type} as configured starts from none (a VLA needs "
                      f"policy.action_head=flow; policy.type=pi0 has one)")
         if not self.noise_scale > 0:
-            p.append(f"algorithm.noise_scale: the noise actor's bound tanh(u) * noise_scale must be > 0, got "
+            p.append(f"algorithm.noise_scale: the noise policy's bound tanh(u) * noise_scale must be > 0, got "
                      f"{self.noise_scale}")
-        for name in ("noise_actor_hidden_sizes", "noise_critic_hidden_sizes"):
-            sizes = getattr(self, name)
-            if not sizes or any(v < 1 for v in sizes):
-                p.append(f"algorithm.{name}: need at least one layer, every width >= 1, got {sizes}")
+        sizes = self.noise_policy_hidden_sizes
+        if not sizes or any(v < 1 for v in sizes):
+            p.append(f"algorithm.noise_policy_hidden_sizes: need at least one layer, every width >= 1, got {sizes}")
         if self.dsrl_features == "states":
             for section, mode in (("env", cfg.env.obs_mode), ("eval_env", cfg.eval_env.obs_mode)):
                 if mode is not None and "states" not in OBS_MODE_GIVES[mode]:

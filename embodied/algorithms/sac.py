@@ -1,5 +1,5 @@
 """Soft actor-critic over action chunks (``algorithm.name: sac``): the maths as pure functions of tensors,
-and the learner that steps a policy's actor, its Q-ensemble and the entropy temperature with them.
+and the learner that steps the policy, its Q-ensemble and the entropy temperature with them.
 
 A chunk ``[C, A]`` is SAC's action. Its reward is the discounted sum over the sub-steps the env really
 executed, with ``algorithm.gamma`` per *sub-step*, so the bootstrap is discounted by
@@ -9,21 +9,22 @@ chunks (``n_step_returns``): n consecutive chunk rewards of one env, the window 
 (a termination does not bootstrap, a truncation bootstraps from its ``final_obs``) or its rollout epoch ends.
 
 Critics (REDQ / RLPD): ``algorithm.num_critics`` Q-functions; the TD target takes the min over a random
-subset of ``algorithm.critic_subset`` of the target critics (``subset_min``); the actor maximises the
-ensemble's mean, or its min (``algorithm.actor_q``). With ``algorithm.awr_temperature`` the actor is AWAC's
-instead (``advantage_weighted_loss``): it regresses its greedy chunk onto replay's, weighted by their advantage.
+subset of ``algorithm.critic_subset`` of the target critics (``subset_min``); the policy maximises the
+ensemble's mean, or its min (``algorithm.policy_q``). With ``algorithm.awr_temperature`` the policy's loss is
+AWAC's instead (``advantage_weighted_loss``): it regresses its greedy chunk onto replay's, weighted by their
+advantage. ("Actor" is this project's training worker; SAC's actor is called the policy here.)
 Target critics follow the online ones by polyak averaging (``polyak_update``, ``tau``).
 The temperature alpha is tuned so the policy's entropy stays near ``target_entropy`` (default ``-C * A``).
 
 Pixels (DrQ, RLPD): the policy's ``feature_encoder`` (a CNN's image encoder) is trained by the critics' loss
-alone; the actor sees its features detached, and the TD target reads a polyak copy of it beside the target
+alone; the policy's loss sees its features detached, and the TD target reads a polyak copy of it beside the target
 critics. Every batch's images, ``obs`` and ``next_obs`` independently, are shifted at random by up to
 ``algorithm.image_shift`` pixels (``embodied.algorithms.augment.random_shift``).
 
     reward, discount = chunk_reward(rewards, executed, gamma)            # [B], [B]
     reward, discount, bootstrap, last = n_step_returns(reward, discount, terminated, following, n)  # replay's rows
     target = td_target(reward, discount, bootstrap, subset_min(q_next, 2, g), next_logprob, alpha)
-    loss = critic_loss(q, target) + actor_loss(q_pi, logprob, alpha) + temperature_loss(log_alpha, logprob, -C*A)
+    loss = critic_loss(q, target) + policy_loss(q_pi, logprob, alpha) + temperature_loss(log_alpha, logprob, -C*A)
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def ensemble_q(q: torch.Tensor, reduce: Literal["mean", "min"] = "mean") -> torc
     return q.mean(dim=0) if reduce == "mean" else q.min(dim=0).values
 
 
-def actor_loss(q: torch.Tensor, logprob: torch.Tensor, alpha: torch.Tensor | float,
+def policy_loss(q: torch.Tensor, logprob: torch.Tensor, alpha: torch.Tensor | float,
                reduce: Literal["mean", "min"] = "mean") -> torch.Tensor:
     """``mean(alpha * log pi(a|s) - Q(s, a))`` for actions ``a ~ pi``, ``Q`` the ensemble's (``ensemble_q``):
     ``q`` [E, B], ``logprob`` [B]."""
@@ -87,17 +88,17 @@ def actor_loss(q: torch.Tensor, logprob: torch.Tensor, alpha: torch.Tensor | flo
 
 def advantage_weighted_loss(mode_error: torch.Tensor, advantage: torch.Tensor, temperature: float,
                             max_weight: float = 100.0) -> torch.Tensor:
-    """AWAC's actor (Nair et al. 2020) in regression form: ``mean(min(exp(A / temperature), max_weight) * error)``
+    """AWAC's policy loss (Nair et al. 2020) in regression form: ``mean(min(exp(A / temperature), max_weight) * error)``
     over replay rows, ``mode_error`` [B] the greedy chunk's squared distance to the row's chunk and ``advantage``
     [B] that chunk's ``Q(s, a) - Q(s, a ~ pi)``. The weights carry no gradient; the critics' action gradient
-    never reaches the actor, which only moves toward chunks that were taken and scored above its own."""
+    never reaches the policy, which only moves toward chunks that were taken and scored above its own."""
     weights = torch.exp(advantage.detach() / temperature).clamp(max=max_weight)
     return (weights * mode_error).mean()
 
 
 def bc_term(mode_error: torch.Tensor, q: torch.Tensor, weight: float) -> torch.Tensor:
     """TD3+BC's behaviour-cloning term, ``weight * mean|Q| * mean(mode_error)``: ``mode_error`` [D] on the
-    demonstration rows, ``q`` [E, B] the critics' values of the actor's actions (no gradient through the scale), so
+    demonstration rows, ``q`` [E, B] the critics' values of the policy's actions (no gradient through the scale), so
     ``weight`` means the same whatever the returns' scale (TD3+BC's alpha is ``1 / weight``)."""
     return weight * q.detach().abs().mean() * mode_error.mean()
 
@@ -142,9 +143,9 @@ class SACLearner:
     """The critics, their targets, the temperature and the three optimizers around a ``QFunctionPolicy``: the
     ``OffPolicyLearner`` of ``algorithm.name: sac`` and ``dsrl`` (``SACConfig.algorithm_class``).
 
-    The policy is the actor (what rollouts act with and weight sync sends); the critics are built here from its
-    features and action chunks (``embodied.algorithms.sac_networks.build_critics``) and live here, so they never
-    travel to rollout workers.
+    The policy (SAC's actor: what rollouts act with and weight sync sends) is the worker's; the critics are built
+    here from its features and action chunks (``embodied.algorithms.sac_networks.build_critics``) and live here, so
+    they never travel to rollout workers.
     """
 
     name: ClassVar[str] = "sac"  # checkpoint keys and metric prefix (DSRL's too: its checkpoints say "sac")
@@ -152,9 +153,9 @@ class SACLearner:
     def __init__(self, policy: Policy, cfg: SACConfig, lr: float, action_size: int, seed: int) -> None:
         self.policy, self.cfg = policy, cfg
         # The critics are the algorithm's, shaped from the policy's features and chunks (``sac_networks``).
-        self.critics = build_critics(policy, cfg.num_critics, cfg.critic_layernorm)
+        self.critics = build_critics(policy, cfg.num_critics, cfg.critic_hidden_sizes, cfg.critic_layernorm)
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
-        # The policy's feature encoder (DrQ/RLPD): trained by the critics' loss alone, seen detached by the actor;
+        # The policy's feature encoder (DrQ/RLPD): trained by the critics' loss alone, seen detached by the policy's;
         # the TD target reads a polyak copy of it, as it reads the target critics (none of it for states).
         self.encoder: torch.nn.Module = policy.feature_encoder  # type: ignore[attr-defined]
         self.target_encoder = copy.deepcopy(self.encoder).requires_grad_(False)
@@ -162,12 +163,12 @@ class SACLearner:
         shared = {id(p) for p in encoder_params}
         self.log_alpha = torch.tensor(float(cfg.init_alpha)).log().requires_grad_(True)
         self.target_entropy = cfg.target_entropy if cfg.target_entropy is not None else -float(action_size)
-        self.actor_params = [p for p in policy.parameters() if p.requires_grad and id(p) not in shared]
-        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=lr)
+        self.policy_params = [p for p in policy.parameters() if p.requires_grad and id(p) not in shared]
+        self.policy_optimizer = torch.optim.Adam(self.policy_params, lr=lr)
         self.critic_params = [*self.critics.parameters(), *encoder_params]  # the encoder trains with the critics
         self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=cfg.critic_lr if cfg.critic_lr else lr)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=lr)
-        # The augmentation's shifts, the critic subsets and the actor's noise are drawn from it (exact resume).
+        # The augmentation's shifts, the critic subsets and the policy's noise are drawn from it (exact resume).
         self.generator = torch.Generator().manual_seed(seed)
 
     def rank_modules(self) -> list[torch.nn.Module]:
@@ -192,12 +193,12 @@ class SACLearner:
                 inputs[key] = random_shift(inputs[key], self.cfg.image_shift, self.generator)
         return inputs
 
-    def step(self, batch: ReplaySample, ranks: GradientSum | None = None, train_actor: bool = True,
+    def step(self, batch: ReplaySample, ranks: GradientSum | None = None, train_policy: bool = True,
              demo_rows: int = 0) -> dict[str, float]:
-        """One gradient step of the critics (and the encoder), then the actor and alpha (CleanRL's order); the
+        """One gradient step of the critics (and the encoder), then the policy and alpha (CleanRL's order); the
         logged stats (this batch's). ``obs`` and ``next_obs`` are augmented independently, as DrQ does. Without
-        ``train_actor`` (critic warm-up) the actor and alpha stay; their losses are still reported. With
-        ``algorithm.bc_weight``, the actor's loss adds TD3+BC's term (``bc_term``) on the batch's first
+        ``train_policy`` (critic warm-up) the policy and alpha stay; their losses are still reported. With
+        ``algorithm.bc_weight``, the policy's loss adds TD3+BC's term (``bc_term``) on the batch's first
         ``demo_rows`` rows, the demonstrations ``demo_replay.mixed_sample`` put there.
 
         With ``ranks`` (several actor ranks, each holding an equal share of the whole batch), every loss is
@@ -228,16 +229,16 @@ class SACLearner:
         backward(q_loss, self.critic_params)
         self.critic_optimizer.step()
 
-        # The actor sees the features detached (stop-gradient: only the critics train the encoder). They were
-        # computed before the critic step, so they lag it by one step: DrQ recomputes them, one more encoder pass.
-        with torch.set_grad_enabled(train_actor):
+        # The policy's loss sees the features detached (stop-gradient: only the critics train the encoder). They
+        # were computed before the critic step, so they lag it by one step: DrQ recomputes them, one more encoder pass.
+        with torch.set_grad_enabled(train_policy):
             actions, logprob = policy.sample_with_logprob(features.detach(), self.generator)  # type: ignore[attr-defined]
-            self.critics.requires_grad_(False)  # the actor's loss moves the actor only
+            self.critics.requires_grad_(False)  # the policy's loss moves the policy only
             pi_q = self.critics.q_values(features.detach(), actions)
             if c.awr_temperature is None:
-                pi_loss = actor_loss(pi_q, logprob, alpha, c.actor_q)
-            else:  # AWAC: the replay chunk's advantage over the actor's own sample, from the critics before this step
-                advantage = ensemble_q(q.detach(), c.actor_q) - ensemble_q(pi_q.detach(), c.actor_q)
+                pi_loss = policy_loss(pi_q, logprob, alpha, c.policy_q)
+            else:  # AWAC: the replay chunk's advantage over the policy's sample, from the critics before this step
+                advantage = ensemble_q(q.detach(), c.policy_q) - ensemble_q(pi_q.detach(), c.policy_q)
                 pi_loss = advantage_weighted_loss(policy.mode_error(features.detach(), batch.actions),  # type: ignore[attr-defined]
                                                   advantage, c.awr_temperature)
             self.critics.requires_grad_(True)
@@ -246,25 +247,25 @@ class SACLearner:
                 bc = bc_term(policy.mode_error(features.detach()[:demo_rows], batch.actions[:demo_rows]),  # type: ignore[attr-defined]
                              pi_q, c.bc_weight)
                 pi_loss = pi_loss + bc
-        if train_actor:
-            self.actor_optimizer.zero_grad()
-            backward(pi_loss, self.actor_params)
-            self.actor_optimizer.step()
+        if train_policy:
+            self.policy_optimizer.zero_grad()
+            backward(pi_loss, self.policy_params)
+            self.policy_optimizer.step()
             alpha_loss = temperature_loss(self.log_alpha, logprob, self.target_entropy)
             self.alpha_optimizer.zero_grad()
             backward(alpha_loss, [self.log_alpha])
             self.alpha_optimizer.step()
         polyak_update([*self.target_critics.parameters(), *self.target_encoder.parameters()],
                       [*self.critics.parameters(), *self.encoder.parameters()], c.tau)
-        return {"sac/q_loss": q_loss.item(), "sac/actor_loss": pi_loss.item(), "sac/alpha": alpha.item(),
+        return {"sac/q_loss": q_loss.item(), "sac/policy_loss": pi_loss.item(), "sac/alpha": alpha.item(),
                 "sac/entropy": -logprob.detach().mean().item(), "sac/q_mean": q.detach().mean().item(),
                 "sac/target_mean": target.mean().item(), "sac/bc_loss": bc.item()}
 
     def state_dict(self) -> dict[str, Any]:
-        """What exact resume needs of the learner (the actor's weights and optimizer travel as the policy's)."""
+        """What exact resume needs of the learner (the policy's weights and optimizer travel as the worker's)."""
         return {"critics": self.critics.state_dict(), "target_critics": self.target_critics.state_dict(),
                 "target_encoder": self.target_encoder.state_dict(),
-                "log_alpha": self.log_alpha.detach().clone(), "actor_optimizer": self.actor_optimizer.state_dict(),
+                "log_alpha": self.log_alpha.detach().clone(), "policy_optimizer": self.policy_optimizer.state_dict(),
                 "critic_optimizer": self.critic_optimizer.state_dict(),
                 "alpha_optimizer": self.alpha_optimizer.state_dict(), "generator": self.generator.get_state()}
 
@@ -274,7 +275,9 @@ class SACLearner:
         self.target_encoder.load_state_dict(state.get("target_encoder", {}))  # saved without one: states (no weights)
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        # "actor_optimizer": its key in checkpoints written before SAC's actor was called the policy
+        self.policy_optimizer.load_state_dict(state["policy_optimizer" if "policy_optimizer" in state
+                                                    else "actor_optimizer"])
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
         self.generator.set_state(state["generator"])

@@ -4,7 +4,7 @@ loop reads are ``OffPolicyConfig``'s, its discount and n-step returns ``TDConfig
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from embodied.config.algorithm import TDConfig
@@ -16,38 +16,48 @@ if TYPE_CHECKING:
 @dataclass
 class SACConfig(TDConfig):
     """The ``algorithm:`` section of a SAC run. A chunk [C, A] is the action; ``gamma`` is per *sub-step*. Its three
-    Adam optimizers (actor, critics, temperature) take ``actor.lr`` (the critics: ``critic_lr`` if set) and Adam's
-    own epsilon, with no schedule and no gradient clip."""
+    Adam optimizers (policy, critics, temperature) take ``actor.lr`` (the critics: ``critic_lr`` if set) and Adam's
+    own epsilon, with no schedule and no gradient clip. The policy it trains is the ``policy:`` section's type with a
+    tanh-squashed Gaussian head (``policy.type: mlp`` or ``cnn``); the critics are its own."""
 
     algorithm_class: ClassVar[str] = "embodied.algorithms.sac:SACLearner"
     needs_q_functions: ClassVar[bool] = True
+    policy_head: ClassVar[str] = "tanh_gaussian"
 
     name: str = "sac"  # registered algorithm name
     tau: float = 0.005  # polyak rate of the target critics (target <- (1 - tau) target + tau online)
     num_critics: int = 2  # Q-functions in the critic ensemble (REDQ/RLPD use 10)
     critic_subset: int = 2  # the TD target takes the min over this many target critics drawn at random
     critic_layernorm: bool = False  # LayerNorm after every hidden layer of the critics (RLPD)
+    critic_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # widths of every critic's layers
     init_alpha: float = 0.1  # initial entropy temperature (then tuned)
     critic_lr: float | None = None  # the critics' (and image encoder's) learning rate (null: actor.lr)
     target_entropy: float | None = None  # entropy the temperature steers to (null: -C * A)
     # On images (DrQ): every update batch's images, obs and next_obs, are shifted at random by up to this many
-    # pixels (replicate-padded, cropped back); 0 disables. Only images the policy reads (policy.type=cnn_sac).
+    # pixels (replicate-padded, cropped back); 0 disables. Only images the policy reads (policy.type=cnn).
     image_shift: int = 4
-    # With demos: the actor's loss adds bc_weight * mean|Q| * the squared error between its greedy chunk and the
+    # With demos: the policy's loss adds bc_weight * mean|Q| * the squared error between its greedy chunk and the
     # demonstrated one, on the batch's demonstration rows (TD3+BC, Fujimoto & Gu 2021, with its alpha = 1 / bc_weight):
-    # keeps an SFT-started actor near the demonstrations while the critics are still wrong off them. 0: plain RLPD.
+    # keeps an SFT-started policy near the demonstrations while the critics are still wrong off them. 0: plain RLPD.
     bc_weight: float = 0.0
-    # What the actor maximises over the ensemble: "mean" (REDQ/RLPD) or "min", the most pessimistic critic (SAC-N,
+    # What the policy maximises over the ensemble: "mean" (REDQ/RLPD) or "min", the most pessimistic critic (SAC-N,
     # An et al. 2021): off the data the critics disagree, so the min penalises chunks that leave it.
-    actor_q: Literal["mean", "min"] = "mean"
-    # null: the actor follows the critics' action gradient (SAC). A temperature: AWAC's actor instead, which
+    policy_q: Literal["mean", "min"] = "mean"
+    # null: the policy follows the critics' action gradient (SAC). A temperature: AWAC's policy loss instead, which
     # regresses its greedy chunk onto replay's chunks weighted by exp(advantage / awr_temperature) (no entropy term):
-    # the critics' action gradient never reaches the actor, which only moves toward chunks replay holds.
+    # the critics' action gradient never reaches the policy, which only moves toward chunks replay holds.
     awr_temperature: float | None = None
 
     def validate(self, cfg: Config) -> list[str]:
-        """The critic ensemble, the temperature, the actor's options, and the off-policy loop's checks."""
+        """The critic ensemble, the temperature, the policy's options and head, and the off-policy loop's checks."""
         p = super().validate(cfg)
+        try:
+            self.trained_policy(cfg.policy)
+        except ValueError as exc:
+            p.append(str(exc))
+        if not self.critic_hidden_sizes or any(v < 1 for v in self.critic_hidden_sizes):
+            p.append(f"algorithm.critic_hidden_sizes: need at least one layer, every width >= 1, got "
+                     f"{self.critic_hidden_sizes}")
         if self.critic_subset < 1 or self.critic_subset > self.num_critics:
             p.append(f"algorithm.critic_subset: the target's min is over 1 to num_critics={self.num_critics} critics, "
                      f"got {self.critic_subset}")
@@ -66,8 +76,8 @@ class SACConfig(TDConfig):
             p.append(f"algorithm.image_shift: the random shift's pixels must be >= 0 (0 disables it), got "
                      f"{self.image_shift}")
         if self.awr_temperature is not None and not self.awr_temperature > 0:
-            p.append(f"algorithm.awr_temperature: the advantage weights' temperature must be > 0 (null: SAC's actor), "
-                     f"got {self.awr_temperature}")
+            p.append(f"algorithm.awr_temperature: the advantage weights' temperature must be > 0 (null: SAC's policy "
+                     f"loss), got {self.awr_temperature}")
         if self.bc_weight < 0:
             p.append(f"algorithm.bc_weight: the behaviour-cloning term's weight must be >= 0 (0: off), got "
                      f"{self.bc_weight}")

@@ -3,15 +3,14 @@
 The critics belong to the algorithm, not to the policy: the policy offers its features (``feature_encoder``, whose
 width is ``feature_size``) and its action chunks (``chunk`` x ``action_dim``); ``build_critics`` shapes
 ``algorithm.num_critics`` MLPs over (features, flattened chunk) from them, with an optional LayerNorm after every
-hidden layer (``algorithm.critic_layernorm``, RLPD's). The critics' hidden widths are still read from the policy's
-config (``policy.critic_hidden_sizes``, as the recipes write them).
+hidden layer (``algorithm.critic_layernorm``, RLPD's), of hidden widths ``algorithm.critic_hidden_sizes``.
 
 - ``EnsembleLinear``: ``E`` independent linear layers applied in one batched matmul, ``[E, in, out]``.
 - ``MLPQEnsemble``: every critic in one batched pass (``embodied.policy.q_functions.QEnsemble``).
 
 Built where and as the policies built them before (same sizes, same order of draws), so the same seed gives the
 same critics, and their state dicts (``critics``, ``target_critics`` in a checkpoint's learner state) keep their
-keys.
+keys (the widths were ``policy.critic_hidden_sizes`` then; the loader names their new place).
 """
 
 from __future__ import annotations
@@ -22,9 +21,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-DEFAULT_CRITIC_HIDDEN_SIZES = (256, 256)  # a policy config without ``critic_hidden_sizes`` gets these
-
 
 class EnsembleLinear(nn.Module):
     """``E`` independent linear layers applied to [E, B, n_in] in one batched matmul."""
@@ -71,23 +67,23 @@ class MLPQEnsemble(nn.Module):
 
 def critic_source(policy: Any) -> Any:
     """The policy whose features and chunks the critics read: the policy itself, or, for a policy that acts through
-    an inner actor in its own space (DSRL's noise actor over recorded features), that actor."""
+    an inner policy in its own space (DSRL's noise policy over recorded features), that one."""
     if hasattr(policy, "feature_size"):
         return policy
-    inner = getattr(policy, "actor", None)
+    inner = getattr(policy, "noise_policy", None)
     if inner is not None and hasattr(inner, "feature_size"):
         return inner
     raise ValueError(f"{type(policy).__name__}: the critics need the policy's feature width (feature_size), "
                      "action chunk (chunk) and action dimension (action_dim)")
 
 
-def critic_sizes(policy: Any) -> list[int]:
-    """[features + chunk * action_dim, *critic widths, 1]: the critics' layer widths over ``policy``'s features."""
+def critic_sizes(policy: Any, hidden_sizes: list[int]) -> list[int]:
+    """[features + chunk * action_dim, *hidden_sizes, 1]: the critics' layer widths over ``policy``'s features."""
     source = critic_source(policy)
-    hidden = getattr(source.config, "critic_hidden_sizes", DEFAULT_CRITIC_HIDDEN_SIZES)
-    return [source.feature_size + source.chunk * source.action_dim, *hidden, 1]
+    return [source.feature_size + source.chunk * source.action_dim, *hidden_sizes, 1]
 
 
-def build_critics(policy: Any, num_critics: int, layernorm: bool) -> MLPQEnsemble:
-    """A fresh ``MLPQEnsemble`` of ``num_critics`` critics over ``policy``'s features and action chunks."""
-    return MLPQEnsemble(num_critics, critic_sizes(policy), layernorm)
+def build_critics(policy: Any, num_critics: int, hidden_sizes: list[int], layernorm: bool) -> MLPQEnsemble:
+    """A fresh ``MLPQEnsemble`` of ``num_critics`` critics of ``hidden_sizes`` over ``policy``'s features and action
+    chunks."""
+    return MLPQEnsemble(num_critics, critic_sizes(policy, hidden_sizes), layernorm)

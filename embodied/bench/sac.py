@@ -1,6 +1,6 @@
 """``embodied bench``'s SAC row: gradient updates per second, and who waits for whom in the off-policy loop.
 
-Both on ``configs/reach_mlp_sac.yaml`` (the Reach MLP, 256x256 actor and critics) with RLPD's critics: an
+Both on ``configs/reach_mlp_sac.yaml`` (the Reach MLP, 256x256 policy and critics) with RLPD's critics: an
 ensemble of ``CRITICS`` with LayerNorm, the TD target's min over 2 of them, batches of ``BATCH``.
 
 - **updates/s**: ``SACLearner.step`` on batches sampled from a filled replay (random transitions of the env's
@@ -40,8 +40,8 @@ def sac_row(updates: int, iterations: int, num_envs: int, chunk_steps: int, over
     cfg = load_config(SAC_RECIPE, overrides)
     rate = update_rate(cfg, updates)
     waits = loop_waits(cfg, iterations)
-    a = cfg.algorithm
-    return {"policy": f"{cfg.policy.type} {cfg.env.id} {'x'.join(map(str, cfg.policy.hidden_sizes))}",
+    a, policy = cfg.algorithm, cfg.algorithm.worker_policy(cfg.policy)  # the tanh-Gaussian MLP SAC trains
+    return {"policy": f"{policy.type} {cfg.env.id} {'x'.join(map(str, cfg.policy.hidden_sizes))}",
             "critics": a.num_critics, "layernorm": a.critic_layernorm, "batch_size": a.batch_size,
             "updates_timed": updates, "updates_per_s": round(rate, 2), "num_envs": num_envs,
             "chunk_steps": chunk_steps, "utd_ratio": a.utd_ratio, "overlap": a.overlap, "iterations_timed": iterations,
@@ -56,8 +56,8 @@ def update_rate(cfg: Any, updates: int) -> float:
     from embodied.workers.offpolicy_actor import OffPolicyActorWorker
 
     spec = env_spec(cfg.env)
-    worker = OffPolicyActorWorker(cfg.policy, spec, cfg.algorithm, cfg.actor, cfg.runner.iterations,
-                                  cfg.experiment.seed)
+    worker = OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), spec, cfg.algorithm, cfg.actor,
+                                  cfg.runner.iterations, cfg.experiment.seed)
     rows, chunk = 8 * cfg.algorithm.batch_size, cfg.policy.action_chunk
     g = torch.Generator().manual_seed(0)
     states = torch.randn(rows, spec.state_dim, generator=g)

@@ -37,7 +37,10 @@ from typing import Any
 
 import torch
 
+from embodied.config.schema import algorithm_config_class
 from embodied.core.atomic import DiskFullError, atomic_dir, disk_full, remove_temp_files
+from embodied.core.registry import UnknownNameError
+from embodied.policy.config import policy_config_class
 
 CHECKPOINT_NAME = re.compile(r"iter_\d+")  # iter_000100; temp folders (iter_000100.tmp123) never match
 TRAINER_FILE = "trainer.pt"
@@ -297,8 +300,9 @@ def check_init_from(path: str, policy: Any) -> Path:
 
     Checked in the driver before any worker starts: the checkpoint exists and holds a policy of
     the same type and chunk length, and the same value of each of the config's
-    ``architecture_fields`` (a VLA's action head, say). The action dimension is checked against the
-    env's when the actor loads it (``check_policy_spec``).
+    ``architecture_fields`` (a VLA's action head, say). ``policy`` is the config as its algorithm trains it
+    (``AlgorithmConfig.trained_policy``), and the checkpoint's type is read the same way (``trained_type``).
+    The action dimension is checked against the env's when the actor loads it (``check_policy_spec``).
     """
     policy_type, action_chunk = policy.type, policy.action_chunk
     try:
@@ -307,9 +311,10 @@ def check_init_from(path: str, policy: Any) -> Path:
     except (FileNotFoundError, CheckpointError) as exc:
         raise ValueError(f"policy.init_from: {exc}") from None
     saved = state.get("config", {}).get("policy", {})
+    saved_type = trained_type(state.get("config", {}), policy_type)
     problems = []
-    if saved.get("type", policy_type) != policy_type:
-        problems.append(f"it holds a policy.type={saved['type']!r} policy, this config trains {policy_type!r}")
+    if saved_type != policy_type:
+        problems.append(f"it holds a policy.type={saved_type!r} policy, this config trains {policy_type!r}")
     if saved.get("action_chunk", action_chunk) != action_chunk:
         problems.append(f"its policy.action_chunk is {saved['action_chunk']}, this config's is {action_chunk}")
     if not problems:
@@ -321,6 +326,18 @@ def check_init_from(path: str, policy: Any) -> Path:
     if problems:
         raise ValueError(f"policy.init_from: checkpoint {checkpoint} does not fit: {'; '.join(problems)}")
     return checkpoint
+
+
+def trained_type(config: dict[str, Any], default: str) -> str:
+    """The policy type a run with this saved ``config`` trained: its ``policy.type``, as the head its algorithm trains
+    turns it (``AlgorithmConfig.policy_head``, ``PolicyConfig.heads``); ``default`` when it names none."""
+    name = str((config.get("policy") or {}).get("type", default))
+    algorithm = (config.get("algorithm") or {}).get("name")
+    try:
+        head = algorithm_config_class(str(algorithm)).policy_head if algorithm else ""
+        return policy_config_class(name).heads.get(head, name) if head else name
+    except (UnknownNameError, ImportError, TypeError):
+        return name
 
 
 def _default_of(config_class: type, name: str) -> Any:

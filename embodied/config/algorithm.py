@@ -108,7 +108,7 @@ class OffPolicyConfig(AlgorithmConfig):
         return 1.0, 1
 
     def warmup_iterations(self) -> int:
-        """First iterations in which the learner trains its own networks only (``step(train_actor=False)``)."""
+        """First iterations in which the learner trains its own networks only (``step(train_policy=False)``)."""
         return 0
 
     def validate(self, cfg: Config) -> list[str]:

@@ -57,8 +57,9 @@ def _blame(message: str, overrides: list[str] | tuple[str, ...], source: str) ->
 
 
 def config_from_dict(raw: dict[str, Any]) -> Config:
-    """Rebuild a validated Config from ``to_dict`` output (e.g. stored in a checkpoint)."""
-    cfg = from_dict(Config, raw, "")
+    """Rebuild a validated Config from ``to_dict`` output (e.g. stored in a checkpoint, maybe before a field moved or
+    was renamed: ``saved_form``)."""
+    cfg = from_dict(Config, saved_form(raw), "")
     problems = validate(cfg)
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
@@ -181,11 +182,54 @@ def _algorithm_class(data: dict[str, Any], path: str) -> type[AlgorithmConfig]:
 
 # Fields that moved to another section: where they are now (an old recipe is told, not just refused).
 MOVED = {"actor.adam_eps": "algorithm.adam_eps", "actor.anneal_lr": "algorithm.anneal_lr",
-         "actor.lr_warmup_iterations": "algorithm.lr_warmup_iterations"}
+         "actor.lr_warmup_iterations": "algorithm.lr_warmup_iterations",
+         "policy.critic_hidden_sizes": "algorithm.critic_hidden_sizes"}  # the critics are SAC's, not the policy's
 
 # Fields renamed so that a word means one thing: (config class, old name) -> (new name, why).
 RENAMED = {("Resources", "placement"): ("group_strategy", "the strategy of a Ray placement group; 'placement' alone is "
-                                       "cluster.placement: colocated or disaggregated")}
+                                       "cluster.placement: colocated or disaggregated"),
+           # SAC's actor is the policy ("actor" is the training worker's word); DSRL's critics are SAC's
+           ("SACConfig", "actor_q"): ("policy_q", "what the policy maximises over the critics; 'actor' is the "
+                                      "training worker"),
+           ("DSRLConfig", "noise_actor_hidden_sizes"): ("noise_policy_hidden_sizes", "the noise policy's layers; "
+                                                        "'actor' is the training worker"),
+           ("DSRLConfig", "noise_critic_hidden_sizes"): ("critic_hidden_sizes", "SAC's critics' widths, DSRL's "
+                                                         "among them")}
+
+
+def saved_form(raw: dict[str, Any]) -> dict[str, Any]:
+    """A config saved before fields moved (``MOVED``) or were renamed (``RENAMED``) in today's form (a copy): what
+    a recipe is refused for, a checkpoint's config is translated."""
+    out = copy.deepcopy(raw)
+    for old, new in MOVED.items():
+        (section, key), (to, to_key) = old.split("."), new.split(".")
+        if isinstance(out.get(section), dict) and key in out[section]:
+            value = out[section].pop(key)
+            out.setdefault(to, {}).setdefault(to_key, value)
+    _rename(Config, out, "")
+    return out
+
+
+def _rename(cls: type, data: Any, path: str) -> None:
+    """``RENAMED`` fields of ``cls`` (its registered subclass for a policy or algorithm section) and of its sections,
+    in place."""
+    if not isinstance(data, dict):
+        return
+    try:
+        if cls is PolicyConfig:
+            cls = _policy_class(data, path)
+        elif cls is AlgorithmConfig:
+            cls = _algorithm_class({"name": default_algorithm_name(), **data}, path)
+    except ConfigError:
+        return  # from_dict says what is wrong
+    for c in cls.__mro__:
+        for (owner, old), (new, _why) in RENAMED.items():
+            if owner == c.__name__ and old in data:
+                data.setdefault(new, data.pop(old))
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]) and f.name in data:
+            _rename(hints[f.name], data[f.name], _join(path, f.name))
 
 
 def _unknown_field(cls: type, path: str, key: str, fields: list[str], name: Any = None) -> str:
@@ -194,8 +238,9 @@ def _unknown_field(cls: type, path: str, key: str, fields: list[str], name: Any 
     where = _join(path, key)
     close = difflib.get_close_matches(key, fields, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    if (cls.__name__, key) in RENAMED:
-        new, why = RENAMED[cls.__name__, key]
+    renamed = [RENAMED[c.__name__, key] for c in cls.__mro__ if (c.__name__, key) in RENAMED]  # DSRL's are SAC's too
+    if renamed:
+        new, why = renamed[0]
         return f"{where}: renamed to {_join(path, new)} ({why})"
     if where in MOVED:
         return (f"{where}: moved to {MOVED[where]}, the algorithm's section, where it takes effect (an algorithm "

@@ -7,6 +7,7 @@ CLI reads the config first and starts what can run beside torch's import (the wa
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -37,6 +38,11 @@ class PolicyConfig:
     # Fields that shape the weights (besides type and action_chunk): a checkpoint whose policy
     # differs in one of them cannot be loaded by policy.init_from, which says so up front.
     architecture_fields: ClassVar[tuple[str, ...]] = ()
+    # The kind of action head the built policy has (a Gaussian, a tanh-squashed Gaussian, a flow, ...), and the
+    # registered types that are this type with another head (``with_head``): an algorithm that trains a head of its
+    # own (``AlgorithmConfig.policy_head``) builds that variant from this config's fields.
+    head: ClassVar[str] = ""
+    heads: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def folder_defaults(cls, section: dict[str, Any]) -> dict[str, Any]:
@@ -54,6 +60,24 @@ class PolicyConfig:
         ``algorithm.name=dsrl`` can steer it; the default has no such noise."""
         return False
 
+    def with_head(self, kind: str, algorithm: str) -> PolicyConfig:
+        """This policy with the action head ``kind`` that ``algorithm`` trains: itself when it has that head, else
+        its registered variant (``heads``) with the fields the two share; ``ValueError`` when it has no such
+        variant, or sets a field the variant lacks to other than its default (refused, never ignored)."""
+        if self.head == kind:
+            return self
+        if kind not in self.heads:
+            raise ValueError(f"policy.type: algorithm.name={algorithm} trains a {kind} action head, which "
+                             f"policy.type={self.type} has no variant with")
+        variant = policy_config_class(self.heads[kind])
+        theirs = {f.name for f in dataclasses.fields(variant) if f.init} - {"type"}
+        dropped = [f.name for f in dataclasses.fields(self)
+                   if f.init and f.name not in theirs and f.name != "type" and getattr(self, f.name) != _default(f)]
+        if dropped:
+            raise ValueError(f"policy.{dropped[0]}: algorithm.name={algorithm} trains policy.type={self.type} with a "
+                             f"{kind} head ({variant.type}), which has no such field; leave it out")
+        return variant(**{name: getattr(self, name) for name in theirs if hasattr(self, name)})
+
     def validate(self) -> list[str]:
         """Problems only this policy type can see, each prefixed by its field path (``policy.x``).
 
@@ -69,6 +93,12 @@ class PolicyConfig:
         (``embodied.env_runtime.preflight.check_policy_fits``); the default finds none and costs no env.
         """
         return []
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return f.default
 
 
 def policy_config_class(name: str) -> type[PolicyConfig]:

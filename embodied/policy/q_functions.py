@@ -1,12 +1,12 @@
 """What SAC asks of a policy: ``QFunctionPolicy``, a small protocol beside ``embodied.policy.base.Policy``.
 
 A policy that has it offers a tanh-squashed Gaussian over action chunks (``sample_with_logprob``) and the
-module that turns its forward inputs into the features its actor and critics see (``feature_encoder``, of width
+module that turns its forward inputs into the features its head and the critics see (``feature_encoder``, of width
 ``feature_size``). The Q-ensemble is the learner's: it builds it from those features and the policy's action
 chunks, trains and holds it (``embodied.algorithms``), so it never travels to rollout workers.
 
 The feature encoder is shared as DrQ and RLPD share theirs: its parameters live in the policy (rollouts act
-through them, weight sync sends them) but only the critics' loss trains them; the actor sees its features
+through them, weight sync sends them) but only the critics' loss trains them; the policy's loss sees its features
 detached (stop-gradient), and the TD target reads a polyak copy of it beside the target critics.
 A policy without it is refused by name before any worker starts (``require_q_functions``).
 """
@@ -37,7 +37,7 @@ class QFunctionPolicy(Protocol):
 
     @property
     def feature_encoder(self) -> nn.Module:
-        """A module mapping ``forward_inputs(obs)`` to what the actor and the critics see of it: [B, F]. Its
+        """A module mapping ``forward_inputs(obs)`` to what the policy's head and the critics see of it: [B, F]. Its
         parameters (none for states, an image encoder for a CNN) are trained by the critics' loss only."""
 
     def sample_with_logprob(self, features: torch.Tensor,
@@ -48,7 +48,7 @@ class QFunctionPolicy(Protocol):
 
     def mode_error(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """[B]: how far the greedy chunk is from ``actions`` [B, C, A] (squared error in the action box scaled to
-        [-1, 1]), differentiable with respect to the actor; ``algorithm.bc_weight``'s behaviour-cloning term."""
+        [-1, 1]), differentiable with respect to the policy; ``algorithm.bc_weight``'s behaviour-cloning term."""
 
 
 def require_q_functions(policy: PolicyConfig, algorithm: str) -> None:
@@ -58,5 +58,4 @@ def require_q_functions(policy: PolicyConfig, algorithm: str) -> None:
     missing = [name for name in needed if not hasattr(cls, name)]
     if missing:
         raise ValueError(f"algorithm.name={algorithm} needs a policy with Q-functions and a tanh-Gaussian action "
-                         f"(QFunctionPolicy: {', '.join(missing)}); policy.type={policy.type} has none "
-                         f"(policy.type=mlp_sac over states and cnn_sac over images have them)")
+                         f"(QFunctionPolicy: {', '.join(missing)}); policy.type={policy.type} has none")

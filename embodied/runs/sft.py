@@ -54,7 +54,7 @@ def sft(cfg: Config) -> SFTResult:
     data = open_dataset(cfg)
     if cfg.policy.init_from:  # continue SFT, or fine-tune a checkpoint on new demonstrations
         try:
-            check_init_from(cfg.policy.init_from, cfg.policy)
+            check_init_from(cfg.policy.init_from, cfg.algorithm.trained_policy(cfg.policy))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     check_policy_fits(cfg, cfg.resolved_eval_env(), "eval_env")  # before any worker starts or a run dir is made
@@ -70,7 +70,7 @@ def sft(cfg: Config) -> SFTResult:
     try:
         evaluator = Evaluator.start(cfg, backend)
         spec = backend.wait(evaluator.envs.group.call("spec"))[0]
-        policy = build_policy(cfg.policy, spec)
+        policy = build_policy(cfg.algorithm.trained_policy(cfg.policy), spec)  # SFT pre-trains what RL trains
         print(policy.describe())
         if cfg.policy.init_from:
             state = load_checkpoint(find_checkpoint(cfg.policy.init_from))

@@ -201,7 +201,7 @@ def check_before_start(cfg: Config) -> None:
     check_policy_fits(cfg, cfg.env, "env")  # a pretrained model's dimensions and cameras against the env's
     if cfg.policy.init_from:
         try:
-            check_init_from(cfg.policy.init_from, cfg.policy)
+            check_init_from(cfg.policy.init_from, cfg.algorithm.trained_policy(cfg.policy))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     # RLPD: the demonstrations against one env's spec, before the actor reads them

@@ -62,7 +62,7 @@ class OffPolicyActorWorker(ActorWorker):
         super().__init__(policy_cfg, spec, algorithm, actor, total_iterations, seed, torch_threads)
         self.learner: OffPolicyLearner = algorithm.learner()(self.policy, algorithm, actor.lr,
                                                              policy_cfg.action_chunk * spec.action_dim, seed)
-        self.optimizer = self.learner.actor_optimizer  # what the policy checkpoint saves beside the policy
+        self.optimizer = self.learner.policy_optimizer  # what the policy checkpoint saves beside the policy
         self.prefix = self.learner.name  # its checkpoint keys and metric names
         self.replay = ReplayBuffer(algorithm.replay_capacity)
         self.demos: ReplayBuffer | None = None  # RLPD: the demonstrations' chunk transitions, built once here
@@ -119,7 +119,7 @@ class OffPolicyActorWorker(ActorWorker):
         for k in range(updates):
             batch, from_demos = self.sample()
             demo_rows += from_demos
-            step = self.learner.step(batch, ranks if ranks.size > 1 else None, train_actor=not warmup,
+            step = self.learner.step(batch, ranks if ranks.size > 1 else None, train_policy=not warmup,
                                      demo_rows=from_demos)
             if ranks.size > 1:  # the whole batch's means (equal shares), so every rank sees the same numbers
                 step = {key: value / ranks.size for key, value in ranks.sum_stats(step).items()}

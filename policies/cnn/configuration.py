@@ -1,5 +1,6 @@
 """Configuration of the CNN policies: the Gaussian actor-critic for PPO (``policy.type: cnn``) and the
-tanh-Gaussian actor with a Q-ensemble for SAC (``policy.type: cnn_sac``), over one image encoder."""
+tanh-Gaussian actor SAC trains (``cnn`` under SAC, ``with_head("tanh_gaussian")``; ``cnn_sac`` an alias), over one
+image encoder."""
 
 from __future__ import annotations
 
@@ -52,6 +53,9 @@ class CNNConfig(CNNEncoderConfig):
     init_log_std: float = -0.5  # initial log standard deviation of every action dimension
 
     model_class: ClassVar[str] = "embodied.policies.cnn.modeling:CNNPolicy"
+    head: ClassVar[str] = "gaussian"
+    # Under SAC (a tanh_gaussian head): SquashedCNNConfig with these fields (hidden_sizes as set: [256] unless given)
+    heads: ClassVar[dict[str, str]] = {"tanh_gaussian": "cnn_sac"}
 
     def validate(self) -> list[str]:
         """The encoder's checks; positive head widths."""
@@ -63,11 +67,11 @@ class CNNConfig(CNNEncoderConfig):
 
 @dataclass
 class SquashedCNNConfig(CNNEncoderConfig):
-    """A tanh-squashed Gaussian over the CNN encoder with a Q-ensemble, for SAC/RLPD on images (DrQ's shape)."""
+    """A tanh-squashed Gaussian over the CNN encoder, the policy SAC/RLPD train on images (DrQ's shape; the critics
+    are SAC's, ``algorithm.critic_hidden_sizes``)."""
 
-    type: str = "cnn_sac"  # registered policy name
+    type: str = "cnn_sac"  # registered policy name (an alias: policy.type=cnn under SAC builds this)
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # widths of the actor's hidden layers
-    critic_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # widths of every critic's layers
     log_std_min: float = -5.0  # the actor's log-std is squashed into [log_std_min, log_std_max] (CleanRL's bounds)
     log_std_max: float = 2.0  # upper bound of the actor's log-std
 
@@ -75,8 +79,8 @@ class SquashedCNNConfig(CNNEncoderConfig):
     architecture_fields: ClassVar[tuple[str, ...]] = ("channels", "kernel_sizes", "strides", "image_pooling",
                                                       "image_features", "state_features", "use_wrist_images",
                                                       "hidden_sizes")
+    head: ClassVar[str] = "tanh_gaussian"
 
     def validate(self) -> list[str]:
-        """The encoder's checks; actor and critic widths; log-std bounds in order."""
-        return super().validate() + squashed_head_problems(self.hidden_sizes, self.critic_hidden_sizes,
-                                                            self.log_std_min, self.log_std_max)
+        """The encoder's checks; the actor's widths; log-std bounds in order."""
+        return super().validate() + squashed_head_problems(self.hidden_sizes, self.log_std_min, self.log_std_max)

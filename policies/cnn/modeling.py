@@ -21,7 +21,7 @@ the conversion to float in [0, 1] happens inside the encoder. Outputs of ``act``
 are on the CPU whatever device the module sits on.
 
 The encoders and the inputs they read are ``CNNObservations``, mixed into ``CNNPolicy`` and, as a module of
-their own (``CNNFeatures``), the feature encoder of the SAC policy (``policy.type: cnn_sac``, ``squashed.py``).
+their own (``CNNFeatures``), the feature encoder of the SAC policy (``policy.type: cnn`` under SAC, ``squashed.py``).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class CNNObservations:
     observation (uint8 images, float32 states) and the features [B, F] they make of them.
 
     ``CNNPolicy`` mixes it in directly (its parameters stay named ``encoder.*``); ``CNNFeatures`` is it as a module
-    of its own, the feature encoder of ``policy.type: cnn_sac``.
+    of its own, the feature encoder of ``policy.type: cnn`` under SAC.
     """
 
     policy_type: str  # named in errors

@@ -1,5 +1,6 @@
 """Tanh-squashed Gaussian over action chunks from camera images: the CNN policy for SAC and RLPD
-on pixels (``policy.type: cnn_sac``), shaped as DrQ (Kostrikov et al. 2020) and RLPD's pixel agent are.
+on pixels (``policy.type: cnn`` under SAC; the alias ``cnn_sac``), shaped as DrQ (Kostrikov et al. 2020) and RLPD's
+pixel agent are.
 
 - **Encoder.** The CNN policies' observation encoder (``CNNFeatures``: ``ImageEncoder``'s convolutions and linear
   layer over ``main_images``, the same weights over ``wrist_images``, a small MLP over states when the env gives
@@ -9,7 +10,7 @@ on pixels (``policy.type: cnn_sac``), shaped as DrQ (Kostrikov et al. 2020) and 
 - **Actor.** The shared tanh-Gaussian head (``embodied.policies.squashed.SquashedGaussianPolicy``) over the
   features: an MLP of ``hidden_sizes``, then the mean and log-std of the whole chunk [B, C * A].
 - **Critics.** SAC's, built by the learner from this policy's ``feature_size`` and chunks
-  (``embodied.algorithms.sac_networks``): ``num_critics`` MLPs of ``critic_hidden_sizes`` over (features,
+  (``embodied.algorithms.sac_networks``): ``num_critics`` MLPs of ``algorithm.critic_hidden_sizes`` over (features,
   flattened chunk), one batched pass, LayerNorm with ``algorithm.critic_layernorm``.
 
 Images stay uint8 from the env through replay until the encoder's first line divides them by 255; the learner

@@ -1,10 +1,11 @@
-"""Tanh-squashed Gaussian MLP over action chunks: the MLP policy for SAC (``policy.type: mlp_sac``).
+"""Tanh-squashed Gaussian MLP over action chunks: the MLP policy SAC trains (``policy.type: mlp`` under SAC; the alias
+``mlp_sac``).
 
-The actor and the critics see the states [B, S] (``StatesFeatures``: as they are, or standardized with
+The policy and SAC's critics see the states [B, S] (``StatesFeatures``: as they are, or standardized with
 ``normalize_states``; it has no parameters, so the stop-gradient and target copy SAC keeps of a feature encoder
-only carry its statistics). The actor is the shared
-tanh-Gaussian head (``embodied.policies.squashed.SquashedGaussianPolicy``). The critics are SAC's: the learner
-builds ``num_critics`` MLPs of ``critic_hidden_sizes`` over (state, flattened chunk) from this policy's
+only carry its statistics). The policy is the shared tanh-Gaussian head
+(``embodied.policies.squashed.SquashedGaussianPolicy``). The critics are SAC's: the learner
+builds ``num_critics`` MLPs of ``algorithm.critic_hidden_sizes`` over (state, flattened chunk) from this policy's
 ``feature_size`` and chunks (``embodied.algorithms.sac_networks``).
 """
 
@@ -38,12 +39,13 @@ class StatesFeatures(nn.Module):
 
 
 class SquashedMLPPolicy(SquashedGaussianPolicy):
-    """Tanh-Gaussian MLP actor over action chunks; implements ``embodied.policy.q_functions.QFunctionPolicy``."""
+    """Tanh-Gaussian MLP policy over action chunks; implements ``embodied.policy.q_functions.QFunctionPolicy``."""
 
     def __init__(self, config: SquashedMLPConfig, spec: PolicySpec) -> None:
         super().__init__()
         if spec.state_dim <= 0:
-            raise ValueError("policy.type=mlp_sac needs state observations (env.obs_mode 'state' or 'state+rgb')")
+            raise ValueError(f"policy.type={config.type} needs state observations (env.obs_mode 'state' or "
+                             "'state+rgb')")
         self.config, self.state_dim = config, spec.state_dim
         self.states = StatesFeatures(spec.state_dim, config.normalize_states)
         self.observes = (STATES,) if config.normalize_states else ()  # what the actor's ``observe`` merges

@@ -19,7 +19,7 @@ RECIPE = Path(__file__).resolve().parents[2] / "configs" / "reach_cnn_sac.yaml"
 SHORT = ["runner.iterations=2", "env.num_envs=4", "eval_env.num_envs=4", "runner.eval_episodes=4",
          "rollout.chunk_steps=4", "runner.eval_every=2", "runner.checkpoint_every=1", "logger.progress_bar=false",
          "env.kwargs.image_size=32", "policy.channels=[8, 16]", "policy.kernel_sizes=[8, 4]", "policy.strides=[4, 2]",
-         "policy.image_features=32", "policy.hidden_sizes=[32]", "policy.critic_hidden_sizes=[32]",
+         "policy.image_features=32", "policy.hidden_sizes=[32]", "algorithm.critic_hidden_sizes=[32]",
          "algorithm.learning_starts=16", "algorithm.batch_size=16", "algorithm.num_critics=3"]
 
 
@@ -30,7 +30,7 @@ def test_short_cnn_sac_run_trains_the_encoder_through_the_critics(tmp_path):
     result = train(cfg)
     assert [m["sac/updates"] for m in result.history] == [16, 16]  # utd_ratio 1 x 4 envs x 4 chunk steps
     for metrics in result.history:
-        for key in ("sac/q_loss", "sac/actor_loss", "sac/alpha", "sac/entropy", "sac/q_mean"):
+        for key in ("sac/q_loss", "sac/policy_loss", "sac/alpha", "sac/entropy", "sac/q_mean"):
             assert math.isfinite(metrics[key]), (key, metrics[key])
     assert 0.0 <= result.final_eval["eval/success_rate"] <= 1.0
     actor = load_checkpoint(result.checkpoint)["actor"]

@@ -1,5 +1,5 @@
 """The DSRL recipes (PickColor), shortened: the flow VLA steered from a flow checkpoint (``policy.init_from``) on the
-local backend and on Ray (a rollout worker of its own builds the frozen policy and gets only the noise actor's
+local backend and on Ray (a rollout worker of its own builds the frozen policy and gets only the noise policy's
 weights), π0-tiny, `embodied eval` of a DSRL checkpoint, and a stopped-and-resumed run that ends on the weights of
 one run in one go."""
 
@@ -25,9 +25,9 @@ from tests.e2e.test_vla_recipe import RAY, SHORT
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 FLOW, PI0 = CONFIGS / "pick_color_tinyvla_flow_dsrl.yaml", CONFIGS / "pick_color_pi0tiny_dsrl.yaml"
-NOISE_NETS = ["algorithm.noise_actor_hidden_sizes=[32]", "algorithm.noise_critic_hidden_sizes=[32]",
+NOISE_NETS = ["algorithm.noise_policy_hidden_sizes=[32]", "algorithm.critic_hidden_sizes=[32]",
               "algorithm.batch_size=8", "algorithm.learning_starts=8"]
-SAC_KEYS = ("sac/q_loss", "sac/actor_loss", "sac/alpha", "sac/entropy", "sac/q_mean", "replay/size")
+SAC_KEYS = ("sac/q_loss", "sac/policy_loss", "sac/alpha", "sac/entropy", "sac/q_mean", "replay/size")
 
 
 def dsrl_run(recipe: Path, tmp_path: Path, *overrides: str, small: tuple[str, ...] = tuple(SMALL)):
@@ -43,9 +43,9 @@ def dsrl_run(recipe: Path, tmp_path: Path, *overrides: str, small: tuple[str, ..
 
 
 def check_checkpoint(result) -> dict:
-    """The checkpoint holds the noise actor, the learner and replay of features; no frozen weights, no policy/."""
+    """The checkpoint holds the noise policy, the learner and replay of features; no frozen weights, no policy/."""
     actor = load_checkpoint(result.checkpoint)["actor"]
-    assert set(actor["policy"]) and all(k.startswith("actor.") for k in actor["policy"])
+    assert set(actor["policy"]) and all(k.startswith("noise_policy.") for k in actor["policy"])
     assert set(actor["sac"]) >= {"critics", "target_critics", "log_alpha", "critic_optimizer"}
     folder = Path(actor["replay_dir"])  # the checkpoint's replay/ chunk files
     replay = ReplayBuffer(int(read_replay_manifest(folder)["capacity"]))
@@ -80,7 +80,7 @@ def test_dsrl_steers_a_flow_checkpoint_and_embodied_eval_reads_it(tmp_path, flow
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_dsrl_on_ray_syncs_the_noise_actor_to_a_rollout_worker_of_its_own(tmp_path, flow_checkpoint, ray_session):
+def test_dsrl_on_ray_syncs_the_noise_policy_to_a_rollout_worker_of_its_own(tmp_path, flow_checkpoint, ray_session):
     _, result = dsrl_run(FLOW, tmp_path, *RAY, "cluster.placement=disaggregated", "algorithm.overlap=false",
                          f"policy.init_from={flow_checkpoint}")
     check_checkpoint(result)

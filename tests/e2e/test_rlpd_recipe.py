@@ -1,5 +1,5 @@
 """configs/pick_place_mlp_rlpd.yaml for real, shortened: scripted PickPlace episodes collected, an SFT start of the
-``mlp_sac`` actor on them (``policy.init_from``), then RLPD iterations drawing half of every batch from them."""
+tanh-Gaussian MLP (``policy.type: mlp`` under SAC) on them (``policy.init_from``), then RLPD iterations drawing half of every batch from them."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from embodied.runs.sft import sft
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "pick_place_mlp_rlpd.yaml"
 SMALL = ["env.num_envs=4", "eval_env.num_envs=4", "runner.eval_episodes=4", "logger.progress_bar=false",
-         "policy.hidden_sizes=[32]", "policy.critic_hidden_sizes=[32]", "runner.plot=false"]
+         "policy.hidden_sizes=[32]", "algorithm.critic_hidden_sizes=[32]", "runner.plot=false"]
 RL = ["runner.iterations=3", "rollout.chunk_steps=4", "runner.eval_every=3", "runner.checkpoint_every=3",
       "algorithm.learning_starts=16", "algorithm.batch_size=16", "algorithm.utd_ratio=1.0",
       "algorithm.num_critics=3"]
@@ -39,6 +39,6 @@ def test_short_rlpd_run_from_an_sft_start(tmp_path):
         assert metrics["rlpd/demo_transitions"] == rows  # every episode succeeded: each row is a transition
         assert metrics["sac/updates"] == 16  # utd_ratio 1 x 4 envs x 4 chunk steps
         assert metrics["rlpd/demo_share"] == 0.5  # 8 of every 16 rows
-        for key in ("sac/q_loss", "sac/actor_loss", "sac/alpha", "sac/q_mean"):
+        for key in ("sac/q_loss", "sac/policy_loss", "sac/alpha", "sac/q_mean"):
             assert math.isfinite(metrics[key]), (key, metrics[key])
     assert 0.0 <= result.final_eval["eval/success_rate"] <= 1.0

@@ -21,7 +21,7 @@ RECIPE = Path(__file__).resolve().parents[2] / "configs" / "reach_mlp_sac.yaml"
 SHORT = ["runner.iterations=4", "env.num_envs=4", "eval_env.num_envs=4", "runner.eval_episodes=4",
          "rollout.chunk_steps=4", "runner.eval_every=2", "runner.checkpoint_every=2", "logger.progress_bar=false",
          "algorithm.learning_starts=16", "algorithm.batch_size=16", "policy.hidden_sizes=[32]",
-         "policy.critic_hidden_sizes=[32]", "algorithm.num_critics=3", "algorithm.critic_layernorm=true"]
+         "algorithm.critic_hidden_sizes=[32]", "algorithm.num_critics=3", "algorithm.critic_layernorm=true"]
 
 
 @pytest.mark.slow
@@ -30,7 +30,7 @@ def test_short_sac_run(tmp_path):
     result = train(cfg)
     assert len(result.history) == 4
     for metrics in result.history:
-        for key in ("sac/q_loss", "sac/actor_loss", "sac/alpha", "sac/entropy", "sac/q_mean", "replay/size"):
+        for key in ("sac/q_loss", "sac/policy_loss", "sac/alpha", "sac/entropy", "sac/q_mean", "replay/size"):
             assert math.isfinite(metrics[key]), (key, metrics[key])
         assert metrics["sac/updates"] == 16  # utd_ratio 1 x 4 envs x 4 chunk steps
     assert [m["replay/size"] for m in result.history] == [16, 32, 48, 64]

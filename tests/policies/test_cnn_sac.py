@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.algorithms.sac import ReplaySample, SACLearner, actor_loss, critic_loss
+from embodied.algorithms.sac import ReplaySample, SACLearner, policy_loss, critic_loss
 from embodied.algorithms.sac_config import SACConfig
 from embodied.algorithms.sac_networks import EnsembleLinear, build_critics
 from embodied.config import ConfigError, load_config
@@ -25,7 +25,7 @@ from tests.policies.test_cnn import IMAGE, SPECS, expected_keys, obs
 
 B, C, A = 6, 2, 3
 SMALL = dict(channels=[8, 16], kernel_sizes=[8, 4], strides=[4, 2], image_features=32, state_features=16,
-             hidden_sizes=[32], critic_hidden_sizes=[32, 32])
+             hidden_sizes=[32])
 SPEC = SPECS["state+rgb+wrist"]
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "reach_cnn_sac.yaml"
 
@@ -45,7 +45,7 @@ def batch(seed: int = 0, n: int = B) -> ReplaySample:
 
 
 def learner(policy: SquashedCNNPolicy, **overrides) -> SACLearner:
-    cfg = SACConfig(num_critics=4, critic_subset=2, critic_layernorm=True, **overrides)
+    cfg = SACConfig(num_critics=4, critic_subset=2, critic_layernorm=True, critic_hidden_sizes=[32, 32], **overrides)
     return SACLearner(policy, cfg, lr=1e-3, action_size=C * A, seed=0)
 
 
@@ -79,26 +79,26 @@ def test_act_keeps_images_uint8_and_actions_in_bounds(mode):
 
 def test_the_q_ensemble_is_one_batched_pass_over_the_encoder_features():
     policy = make()
-    critics = build_critics(policy, 5, layernorm=True)
+    critics = build_critics(policy, 5, [32, 32], layernorm=True)
     assert all(isinstance(layer, EnsembleLinear) for layer in critics.layers) and len(critics.norms) == 4
     features = policy.feature_encoder(policy.forward_inputs(obs(B)))
     assert features.shape == (B, 2 * SMALL["image_features"] + SMALL["state_features"])
     q = critics.q_values(features, torch.zeros(B, C, A))
     assert q.shape == (5, B)
-    assert not build_critics(make(), 2, layernorm=False).norms  # critic_layernorm off: none
+    assert not build_critics(make(), 2, [32, 32], layernorm=False).norms  # critic_layernorm off: none
 
 
 def encoder_grads(policy: SquashedCNNPolicy) -> list[torch.Tensor | None]:
     return [p.grad for p in policy.feature_encoder.parameters()]
 
 
-def test_actor_loss_gives_the_encoder_no_gradient_and_critic_loss_does():
+def test_policy_loss_gives_the_encoder_no_gradient_and_critic_loss_does():
     policy = make()
     sac = learner(policy)
     inputs = sac.inputs(batch().obs)
     features = sac.encoder(inputs)
     actions, logprob = policy.sample_with_logprob(features.detach(), sac.generator)
-    actor_loss(sac.critics.q_values(features.detach(), actions), logprob, 0.1).backward()
+    policy_loss(sac.critics.q_values(features.detach(), actions), logprob, 0.1).backward()
     assert all(g is None for g in encoder_grads(policy))
     assert policy.trunk[0].weight.grad is not None and policy.trunk[0].weight.grad.abs().sum() > 0
     critic_loss(sac.critics.q_values(features, batch().actions), torch.zeros(B)).backward()
@@ -110,7 +110,7 @@ def test_the_learner_steps_the_encoder_with_the_critics_only():
     policy = make()
     sac = learner(policy)
     encoder = {id(p) for p in policy.feature_encoder.parameters()}
-    assert encoder and not encoder & {id(p) for p in sac.actor_params}  # the actor's optimizer leaves it
+    assert encoder and not encoder & {id(p) for p in sac.policy_params}  # the policy's optimizer leaves it
     assert encoder <= {id(p) for group in sac.critic_optimizer.param_groups for p in group["params"]}
     # Every backward pass that reaches a parameter calls its hook: the encoder's once a step (the critics' loss),
     # the actor's once (its own loss).
@@ -182,13 +182,13 @@ def test_replay_keeps_images_uint8():
 def test_bad_config_names_the_field():
     with pytest.raises(ConfigError, match=r"algorithm\.image_shift"):
         load_config(RECIPE, ["algorithm.image_shift=-1"])
-    with pytest.raises(ConfigError, match=r"policy\.critic_hidden_sizes"):
-        load_config(RECIPE, ["policy.critic_hidden_sizes=[]"])
+    with pytest.raises(ConfigError, match=r"algorithm\.critic_hidden_sizes"):
+        load_config(RECIPE, ["algorithm.critic_hidden_sizes=[]"])
     with pytest.raises(ConfigError, match=r"policy\.log_std_min"):
-        load_config(RECIPE, ["policy.log_std_min=3"])
+        load_config(RECIPE, ["policy.type=cnn_sac", "policy.log_std_min=3"])  # the alias has the head's fields
     with pytest.raises(ConfigError, match=r"policy\.channels, policy\.kernel_sizes"):
         load_config(RECIPE, ["policy.channels=[8]"])
-    with pytest.raises(ConfigError, match=r"env\.obs_mode.*cnn_sac needs images"):
+    with pytest.raises(ConfigError, match=r"env\.obs_mode.*cnn needs images"):
         load_config(RECIPE, ["env.obs_mode=state"])
     with pytest.raises(ValueError, match=r"policy\.type=cnn_sac needs image observations"):
         make(dataclasses.replace(SPEC, image_shape=None, wrist_image_shape=None))
@@ -213,10 +213,11 @@ def test_joining_actor_ranks_starts_every_learner_copy_from_rank_0(monkeypatch):
     monkeypatch.setattr(offpolicy_actor, "ProcessGroup", Recorder)
     cfg = load_config(RECIPE, ["policy.channels=[8, 16]", "policy.kernel_sizes=[8, 4]", "policy.strides=[4, 2]",
                                "policy.image_features=16", "policy.hidden_sizes=[16]",
-                               "policy.critic_hidden_sizes=[16]", "algorithm.batch_size=4"])
+                               "algorithm.critic_hidden_sizes=[16]", "algorithm.batch_size=4"])
     spec = dataclasses.replace(SPECS["rgb"], action_low=(-1.0,) * SPECS["rgb"].action_dim,
                                action_high=(1.0,) * SPECS["rgb"].action_dim)
-    worker = offpolicy_actor.OffPolicyActorWorker(cfg.policy, spec, cfg.algorithm, cfg.actor, 1, seed=0)
+    worker = offpolicy_actor.OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), spec, cfg.algorithm,
+                                                  cfg.actor, 1, seed=0)
     worker.join_group(1, 2, "127.0.0.1:0")
     learner = worker.learner
     assert [id(m) for m in prepared] == [id(m) for m in (worker.policy, learner.critics, learner.target_critics,

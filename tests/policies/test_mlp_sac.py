@@ -19,7 +19,7 @@ SPEC = PolicySpec(state_dim=5, image_shape=None, action_dim=2, action_low=(-1.0,
 
 def policy(**overrides) -> SquashedMLPPolicy:
     torch.manual_seed(0)
-    cfg = SquashedMLPConfig(action_chunk=3, hidden_sizes=[8], critic_hidden_sizes=[8, 8], **overrides)
+    cfg = SquashedMLPConfig(action_chunk=3, hidden_sizes=[8], **overrides)
     return SquashedMLPPolicy(cfg, SPEC)
 
 
@@ -74,7 +74,7 @@ def test_sample_is_reparameterised():
 @pytest.mark.parametrize("layernorm", [False, True])
 def test_batched_ensemble_matches_each_critic_alone(layernorm):
     p = policy()
-    critics = build_critics(p, 4, layernorm)
+    critics = build_critics(p, 4, [8, 8], layernorm)
     with torch.no_grad():  # give LayerNorm's affine parameters non-trivial values
         for param in critics.norms:
             param.add_(torch.randn_like(param) * 0.1)

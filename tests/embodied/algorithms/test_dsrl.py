@@ -1,6 +1,6 @@
-"""DSRL's pieces: the noise actor's bound, the frozen flow policy's ODE from a given noise (equal to its own greedy
-loop), features recorded for replay, updates that move only the noise actor and the critics, a weight sync of the
-noise actor's tensors alone, and the bad input named before any worker starts."""
+"""DSRL's pieces: the noise policy's bound, the frozen flow policy's ODE from a given noise (equal to its own greedy
+loop), features recorded for replay, updates that move only the noise policy and the critics, a weight sync of the
+noise policy's tensors alone, and the bad input named before any worker starts."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from tests.policies.test_vla import observations, spec
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 RECIPE = CONFIGS / "pick_color_tinyvla_flow_dsrl.yaml"
 TINY = ["policy.flow_width=64", "policy.flow_depth=2", "policy.flow_heads=2", "policy.flow_steps=3",
-        "algorithm.noise_actor_hidden_sizes=[16]", "algorithm.noise_critic_hidden_sizes=[16]",
+        "algorithm.noise_policy_hidden_sizes=[16]", "algorithm.critic_hidden_sizes=[16]",
         "algorithm.batch_size=4", "algorithm.learning_starts=4", "algorithm.noise_scale=0.5", "policy.device=cpu"]
 pytestmark = pytest.mark.filterwarnings("ignore:algorithm.name=dsrl without policy.init_from")
 
@@ -49,10 +49,10 @@ def test_the_noise_is_bounded_by_noise_scale_and_greedy_is_tanh_of_the_mean_time
     assert noise.shape == (6, 4, 4)  # the flow head's whole noise [C, A]
     assert noise.abs().max() < 0.5 and noise.abs().max() > 0.0
     greedy = policy.act(obs, deterministic=True)
-    mean = policy.actor._dist(greedy.forward_inputs[FEATURES]).mean  # type: ignore[attr-defined]
+    mean = policy.noise_policy._dist(greedy.forward_inputs[FEATURES]).mean  # type: ignore[attr-defined]
     assert torch.allclose(greedy.forward_inputs[NOISE], (torch.tanh(mean) * 0.5).view(6, 4, 4))
     u = torch.full((1, 16), 30.0)  # far past the squash: still inside the bound
-    assert policy.actor._scale(u).max() <= 0.5  # type: ignore[attr-defined]
+    assert policy.noise_policy._scale(u).max() <= 0.5  # type: ignore[attr-defined]
 
 
 def test_before_any_update_greedy_dsrl_is_the_frozen_ode_from_zero_noise_whatever_the_seed():
@@ -134,7 +134,7 @@ def transitions(policy: DSRLPolicy, T: int = 2, N: int = 3, seed: int = 0) -> Tr
         version=0, observations={FEATURES: features[:-1]}, next_observations={FEATURES: features[1:]})
 
 
-def test_updates_move_only_the_noise_actor_and_the_critics_and_sync_sends_only_the_actor():
+def test_updates_move_only_the_noise_policy_and_the_critics_and_sync_sends_only_it():
     cfg = load_config(RECIPE, TINY)
     worker = OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), spec(), cfg.algorithm, cfg.actor,
                                   cfg.runner.iterations, seed=0)
@@ -144,7 +144,7 @@ def test_updates_move_only_the_noise_actor_and_the_critics_and_sync_sends_only_t
     assert not any(p.requires_grad for p in policy.frozen.parameters())
     actor = {k: v.clone() for k, v in policy.state_dict().items()}
     critics = {k: v.clone() for k, v in worker.learner.critics.state_dict().items()}
-    assert {id(p) for p in worker.learner.actor_params} == {id(p) for p in policy.actor.parameters()}
+    assert {id(p) for p in worker.learner.policy_params} == {id(p) for p in policy.noise_policy.parameters()}
     assert worker.learner.target_entropy == -16.0  # -Cn * An of the noise
 
     metrics = worker.update([transitions(policy)], 1)
@@ -157,9 +157,9 @@ def test_updates_move_only_the_noise_actor_and_the_critics_and_sync_sends_only_t
 
     version, weights = worker.weights()
     assert version == 6 and weights is not None
-    assert set(weights) == {f"actor.{k}" for k in policy.actor.state_dict()}  # no frozen tensor travels
+    assert set(weights) == {f"noise_policy.{k}" for k in policy.noise_policy.state_dict()}  # no frozen tensor travels
     assert sum(v.numel() for v in weights.values()) < sum(p.numel() for p in policy.frozen.parameters()) / 100
-    assert set(worker.state()["policy"]) == set(weights)  # checkpoints hold the noise actor alone (and the learner)
+    assert set(worker.state()["policy"]) == set(weights)  # checkpoints hold the noise policy alone (and the learner)
 
 
 @pytest.mark.parametrize("override, message", [
@@ -170,7 +170,7 @@ def test_updates_move_only_the_noise_actor_and_the_critics_and_sync_sends_only_t
     ("algorithm.noise_scale=-1", r"algorithm\.noise_scale"),
     ("algorithm.dsrl_features=states", r"algorithm\.dsrl_features: 'states' needs states.*env\.obs_mode='rgb'"),
     ("algorithm.demos=some/folder", r"algorithm\.demos: .*DSRL's actions are the frozen policy's initial noise"),
-    ("algorithm.noise_actor_hidden_sizes=[]", r"algorithm\.noise_actor_hidden_sizes"),
+    ("algorithm.noise_policy_hidden_sizes=[]", r"algorithm\.noise_policy_hidden_sizes"),
     ("algorithm.utd_ratio=0", r"algorithm\.utd_ratio"),  # SAC's own checks hold for DSRL
 ])
 def test_bad_dsrl_config_names_the_field(override, message):
@@ -181,3 +181,11 @@ def test_bad_dsrl_config_names_the_field(override, message):
 def test_dsrl_on_an_mlp_is_refused_by_name():
     with pytest.raises(ConfigError, match=r"policy\.type=mlp as configured starts from none"):
         load_config(None, ["algorithm.name=dsrl", "env.id=Reach-v0", "env.obs_mode=state", "policy.type=mlp"])
+
+
+def test_a_state_dict_saved_when_the_noise_policy_was_called_actor_loads(policy):
+    """Checkpoints written before the rename hold the noise policy's tensors as ``actor.*``."""
+    old = {f"actor.{k[len('noise_policy.'):]}": v + 1 for k, v in policy.state_dict().items()}
+    twin = DSRLPolicy(dsrl_config(), spec())
+    twin.load_state_dict(old)
+    assert all(torch.equal(v, old[f"actor.{k[len('noise_policy.'):]}"]) for k, v in twin.state_dict().items())

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from embodied.algorithms.sac import (actor_loss, advantage_weighted_loss, bc_term, chunk_reward, critic_loss,
+from embodied.algorithms.sac import (policy_loss, advantage_weighted_loss, bc_term, chunk_reward, critic_loss,
                                      n_step_returns, polyak_update, subset_min, td_target, temperature_loss)
 from embodied.replay.buffer import following_rows
 
@@ -134,9 +134,9 @@ def test_actor_loss_matches_loop():
     q, logprob = torch.randn(4, 6, generator=g), torch.randn(6, generator=g)
     alpha = 0.2
     expected = sum(alpha * float(logprob[b]) - sum(float(q[e, b]) for e in range(4)) / 4 for b in range(6)) / 6
-    assert float(actor_loss(q, logprob, alpha)) == pytest.approx(expected, rel=1e-5)
+    assert float(policy_loss(q, logprob, alpha)) == pytest.approx(expected, rel=1e-5)
     pessimistic = sum(alpha * float(logprob[b]) - min(float(q[e, b]) for e in range(4)) for b in range(6)) / 6
-    assert float(actor_loss(q, logprob, alpha, "min")) == pytest.approx(pessimistic, rel=1e-5)
+    assert float(policy_loss(q, logprob, alpha, "min")) == pytest.approx(pessimistic, rel=1e-5)
 
 
 def test_advantage_weighted_loss_matches_loop_clamps_and_passes_no_gradient_to_the_advantage():

@@ -213,7 +213,7 @@ def test_address_needs_ray():
     ("env.obs_mode=depth", "env.obs_mode"),
     ("eval_env.obs_mode=depth", "eval_env.obs_mode"),
     ("logger.backends=[console, carrier_pigeon]", "logger.backends[1]"),
-    ("algorithm.actor_q=median", "algorithm.actor_q"),
+    ("algorithm.policy_q=median", "algorithm.policy_q"),
 ])
 def test_bad_literal_names_the_choices(override, path):
     msg = error_of(["algorithm.name=sac", override] if override.startswith("algorithm.") else [override])

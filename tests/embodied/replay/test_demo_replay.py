@@ -208,9 +208,9 @@ def test_mixed_sample_draws_the_demo_ratio_from_demonstrations():
 
 
 def test_the_actor_samples_demo_ratio_of_every_batch(demos):
-    cfg = load_config(RECIPE, ["policy.hidden_sizes=[8]", "policy.critic_hidden_sizes=[8]", "algorithm.batch_size=4",
+    cfg = load_config(RECIPE, ["policy.hidden_sizes=[8]", "algorithm.critic_hidden_sizes=[8]", "algorithm.batch_size=4",
                                "algorithm.learning_starts=1", f"policy.action_chunk={C}", f"algorithm.demos={demos}"])
-    actor = OffPolicyActorWorker(cfg.policy, SPEC, cfg.algorithm, cfg.actor, 1, 0)
+    actor = OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor, 1, 0)
     assert actor.demos is not None and len(actor.demos) == 4
     from tests.embodied.runs.test_offpolicy import transitions
 
@@ -225,11 +225,11 @@ def test_bc_weight_pulls_the_greedy_chunk_to_the_demonstrations_and_is_logged(de
     from tests.embodied.runs.test_offpolicy import transitions
 
     def run(weight: float) -> tuple[float, float, dict[str, float]]:
-        cfg = load_config(RECIPE, ["policy.hidden_sizes=[8]", "policy.critic_hidden_sizes=[8]",
+        cfg = load_config(RECIPE, ["policy.hidden_sizes=[8]", "algorithm.critic_hidden_sizes=[8]",
                                    "algorithm.batch_size=4", "algorithm.learning_starts=1", "algorithm.utd_ratio=10",
                                    "actor.lr=0.01", f"policy.action_chunk={C}", f"algorithm.demos={demos}",
                                    f"algorithm.bc_weight={weight}"])
-        actor = OffPolicyActorWorker(cfg.policy, SPEC, cfg.algorithm, cfg.actor, 1, 0)
+        actor = OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor, 1, 0)
         d = actor.demos.sample(len(actor.demos), torch.Generator().manual_seed(0))
         error = lambda: float(actor.policy.mode_error(d.obs["states"], d.actions).mean())  # noqa: E731
         before = error()
@@ -247,17 +247,17 @@ def test_awr_actor_regresses_onto_replay_chunks(demos):
     their advantage; with every row a demonstration, it moves toward the demonstrated chunks."""
     from tests.embodied.runs.test_offpolicy import transitions
 
-    cfg = load_config(RECIPE, ["policy.hidden_sizes=[8]", "policy.critic_hidden_sizes=[8]", "algorithm.batch_size=4",
+    cfg = load_config(RECIPE, ["policy.hidden_sizes=[8]", "algorithm.critic_hidden_sizes=[8]", "algorithm.batch_size=4",
                                "algorithm.learning_starts=1", "algorithm.utd_ratio=10", "actor.lr=0.01",
                                f"policy.action_chunk={C}", f"algorithm.demos={demos}", "algorithm.demo_ratio=1.0",
                                "algorithm.awr_temperature=1.0"])
-    actor = OffPolicyActorWorker(cfg.policy, SPEC, cfg.algorithm, cfg.actor, 1, 0)
+    actor = OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor, 1, 0)
     d = actor.demos.sample(len(actor.demos), torch.Generator().manual_seed(0))
     error = lambda: float(actor.policy.mode_error(d.obs["states"], d.actions).mean())  # noqa: E731
     before = error()
     metrics = actor.update([transitions(T=2, N=2)], 1)
     assert error() < 0.8 * before  # every batch row is a demonstration: the actor clones them, weighted
-    assert np.isfinite(metrics["sac/actor_loss"]) and metrics["sac/actor_loss"] >= 0
+    assert np.isfinite(metrics["sac/policy_loss"]) and metrics["sac/policy_loss"] >= 0
 
 
 # -- bad input, named before any worker starts ---------------------------------------------------------

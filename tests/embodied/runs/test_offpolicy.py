@@ -17,7 +17,7 @@ from embodied.core.types import Trajectory
 from embodied.workers.offpolicy_actor import OffPolicyActorWorker
 
 RECIPE = Path(__file__).resolve().parents[3] / "configs" / "reach_mlp_sac.yaml"
-TINY = ["policy.hidden_sizes=[8]", "policy.critic_hidden_sizes=[8]", "algorithm.batch_size=4",
+TINY = ["policy.hidden_sizes=[8]", "algorithm.critic_hidden_sizes=[8]", "algorithm.batch_size=4",
         "algorithm.learning_starts=6", "policy.action_chunk=2"]
 SPEC = PolicySpec(state_dim=3, image_shape=None, action_dim=2, action_low=(-1.0,) * 2, action_high=(1.0,) * 2)
 
@@ -51,6 +51,12 @@ def test_num_critics_one_with_a_plain_min_is_fine():
     assert cfg.algorithm.num_critics == 1
 
 
+def test_policy_without_a_tanh_gaussian_head_is_refused_by_the_config():
+    with pytest.raises(ConfigError, match=r"policy\.type: algorithm\.name=sac trains a tanh_gaussian action head, "
+                                          r"which policy\.type=vla has no variant with"):
+        load_config(None, ["algorithm.name=sac", "env.id=Reach-v0", "policy.type=vla"])
+
+
 def test_policy_without_q_functions_is_refused_before_any_worker_starts(monkeypatch, tmp_path):
     from embodied.runs import train as runner
 
@@ -60,6 +66,7 @@ def test_policy_without_q_functions_is_refused_before_any_worker_starts(monkeypa
     monkeypatch.setattr(runner.Workers, "start", no_workers)
     cfg = load_config(None, ["algorithm.name=sac", "env.id=Reach-v0", "env.obs_mode=state", "policy.type=mlp",
                              f"experiment.output_dir={tmp_path}"])
+    monkeypatch.setattr(type(cfg.algorithm), "policy_head", "")  # an algorithm that trains the policy as it is
     with pytest.raises(ConfigError, match=r"algorithm\.name=sac needs a policy with Q-functions.*policy\.type=mlp "
                                           r"has none"):
         runner.train(cfg)
@@ -79,7 +86,8 @@ def transitions(T=2, N=3, seed=0, version=0) -> Trajectory:
 
 def actor(*overrides: str) -> OffPolicyActorWorker:
     cfg = load_config(RECIPE, [*TINY, *overrides])
-    return OffPolicyActorWorker(cfg.policy, SPEC, cfg.algorithm, cfg.actor, cfg.runner.iterations, seed=0)
+    return OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor,
+                                cfg.runner.iterations, seed=0)
 
 
 def test_updates_wait_for_learning_starts_then_follow_the_utd_ratio():
@@ -92,7 +100,7 @@ def test_updates_wait_for_learning_starts_then_follow_the_utd_ratio():
     assert m["sac/updates"] == 1
     m = worker.update([transitions(T=1, seed=3)], 4)
     assert m["sac/updates"] == 2 and worker.version == 6
-    for key in ("sac/q_loss", "sac/actor_loss", "sac/alpha", "sac/entropy"):
+    for key in ("sac/q_loss", "sac/policy_loss", "sac/alpha", "sac/entropy"):
         assert math.isfinite(m[key]), key
 
 
@@ -132,7 +140,7 @@ def test_critic_warmup_iterations_move_the_critics_and_leave_the_actor_and_tempe
     critics = {k: v.clone() for k, v in worker.learner.critics.state_dict().items()}
     alpha = worker.learner.log_alpha.item()
     m = worker.update([transitions(T=4)], 1)
-    assert m["sac/critic_warmup"] == 1.0 and m["sac/updates"] == 24 and math.isfinite(m["sac/actor_loss"])
+    assert m["sac/critic_warmup"] == 1.0 and m["sac/updates"] == 24 and math.isfinite(m["sac/policy_loss"])
     assert all(torch.equal(v, worker.policy.state_dict()[k]) for k, v in policy.items())
     assert worker.learner.log_alpha.item() == alpha
     assert all(not torch.equal(v, worker.learner.critics.state_dict()[k]) for k, v in critics.items())
@@ -147,7 +155,7 @@ def test_critic_lr_sets_the_critics_learning_rate_and_defaults_to_the_actors():
     assert [g["lr"] for g in both.learner.critic_optimizer.param_groups] == [0.001]
     apart = actor("actor.lr=0.001", "algorithm.critic_lr=0.01")
     assert [g["lr"] for g in apart.learner.critic_optimizer.param_groups] == [0.01]
-    assert [g["lr"] for g in apart.learner.actor_optimizer.param_groups] == [0.001]
+    assert [g["lr"] for g in apart.learner.policy_optimizer.param_groups] == [0.001]
 
 
 def test_state_resumes_learner_and_replay_exactly():

@@ -347,7 +347,7 @@ def test_two_gloo_cnn_sac_ranks_keep_the_encoder_and_its_target_identical(ray_se
     cfg = load_config(recipe, ["cluster.backend=ray", "actor.num_ranks=2", "cluster.num_rollout_workers=2",
                                "policy.action_chunk=2", "policy.channels=[8, 16]", "policy.kernel_sizes=[8, 4]",
                                "policy.strides=[4, 2]", "policy.image_features=16", "policy.hidden_sizes=[16]",
-                               "policy.critic_hidden_sizes=[16]", "algorithm.batch_size=4",
+                               "algorithm.critic_hidden_sizes=[16]", "algorithm.batch_size=4",
                                "algorithm.learning_starts=4", "algorithm.num_critics=2", "algorithm.n_step=2"])
     spec = PolicySpec(state_dim=0, image_shape=(32, 32, 3), action_dim=2, action_low=(-1.0,) * 2,
                       action_high=(1.0,) * 2)
