@@ -1,5 +1,6 @@
 """configs/pick_place_mlp_rlpd.yaml for real, shortened: scripted PickPlace episodes collected, an SFT start of the
-tanh-Gaussian MLP (``policy.type: mlp`` under SAC) on them (``policy.init_from``), then RLPD iterations drawing half of every batch from them."""
+tanh-Gaussian MLP (``policy.type: mlp`` under SAC) on them (``policy.init_from``), then RLPD iterations drawing half
+of every batch from them."""
 
 from __future__ import annotations
 
