@@ -3,8 +3,9 @@
 Algorithms are found by ``algorithm.name`` through ``embodied.core.registry.ALGORITHMS`` (entry points of the
 ``embodied.algorithms`` group), as envs and policies are: each name stands for a configuration class
 (``embodied.config.AlgorithmConfig``), which is the ``algorithm:`` section and names what trains with it. The
-built-ins: ``ppo`` (``ppo_config.PPOConfig``), ``grpo`` (``grpo_config.GRPOConfig``), ``sac`` (``sac_config.SACConfig``)
-and ``dsrl`` (``dsrl_config.DSRLConfig``). Names are imported on first use, so that a config loads without torch.
+built-ins: ``ppo`` (``ppo_config.PPOConfig``), ``grpo`` (``grpo_config.GRPOConfig``), ``sac``
+(``sac_config.SACConfig``), ``dsrl`` (``dsrl_config.DSRLConfig``), ``awac`` (``awac_config.AWACConfig``) and
+``dagger`` (``dagger_config.DAggerConfig``). Names are imported on first use, so that a config loads without torch.
 """
 
 from __future__ import annotations

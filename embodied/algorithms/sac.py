@@ -10,9 +10,11 @@ chunks (``n_step_returns``): n consecutive chunk rewards of one env, the window 
 
 Critics (REDQ / RLPD): ``algorithm.num_critics`` Q-functions; the TD target takes the min over a random
 subset of ``algorithm.critic_subset`` of the target critics (``subset_min``); the policy maximises the
-ensemble's mean, or its min (``algorithm.policy_q``). With ``algorithm.awr_temperature`` the policy's loss is
-AWAC's instead (``advantage_weighted_loss``): it regresses its greedy chunk onto replay's, weighted by their
-advantage. ("Actor" is this project's training worker; SAC's actor is called the policy here.)
+ensemble's mean, or its min (``algorithm.policy_q``). The policy's loss is one overridable method,
+``SACLearner.policy_objective``: a variant of SAC is a subclass that overrides it (AWAC, ``algorithm.name: awac``,
+``embodied.algorithms.awac``), with a config class of its own. With demonstrations, ``algorithm.bc_weight`` adds
+TD3+BC's term (``bc_term``) to whichever objective (``SACLearner.with_demo_term``). ("Actor" is this project's
+training worker; SAC's actor is called the policy here.)
 Target critics follow the online ones by polyak averaging (``polyak_update``, ``tau``).
 The temperature alpha is tuned so the policy's entropy stays near ``target_entropy`` (default ``-C * A``).
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import torch
@@ -86,16 +89,6 @@ def policy_loss(q: torch.Tensor, logprob: torch.Tensor, alpha: torch.Tensor | fl
     return (alpha * logprob - ensemble_q(q, reduce)).mean()
 
 
-def advantage_weighted_loss(mode_error: torch.Tensor, advantage: torch.Tensor, temperature: float,
-                            max_weight: float = 100.0) -> torch.Tensor:
-    """AWAC's policy loss (Nair et al. 2020) in regression form: ``mean(min(exp(A / temperature), max_weight) * error)``
-    over replay rows, ``mode_error`` [B] the greedy chunk's squared distance to the row's chunk and ``advantage``
-    [B] that chunk's ``Q(s, a) - Q(s, a ~ pi)``. The weights carry no gradient; the critics' action gradient
-    never reaches the policy, which only moves toward chunks that were taken and scored above its own."""
-    weights = torch.exp(advantage.detach() / temperature).clamp(max=max_weight)
-    return (weights * mode_error).mean()
-
-
 def bc_term(mode_error: torch.Tensor, q: torch.Tensor, weight: float) -> torch.Tensor:
     """TD3+BC's behaviour-cloning term, ``weight * mean|Q| * mean(mode_error)``: ``mode_error`` [D] on the
     demonstration rows, ``q`` [E, B] the critics' values of the policy's actions (no gradient through the scale), so
@@ -139,16 +132,31 @@ class GradientSum(Protocol):
         """Sum the gradients of ``params`` over the ranks."""
 
 
+@dataclass
+class PolicyBatch:
+    """What the policy's objective (``SACLearner.policy_objective``) is computed from, for one replay batch [B rows]."""
+
+    features: torch.Tensor  # [B, ...] the rows' features, detached: only the critics' loss trains the encoder
+    actions: torch.Tensor  # [B, ...] replay's action column (the executed chunks, or what stands for them)
+    q: torch.Tensor  # [E, B] the critics' values of replay's actions, before this step's critic update (no gradient)
+    pi_q: torch.Tensor  # [E, B] the critics' values of the policy's sampled actions (their gradient reaches the policy)
+    logprob: torch.Tensor  # [B] the sampled actions' log-probabilities
+    alpha: torch.Tensor  # the entropy temperature (no gradient)
+    demo_rows: int  # the first rows are demonstrations (``demo_replay.mixed_sample`` put them there)
+
+
 class SACLearner:
     """The critics, their targets, the temperature and the three optimizers around a ``QFunctionPolicy``: the
-    ``OffPolicyLearner`` of ``algorithm.name: sac`` and ``dsrl`` (``SACConfig.algorithm_class``).
+    ``OffPolicyLearner`` of ``algorithm.name: sac`` and ``dsrl`` (``SACConfig.algorithm_class``), and the base of
+    SAC's variants, which override ``policy_objective`` (``awac.AWACLearner``).
 
     The policy (SAC's actor: what rollouts act with and weight sync sends) is the worker's; the critics are built
     here from its features and action chunks (``embodied.algorithms.sac_networks.build_critics``) and live here, so
     they never travel to rollout workers.
     """
 
-    name: ClassVar[str] = "sac"  # checkpoint keys and metric prefix (DSRL's too: its checkpoints say "sac")
+    # checkpoint keys and metric prefix, its variants' too (DSRL's, AWAC's: their checkpoints and metrics say "sac")
+    name: ClassVar[str] = "sac"
 
     def __init__(self, policy: Policy, cfg: SACConfig, lr: float, action_size: int, seed: int) -> None:
         self.policy, self.cfg = policy, cfg
@@ -197,9 +205,8 @@ class SACLearner:
              demo_rows: int = 0) -> dict[str, float]:
         """One gradient step of the critics (and the encoder), then the policy and alpha (CleanRL's order); the
         logged stats (this batch's). ``obs`` and ``next_obs`` are augmented independently, as DrQ does. Without
-        ``train_policy`` (critic warm-up) the policy and alpha stay; their losses are still reported. With
-        ``algorithm.bc_weight``, the policy's loss adds TD3+BC's term (``bc_term``) on the batch's first
-        ``demo_rows`` rows, the demonstrations ``demo_replay.mixed_sample`` put there.
+        ``train_policy`` (critic warm-up) the policy and alpha stay; their losses are still reported. The policy's
+        loss is ``policy_objective``'s, given the batch's first ``demo_rows`` rows are demonstrations.
 
         With ``ranks`` (several actor ranks, each holding an equal share of the whole batch), every loss is
         this share's mean divided by the number of ranks and the gradients are summed over the ranks before
@@ -235,18 +242,9 @@ class SACLearner:
             actions, logprob = policy.sample_with_logprob(features.detach(), self.generator)  # type: ignore[attr-defined]
             self.critics.requires_grad_(False)  # the policy's loss moves the policy only
             pi_q = self.critics.q_values(features.detach(), actions)
-            if c.awr_temperature is None:
-                pi_loss = policy_loss(pi_q, logprob, alpha, c.policy_q)
-            else:  # AWAC: the replay chunk's advantage over the policy's sample, from the critics before this step
-                advantage = ensemble_q(q.detach(), c.policy_q) - ensemble_q(pi_q.detach(), c.policy_q)
-                pi_loss = advantage_weighted_loss(policy.mode_error(features.detach(), batch.actions),  # type: ignore[attr-defined]
-                                                  advantage, c.awr_temperature)
+            pi_loss, parts = self.policy_objective(PolicyBatch(features.detach(), batch.actions, q.detach(), pi_q,
+                                                               logprob, alpha, demo_rows))
             self.critics.requires_grad_(True)
-            bc = torch.zeros(())
-            if c.bc_weight > 0 and demo_rows > 0:  # the batch's first demo_rows rows are demonstrations
-                bc = bc_term(policy.mode_error(features.detach()[:demo_rows], batch.actions[:demo_rows]),  # type: ignore[attr-defined]
-                             pi_q, c.bc_weight)
-                pi_loss = pi_loss + bc
         if train_policy:
             self.policy_optimizer.zero_grad()
             backward(pi_loss, self.policy_params)
@@ -257,9 +255,26 @@ class SACLearner:
             self.alpha_optimizer.step()
         polyak_update([*self.target_critics.parameters(), *self.target_encoder.parameters()],
                       [*self.critics.parameters(), *self.encoder.parameters()], c.tau)
-        return {"sac/q_loss": q_loss.item(), "sac/policy_loss": pi_loss.item(), "sac/alpha": alpha.item(),
-                "sac/entropy": -logprob.detach().mean().item(), "sac/q_mean": q.detach().mean().item(),
-                "sac/target_mean": target.mean().item(), "sac/bc_loss": bc.item()}
+        stats = {"q_loss": q_loss, "policy_loss": pi_loss, "alpha": alpha, "entropy": -logprob.detach().mean(),
+                 "q_mean": q.detach().mean(), "target_mean": target.mean(), **parts}
+        return {f"{self.name}/{key}": value.item() for key, value in stats.items()}
+
+    def policy_objective(self, b: PolicyBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The policy's loss on a batch and its logged parts (scalars, each logged as ``<name>/<part>``): SAC's
+        (``policy_loss``: the entropy-regularised value of its sampled actions, ``algorithm.policy_q`` over the
+        ensemble), with TD3+BC's term on the demonstration rows (``with_demo_term``). What a variant of SAC
+        overrides."""
+        return self.with_demo_term(policy_loss(b.pi_q, b.logprob, b.alpha, self.cfg.policy_q), b)
+
+    def with_demo_term(self, loss: torch.Tensor, b: PolicyBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``loss`` plus TD3+BC's term (``bc_term``, ``algorithm.bc_weight``) on the batch's demonstration rows, and
+        ``{"bc_loss": term}`` (0 with no weight or no demonstration rows). An option of every objective of the SAC
+        family trained with demonstrations: it regularises whatever the policy's own loss is, toward the demos."""
+        if not (self.cfg.bc_weight > 0 and b.demo_rows > 0):
+            return loss, {"bc_loss": torch.zeros(())}
+        error = self.policy.mode_error(b.features[:b.demo_rows], b.actions[:b.demo_rows])  # type: ignore[attr-defined]
+        bc = bc_term(error, b.pi_q, self.cfg.bc_weight)
+        return loss + bc, {"bc_loss": bc}
 
     def state_dict(self) -> dict[str, Any]:
         """What exact resume needs of the learner (the policy's weights and optimizer travel as the worker's)."""

@@ -1,6 +1,19 @@
-"""``algorithm.name: sac``'s configuration: soft actor-critic over action chunks, with its REDQ, RLPD, DrQ, AWAC,
-TD3+BC and SAC-N options (``embodied.algorithms.sac``). The replay, pacing and sync fields the engine's off-policy
-loop reads are ``OffPolicyConfig``'s, its discount and n-step returns ``TDConfig``'s. Torch-free, so that loading a config imports no torch."""
+"""``algorithm.name: sac``'s configuration: soft actor-critic over action chunks (``embodied.algorithms.sac``). The
+replay, pacing and sync fields the engine's off-policy loop reads are ``OffPolicyConfig``'s, its discount and n-step
+returns ``TDConfig``'s. Torch-free, so that loading a config imports no torch.
+
+What is a field here and what is an algorithm of its own: a field tunes a part SAC and its variants share, an
+algorithm replaces SAC's policy objective (``SACLearner.policy_objective``) with a config class of its own.
+
+- REDQ / SAC-N (``num_critics``, ``critic_subset``, ``policy_q``) and RLPD's ``critic_layernorm`` shape the critic
+  ensemble and how its values are reduced; DrQ (``image_shift``) augments what the encoder the critics train sees.
+  Hyperparameters of SAC's critics and encoder: fields.
+- TD3+BC (``bc_weight``) adds a term on the demonstration rows to whichever policy objective trains (SAC's or
+  AWAC's: ``SACLearner.with_demo_term``); it replaces none and only exists with ``demos``: an option of the family
+  used with demonstrations, a field.
+- AWAC replaces the policy's loss (advantage-weighted regression onto replay's chunks, no critic action gradient):
+  ``algorithm.name: awac`` (``awac_config.AWACConfig``), where ``awr_temperature`` lives (``split_off``).
+"""
 
 from __future__ import annotations
 
@@ -23,6 +36,7 @@ class SACConfig(TDConfig):
     algorithm_class: ClassVar[str] = "embodied.algorithms.sac:SACLearner"
     needs_q_functions: ClassVar[bool] = True
     policy_head: ClassVar[str] = "tanh_gaussian"
+    split_off: ClassVar[dict[str, str]] = {"awr_temperature": "awac"}  # AWAC's policy loss is an algorithm of its own
 
     name: str = "sac"  # registered algorithm name
     tau: float = 0.005  # polyak rate of the target critics (target <- (1 - tau) target + tau online)
@@ -36,17 +50,14 @@ class SACConfig(TDConfig):
     # On images (DrQ): every update batch's images, obs and next_obs, are shifted at random by up to this many
     # pixels (replicate-padded, cropped back); 0 disables. Only images the policy reads (policy.type=cnn).
     image_shift: int = 4
-    # With demos: the policy's loss adds bc_weight * mean|Q| * the squared error between its greedy chunk and the
-    # demonstrated one, on the batch's demonstration rows (TD3+BC, Fujimoto & Gu 2021, with its alpha = 1 / bc_weight):
-    # keeps an SFT-started policy near the demonstrations while the critics are still wrong off them. 0: plain RLPD.
+    # With demos: the policy's loss (SAC's or a variant's) adds bc_weight * mean|Q| * the squared error between its
+    # greedy chunk and the demonstrated one, on the batch's demonstration rows (TD3+BC, Fujimoto & Gu 2021, with its
+    # alpha = 1 / bc_weight): keeps an SFT-started policy near the demonstrations while the critics are still wrong off
+    # them. 0: plain RLPD.
     bc_weight: float = 0.0
     # What the policy maximises over the ensemble: "mean" (REDQ/RLPD) or "min", the most pessimistic critic (SAC-N,
     # An et al. 2021): off the data the critics disagree, so the min penalises chunks that leave it.
     policy_q: Literal["mean", "min"] = "mean"
-    # null: the policy follows the critics' action gradient (SAC). A temperature: AWAC's policy loss instead, which
-    # regresses its greedy chunk onto replay's chunks weighted by exp(advantage / awr_temperature) (no entropy term):
-    # the critics' action gradient never reaches the policy, which only moves toward chunks replay holds.
-    awr_temperature: float | None = None
 
     def validate(self, cfg: Config) -> list[str]:
         """The critic ensemble, the temperature, the policy's options and head, and the off-policy loop's checks."""
@@ -75,9 +86,6 @@ class SACConfig(TDConfig):
         if self.image_shift < 0:
             p.append(f"algorithm.image_shift: the random shift's pixels must be >= 0 (0 disables it), got "
                      f"{self.image_shift}")
-        if self.awr_temperature is not None and not self.awr_temperature > 0:
-            p.append(f"algorithm.awr_temperature: the advantage weights' temperature must be > 0 (null: SAC's policy "
-                     f"loss), got {self.awr_temperature}")
         if self.bc_weight < 0:
             p.append(f"algorithm.bc_weight: the behaviour-cloning term's weight must be >= 0 (0: off), got "
                      f"{self.bc_weight}")

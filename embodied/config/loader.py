@@ -198,16 +198,40 @@ RENAMED = {("Resources", "placement"): ("group_strategy", "the strategy of a Ray
 
 
 def saved_form(raw: dict[str, Any]) -> dict[str, Any]:
-    """A config saved before fields moved (``MOVED``) or were renamed (``RENAMED``) in today's form (a copy): what
-    a recipe is refused for, a checkpoint's config is translated."""
+    """A config saved before fields moved (``MOVED``), were renamed (``RENAMED``) or split off into an algorithm of
+    their own (``AlgorithmConfig.split_off``) in today's form (a copy): what a recipe is refused for, a checkpoint's
+    config is translated."""
     out = copy.deepcopy(raw)
     for old, new in MOVED.items():
         (section, key), (to, to_key) = old.split("."), new.split(".")
         if isinstance(out.get(section), dict) and key in out[section]:
             value = out[section].pop(key)
             out.setdefault(to, {}).setdefault(to_key, value)
+    if isinstance(out.get("algorithm"), dict):
+        _split_off(out["algorithm"])
     _rename(Config, out, "")
     return out
+
+
+def _split_off(section: dict[str, Any]) -> None:
+    """A saved ``algorithm:`` section with a field its algorithm has since split off (``AlgorithmConfig.split_off``),
+    in place: set (not null), the section is that algorithm's when its config extends the saved one's (every other
+    field still fits; else ``from_dict`` refuses the field by name); null, the field goes (``to_dict`` saved every
+    field)."""
+    try:
+        cls = _algorithm_class({"name": default_algorithm_name(), **section}, "algorithm")
+    except ConfigError:
+        return  # from_dict says what is wrong
+    for key, name in cls.split_off.items():
+        if key in section and section[key] is None:
+            del section[key]
+        elif key in section:
+            try:
+                if issubclass(_algorithm_class({"name": name}, "algorithm"), cls):
+                    section["name"] = name
+                    return
+            except ConfigError:
+                continue
 
 
 def _rename(cls: type, data: Any, path: str) -> None:
@@ -242,6 +266,10 @@ def _unknown_field(cls: type, path: str, key: str, fields: list[str], name: Any 
     if renamed:
         new, why = renamed[0]
         return f"{where}: renamed to {_join(path, new)} ({why})"
+    split = getattr(cls, "split_off", {}).get(key)
+    if split:
+        return (f"{where}: not a field of algorithm {name!r} ({cls.__name__}) any more, it split off into algorithm "
+                f"{split!r}; use algorithm.name: {split} (a null {key} was {name!r} without it: leave it out)")
     if where in MOVED:
         return (f"{where}: moved to {MOVED[where]}, the algorithm's section, where it takes effect (an algorithm "
                 f"whose config has no such field refuses it)")

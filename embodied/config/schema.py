@@ -154,6 +154,12 @@ class AlgorithmConfig:
         ``policy_head`` (``ValueError`` when its type has none)."""
         return policy.with_head(self.policy_head, self.name) if self.policy_head else policy
 
+    split_off: ClassVar[dict[str, str]] = {}
+    """Fields this algorithm's config once had that are now another registered algorithm's own: field -> that
+    ``algorithm.name`` (SAC's ``awr_temperature`` is AWAC's). A recipe that sets one is refused with the algorithm to
+    name; a saved config that set one is read as that algorithm where its config extends this one, and one that left
+    it null without it (``embodied.config.loader.saved_form``)."""
+
     def worker_policy(self, policy: PolicyConfig) -> PolicyConfig:
         """The policy the workers build for this algorithm: ``trained_policy(policy)``, or what the algorithm wraps
         it in (DSRL: a noise actor over the frozen ``policy``)."""

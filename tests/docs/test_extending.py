@@ -72,6 +72,7 @@ def test_every_class_attribute_the_doc_names_exists():
     from embodied.algorithms.base import OffPolicyLearner, OnPolicyLearner, UpdateContext
     from embodied.algorithms.dagger import DAggerLearner
     from embodied.algorithms.dagger_config import DAggerConfig
+    from embodied.algorithms.sac import SACLearner
     from embodied.config.algorithm import OffPolicyConfig, OnPolicyConfig, TDConfig
     from embodied.config.schema import AlgorithmConfig
     from embodied.envs.chunked import ChunkedVectorEnv
@@ -80,7 +81,7 @@ def test_every_class_attribute_the_doc_names_exists():
     from embodied.core.types import ChunkStepResult, Trajectory
 
     known = {c.__name__: c for c in (OnPolicyLearner, OffPolicyLearner, UpdateContext, DAggerLearner, DAggerConfig,
-                                     OnPolicyConfig, OffPolicyConfig, TDConfig, AlgorithmConfig, ChunkedVectorEnv,
+                                     SACLearner, OnPolicyConfig, OffPolicyConfig, TDConfig, AlgorithmConfig, ChunkedVectorEnv,
                                      Policy, PolicyConfig, ChunkStepResult, Trajectory)}
     named = named_attributes()
     assert {("DAggerLearner", "step"), ("PolicyConfig", "spec_problems")} <= named  # the scan sees them

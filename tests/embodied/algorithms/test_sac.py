@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from embodied.algorithms.sac import (policy_loss, advantage_weighted_loss, bc_term, chunk_reward, critic_loss,
-                                     n_step_returns, polyak_update, subset_min, td_target, temperature_loss)
+from embodied.algorithms.sac import (policy_loss, bc_term, chunk_reward, critic_loss, n_step_returns, polyak_update,
+                                     subset_min, td_target, temperature_loss)
 from embodied.replay.buffer import following_rows
 
 
@@ -137,20 +137,6 @@ def test_actor_loss_matches_loop():
     assert float(policy_loss(q, logprob, alpha)) == pytest.approx(expected, rel=1e-5)
     pessimistic = sum(alpha * float(logprob[b]) - min(float(q[e, b]) for e in range(4)) for b in range(6)) / 6
     assert float(policy_loss(q, logprob, alpha, "min")) == pytest.approx(pessimistic, rel=1e-5)
-
-
-def test_advantage_weighted_loss_matches_loop_clamps_and_passes_no_gradient_to_the_advantage():
-    g = torch.Generator().manual_seed(0)
-    error = torch.rand(5, generator=g).requires_grad_(True)
-    advantage = torch.tensor([-2.0, 0.0, 1.0, 3.0, 9.0], requires_grad=True)
-    temperature, cap = 2.0, 50.0
-    a, e = advantage.tolist(), error.tolist()
-    expected = sum(min(math.exp(a[b] / temperature), cap) * e[b] for b in range(5)) / 5
-    loss = advantage_weighted_loss(error, advantage, temperature, cap)
-    assert float(loss) == pytest.approx(expected, rel=1e-5)
-    loss.backward()
-    assert advantage.grad is None  # the weights are constants: no gradient reaches the critics through them
-    assert float(error.grad[4]) == pytest.approx(cap / 5)  # exp(4.5) = 90 is clamped to the cap
 
 
 def test_bc_term_matches_loop_and_passes_no_gradient_to_the_critics_values():

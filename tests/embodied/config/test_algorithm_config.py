@@ -96,7 +96,7 @@ def test_the_defaults_are_the_flat_configs_of_before():
               "critic_subset": 2, "critic_layernorm": False, "utd_ratio": 1.0, "sync_every": 1, "overlap": True,
               "batch_size": 256, "replay_capacity": 100_000, "learning_starts": 1_000, "init_alpha": 0.1,
               "critic_lr": None, "target_entropy": None, "n_step": 1, "checkpoint_replay": True, "image_shift": 4,
-              "demos": None, "demo_ratio": 0.5, "bc_weight": 0.0, "policy_q": "mean", "awr_temperature": None,
+              "demos": None, "demo_ratio": 0.5, "bc_weight": 0.0, "policy_q": "mean",
               "noise_scale": 1.0, "dsrl_features": "encoding", "noise_policy_hidden_sizes": [256, 256],
               "critic_hidden_sizes": [256, 256], "adam_eps": 1e-5, "anneal_lr": True, "lr_warmup_iterations": 0}
     seen = set()

@@ -243,14 +243,14 @@ def test_bc_weight_pulls_the_greedy_chunk_to_the_demonstrations_and_is_logged(de
 
 
 def test_awr_actor_regresses_onto_replay_chunks(demos):
-    """algorithm.awr_temperature (AWAC): the actor regresses its greedy chunk onto the batch's chunks, weighted by
+    """algorithm.name: awac: the actor regresses its greedy chunk onto the batch's chunks, weighted by
     their advantage; with every row a demonstration, it moves toward the demonstrated chunks."""
     from tests.embodied.runs.test_offpolicy import transitions
 
     cfg = load_config(RECIPE, ["policy.hidden_sizes=[8]", "algorithm.critic_hidden_sizes=[8]", "algorithm.batch_size=4",
                                "algorithm.learning_starts=1", "algorithm.utd_ratio=10", "actor.lr=0.01",
                                f"policy.action_chunk={C}", f"algorithm.demos={demos}", "algorithm.demo_ratio=1.0",
-                               "algorithm.awr_temperature=1.0"])
+                               "algorithm.name=awac", "algorithm.awr_temperature=1.0"])
     actor = OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor, 1, 0)
     d = actor.demos.sample(len(actor.demos), torch.Generator().manual_seed(0))
     error = lambda: float(actor.policy.mode_error(d.obs["states"], d.actions).mean())  # noqa: E731
@@ -267,7 +267,8 @@ def test_awr_actor_regresses_onto_replay_chunks(demos):
     (["algorithm.demo_ratio=1.5"], r"algorithm\.demo_ratio: .*\[0, 1\], got 1\.5"),
     (["algorithm.demo_ratio=-0.1"], r"algorithm\.demo_ratio"),
     (["algorithm.bc_weight=-1"], r"algorithm\.bc_weight: .*>= 0"),
-    (["algorithm.awr_temperature=0"], r"algorithm\.awr_temperature: .*> 0"),
+    (["algorithm.name=awac", "algorithm.awr_temperature=0"], r"algorithm\.awr_temperature: .*> 0"),
+    (["algorithm.name=awac", "algorithm.awr_max_weight=0"], r"algorithm\.awr_max_weight: .*> 0"),
     (["algorithm.bc_weight=1"], r"algorithm\.bc_weight: .*demonstration rows.*algorithm\.demos=None"),
     (["algorithm.bc_weight=1", "algorithm.demos=data/x", "algorithm.demo_ratio=0"],
      r"algorithm\.bc_weight: .*algorithm\.demo_ratio=0"),

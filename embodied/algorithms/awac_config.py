@@ -1,0 +1,41 @@
+"""``algorithm.name: awac``'s configuration: SAC's (``SACConfig``'s fields: critics, replay, demonstrations, pacing)
+with AWAC's policy objective (``embodied.algorithms.awac``), whose two fields live only here. Torch-free, so that
+loading a config imports no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from embodied.algorithms.sac_config import SACConfig
+
+if TYPE_CHECKING:
+    from embodied.config.schema import Config
+
+
+@dataclass
+class AWACConfig(SACConfig):
+    """The ``algorithm:`` section of an AWAC run (Nair et al. 2020): SAC's learner and loop, whose policy regresses its
+    greedy chunk onto replay's chunks weighted by their advantage instead of following the critics' action gradient.
+    Its policy loss has no entropy term; the temperature still enters the TD target (``init_alpha``, ``target_entropy``
+    set it, as the LIBERO-Object recipe does to turn it off)."""
+
+    algorithm_class: ClassVar[str] = "embodied.algorithms.awac:AWACLearner"
+    split_off: ClassVar[dict[str, str]] = {}  # SAC's awr_temperature is this algorithm's own field
+
+    name: str = "awac"  # registered algorithm name
+    # Temperature of the advantage weights exp(advantage / awr_temperature), in units of the reward: lower follows
+    # the best-scored chunks more greedily, higher clones replay more evenly.
+    awr_temperature: float = 1.0
+    awr_max_weight: float = 100.0  # cap on each row's weight exp(advantage / awr_temperature)
+
+    def validate(self, cfg: Config) -> list[str]:
+        """SAC's checks and the advantage weights' temperature and cap."""
+        p = super().validate(cfg)
+        if not self.awr_temperature > 0:
+            p.append(f"algorithm.awr_temperature: the advantage weights' temperature must be > 0, got "
+                     f"{self.awr_temperature}")
+        if not self.awr_max_weight > 0:
+            p.append(f"algorithm.awr_max_weight: the cap on each row's advantage weight must be > 0, got "
+                     f"{self.awr_max_weight}")
+        return p
