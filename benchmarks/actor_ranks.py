@@ -24,8 +24,8 @@ import torch
 from embodied.algorithms.ppo_config import PPOConfig
 from embodied.config import ActorConfig, Config
 from embodied.config.schema import ClusterConfig
-from embodied.policy.base import PolicyConfig, PolicySpec
 from embodied.core.types import Trajectory
+from embodied.policy.base import PolicyConfig, PolicySpec
 
 
 def policy_case(name: str) -> tuple[PolicyConfig, PolicySpec, Any]:

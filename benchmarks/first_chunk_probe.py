@@ -32,11 +32,11 @@ if __package__ in (None, ""):  # run as a script: the repository root is the imp
 
 from embodied.checkpoint.store import find_checkpoint, load_checkpoint, load_policy_state  # noqa: E402
 from embodied.config import load_config  # noqa: E402
+from embodied.core.types import MAIN_IMAGES, WRIST_IMAGES  # noqa: E402
 from embodied.data import DemoDataset, collate  # noqa: E402
 from embodied.data.format import Meta  # noqa: E402
 from embodied.policy.base import Policy, PolicySpec, build_policy  # noqa: E402
 from embodied.runs.sft import bc_loss, split_by_episode  # noqa: E402
-from embodied.core.types import MAIN_IMAGES, WRIST_IMAGES  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

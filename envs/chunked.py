@@ -40,9 +40,9 @@ import gymnasium as gym
 import numpy as np
 
 from embodied.core import pickles
-from embodied.envs.batched import check_chunk_actions
 from embodied.core.numerics import NonFiniteError
 from embodied.core.types import TASK_DESCRIPTIONS, ChunkStepResult, EnvError, EpisodeFrames, EpisodeStats, Obs
+from embodied.envs.batched import check_chunk_actions
 
 
 @dataclass

@@ -19,14 +19,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from embodied.core.types import Obs
+from embodied.envs.adapters.libero.env import LiberoObject  # imports no LIBERO until an env is built
+from embodied.envs.adapters.libero.expert import LiberoObjectExpert
 from embodied.envs.mujoco_base import TableTopEnv
 from embodied.envs.pick_color import PickColorEnv
 from embodied.envs.pick_place import PickPlaceEnv
 from embodied.envs.push import PushEnv
 from embodied.envs.reach import ReachEnv
 from embodied.envs.stack import StackEnv
-from embodied.envs.adapters.libero.env import LiberoObject  # imports no LIBERO until an env is built
-from embodied.envs.adapters.libero.expert import LiberoObjectExpert
 
 OPEN, CLOSE = 1.0, -1.0
 

@@ -34,9 +34,9 @@ import mujoco
 import numpy as np
 
 from embodied.core import pickles
-from embodied.envs.batched import check_chunk_actions
 from embodied.core.numerics import NonFiniteError
 from embodied.core.types import STATES, TASK_DESCRIPTIONS, ChunkStepResult, EpisodeStats, Obs
+from embodied.envs.batched import check_chunk_actions
 from embodied.envs.mujoco_base import FINGER_RANGE, TableTopEnv
 from embodied.envs.mujoco_stepper import STATE_SPEC, NativeStepper
 

@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Normal
 
+from embodied.core.types import Obs, PolicyOutput
 from embodied.policies.mlp.modeling import _mlp
 from embodied.policy.base import Policy, PolicySpec
-from embodied.core.types import Obs, PolicyOutput
 
 
 def squash_logprob_correction(u: torch.Tensor) -> torch.Tensor:

@@ -10,10 +10,10 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from embodied.core.types import STATES, Obs, PolicyOutput
 from embodied.policies.mlp.configuration import MLPConfig
 from embodied.policies.mlp.modeling import MLPPolicy
 from embodied.policy.base import Policy, PolicyConfig, PolicySpec
-from embodied.core.types import STATES, Obs, PolicyOutput
 
 
 @dataclass

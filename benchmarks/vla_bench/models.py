@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from embodied.policy.base import PolicySpec
 from embodied.core.types import MAIN_IMAGES, TASK_DESCRIPTIONS, WRIST_IMAGES, Obs
+from embodied.policy.base import PolicySpec
 
 HEADS = ("tokens", "autoregressive", "gaussian", "flow-k10", "flow-k4", "flow-k4-noise")
 DEFAULT_HEADS = HEADS

@@ -10,10 +10,10 @@ handles, so the runner drives both backends with the same code::
 
 from __future__ import annotations
 
-from embodied.config import ClusterConfig
 from embodied.backends.base import ActorLostError, Backend, ClusterLostError, WorkerGroup
 from embodied.backends.local import LocalBackend, LocalGroup, without_frames
 from embodied.backends.ray_backend import RayBackend, RayGroup, check_reachable
+from embodied.config import ClusterConfig
 from embodied.core.process_memory import process_rss_mib  # where callers of the workers' memory found it before
 
 __all__ = ["ActorLostError", "Backend", "ClusterLostError", "LocalBackend", "LocalGroup", "RayBackend", "RayGroup",

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from embodied import CODE_ENV_VAR
+from embodied.backends.base import ClusterLostError
+from embodied.backends.snapshot import snapshot_package
 from embodied.channels import Channel
 from embodied.channels.ray_channel import NODE_METHOD, RSS_METHOD
 from embodied.config import ClusterConfig, ConfigError
 from embodied.config.schema import Resources
-from embodied.backends.base import ClusterLostError
-from embodied.backends.snapshot import snapshot_package
 from embodied.core.process_memory import memory_available_mib
 
 

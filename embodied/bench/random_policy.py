@@ -11,8 +11,8 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from embodied.policy.base import Policy, PolicyConfig, PolicySpec
 from embodied.core.types import TASK_DESCRIPTIONS, Obs, PolicyOutput
+from embodied.policy.base import Policy, PolicyConfig, PolicySpec
 
 
 @dataclass

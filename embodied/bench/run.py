@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embodied.core.atomic import atomic_path
 from embodied.bench.sac import sac_row
 from embodied.bench.throughput import TASK, Rate, framework_rate, native_rate, raw_rate
+from embodied.core.atomic import atomic_path
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RECIPE = ROOT / "configs" / "reach_mlp_ppo.yaml"

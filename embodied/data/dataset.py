@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import torch
 
-from embodied.data.format import IMAGE_KEYS, OBS_KEYS, Meta, read_meta
 from embodied.core.types import MAIN_IMAGES, TASK_DESCRIPTIONS, Obs
+from embodied.data.format import IMAGE_KEYS, OBS_KEYS, Meta, read_meta
 
 if TYPE_CHECKING:
     from embodied.policy.base import PolicySpec

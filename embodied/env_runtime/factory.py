@@ -26,12 +26,12 @@ import gymnasium as gym
 import numpy as np
 
 from embodied.config import ConfigError, EnvConfig
-from embodied.policy.config import PolicySpec
 from embodied.core.registry import ENVS, PluginError
 from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES, footprint_of
 from embodied.envs.adapters.gymnasium_env import ADAPTER_OPTIONS, GymnasiumEnv, adapted_target, describe
 from embodied.envs.batched import BatchedEnv, is_batched
 from embodied.envs.chunked import ChunkedVectorEnv
+from embodied.policy.config import PolicySpec
 
 KNOWN_KEYS: tuple[str, ...] = (STATES, MAIN_IMAGES, WRIST_IMAGES)
 DEFAULT_EPISODE_STEPS = 50  # the episode cap of an env that declares none, when the config sets none either

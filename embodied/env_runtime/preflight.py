@@ -18,11 +18,11 @@ import json
 import warnings
 from typing import Literal
 
-from embodied.env_runtime.check_env import CheckResult, check_env, describe_target
 from embodied.config import Config, ConfigError, EnvConfig
+from embodied.core.registry import ENVS
+from embodied.env_runtime.check_env import CheckResult, check_env, describe_target
 from embodied.env_runtime.factory import env_spec
 from embodied.policy.config import PolicyConfig
-from embodied.core.registry import ENVS
 
 
 def preflight(cfg: EnvConfig, section: str, video: bool,

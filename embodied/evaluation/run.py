@@ -21,13 +21,13 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from embodied.backends import ClusterLostError, make_backend
 from embodied.checkpoint.store import check_env_fits, load_checkpoint
 from embodied.config import Config
+from embodied.core.types import EpisodeStats
+from embodied.env_runtime.preflight import check_policy_fits, preflight
 from embodied.evaluation.stats import EvalReport, EvalSummary, eval_metrics, per_task, write_json
 from embodied.workers.eval_plan import env_eval_episodes
-from embodied.backends import ClusterLostError, make_backend
-from embodied.env_runtime.preflight import check_policy_fits, preflight
-from embodied.core.types import EpisodeStats
 from embodied.workers.evaluator import Evaluator
 from embodied.workers.group import Workers
 

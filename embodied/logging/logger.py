@@ -27,9 +27,9 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from embodied.logging import wandb_process
-from embodied.core.atomic import atomic_path, disk_full
 from embodied.config import LoggerConfig
+from embodied.core.atomic import atomic_path, disk_full
+from embodied.logging import wandb_process
 
 CONSOLE_KEYS = {"env/success_rate": "succ", "env/return": "ret", "eval/success_rate": "eval_succ",
                 "env_steps_per_s": "sps", "train/approx_kl": "kl",

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from embodied.core.atomic import atomic_path
 from embodied.config.schema import VideoConfig
+from embodied.core.atomic import atomic_path
 from embodied.core.types import EpisodeFrames
 
 SUCCESS_GREEN = (60, 220, 90)

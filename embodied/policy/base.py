@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from embodied.policy.config import PolicyConfig, PolicySpec  # re-exported: policies and workers import them from here
 from embodied.core.registry import load_entry_point
 from embodied.core.types import LogprobGranularity, Obs, PolicyOutput
+from embodied.policy.config import PolicyConfig, PolicySpec  # re-exported: policies and workers import them from here
 
 
 class Policy(nn.Module, abc.ABC):

@@ -18,8 +18,8 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from embodied.policy.config import PolicyConfig
 from embodied.core.registry import load_entry_point
+from embodied.policy.config import PolicyConfig
 
 
 class QEnsemble(Protocol):

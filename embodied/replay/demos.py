@@ -30,10 +30,10 @@ import torch
 
 from embodied.algorithms.transitions import ReplaySample, chunk_reward, n_step_returns
 from embodied.config import ConfigError
+from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES
 from embodied.data import Demonstrations, ReadOptions, open_demonstrations
 from embodied.policy.base import PolicySpec
 from embodied.replay.buffer import ReplayBuffer
-from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES
 
 # -- the pure parts -----------------------------------------------------------------------------------
 

@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from embodied import __version__
-from embodied.core.atomic import remove_stale_temps
+from embodied.backends import make_backend
 from embodied.config import Config, ConfigError, EnvConfig
+from embodied.core.atomic import remove_stale_temps
+from embodied.core.registry import ENVS
 from embodied.data.demonstrations import Format, detect_format
 from embodied.data.format import IMAGE_KEYS, DatasetWriter, DemoEpisode, Meta, dataset_writer
-from embodied.backends import make_backend
-from embodied.core.registry import ENVS
 
 if TYPE_CHECKING:
     from embodied.data.lerobot.writer import LeRobotWriter

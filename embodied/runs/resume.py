@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from embodied.backends import ActorLostError, ClusterLostError
 from embodied.checkpoint.store import CheckpointError, ResumePoint, check_env_fits, find_checkpoint, load_resume_point
+from embodied.checkpoint.trust import sign, signing_key, snapshot_blobs, trusted
 from embodied.config import Config, ConfigError
 from embodied.logging.logger import read_wandb_id
-from embodied.backends import ActorLostError, ClusterLostError
-from embodied.checkpoint.trust import sign, signing_key, snapshot_blobs, trusted
 from embodied.workers.group import Workers
 from embodied.workers.restarts import FaultStop
 

@@ -27,16 +27,16 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Subset, WeightedRandomSampler
 
+from embodied.backends import make_backend
 from embodied.checkpoint.store import (check_init_from, check_policy_spec, find_checkpoint, load_checkpoint,
-                                 load_policy_state, save_policy_checkpoint)
+                                       load_policy_state, save_policy_checkpoint)
 from embodied.config import Config, ConfigError, EnvConfig, to_dict
 from embodied.data import Demonstrations, ReadOptions, collate, open_demonstrations
 from embodied.env_runtime.factory import control_frequency
+from embodied.env_runtime.preflight import check_policy_fits
 from embodied.evaluation.stats import eval_metrics
 from embodied.logging.logger import MetricLogger
-from embodied.backends import make_backend
 from embodied.policy.base import Policy, build_policy
-from embodied.env_runtime.preflight import check_policy_fits
 from embodied.runs.train import draw_learning_curves, make_run_dir, save_config, seed_everything
 from embodied.workers.evaluator import Evaluator
 

@@ -28,24 +28,24 @@ import numpy as np
 import torch
 import yaml
 
-from embodied.core.atomic import DiskFullError
+from embodied.backends import ActorLostError, ClusterLostError, make_backend
 from embodied.checkpoint.store import check_init_from, prune_checkpoints, remove_partial
+from embodied.checkpoint.trust import signing_key
 from embodied.config import Config, ConfigError, OffPolicyConfig, to_dict
 from embodied.config.schema import due
 from embodied.config.validate import whole_episode_problems
-from embodied.replay.demos import fit_demos, open_demos
+from embodied.core.atomic import DiskFullError
 from embodied.env_runtime.factory import check_env_config, env_spec, episode_steps
-from embodied.evaluation.stats import episode_metrics
-from embodied.evaluation.run import PeriodicEval
-from embodied.logging.logger import MetricLogger
-from embodied.backends import ActorLostError, ClusterLostError, make_backend
-from embodied.logging.plot import plot_run
 from embodied.env_runtime.preflight import check_policy_fits, preflight_run
+from embodied.evaluation.run import PeriodicEval
+from embodied.evaluation.stats import episode_metrics
+from embodied.logging.logger import MetricLogger
+from embodied.logging.plot import plot_run
 from embodied.policy.q_functions import require_q_functions
+from embodied.replay.demos import fit_demos, open_demos
 from embodied.runs.resume import (process_rng_state, restore_run, resume_point, resume_state, signed, wandb_id_of,
-                             with_resume_command)
+                                  with_resume_command)
 from embodied.runs.stop import StopRequest
-from embodied.checkpoint.trust import signing_key
 from embodied.workers.group import Workers
 from embodied.workers.restarts import FaultStop
 

@@ -29,11 +29,11 @@ import torch
 from embodied.algorithms.base import OnPolicyLearner, UpdateContext
 from embodied.channels import Channel
 from embodied.checkpoint.store import (check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state,
-                                 non_finite_tensors, save_policy_checkpoint)
-from embodied.core.numerics import NonFiniteUpdateError
+                                       non_finite_tensors, save_policy_checkpoint)
 from embodied.config import ActorConfig, AlgorithmConfig
-from embodied.policy.base import Policy, PolicyConfig, PolicySpec, build_policy
+from embodied.core.numerics import NonFiniteUpdateError
 from embodied.core.types import Trajectory
+from embodied.policy.base import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.workers.ranks import ProcessGroup, Ranks, rendezvous_address
 
 

@@ -10,8 +10,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from embodied.config import EnvConfig
 from embodied.backends import Backend, ClusterLostError, WorkerGroup
+from embodied.config import EnvConfig
 from embodied.core.types import PeerFailure, PeerFailureError
 from embodied.workers.faults import WorkerFailure, check_env_command, is_hang
 from embodied.workers.link import Link

@@ -14,19 +14,19 @@ from typing import Any
 
 import numpy as np
 
-from embodied.core import pickles
 from embodied.channels import Shard
 from embodied.config import EnvConfig
 from embodied.config.schema import ExpertLabels, VideoConfig
+from embodied.core import pickles
+from embodied.core.numerics import check_env_result, check_reset_obs
+from embodied.core.types import ChunkStepResult, EnvError, Obs, PeerFailure, PeerFailureError, obs_slice
 from embodied.data.format import OBS_KEYS, DemoEpisode
 from embodied.env_runtime.factory import make_vector_env, policy_spec
-from embodied.core.numerics import check_env_result, check_reset_obs
-from embodied.policy.config import PolicySpec
-from embodied.core.types import ChunkStepResult, EnvError, Obs, PeerFailure, PeerFailureError, obs_slice
+from embodied.envs.batched import BatchedEnv, RecordingBatchedEnv
 from embodied.logging.video import VideoReport, VideoWriter
+from embodied.policy.config import PolicySpec
 from embodied.workers.faults import StepWatch
 from embodied.workers.link import Link
-from embodied.envs.batched import BatchedEnv, RecordingBatchedEnv
 
 
 def limit_torch_threads(n: int) -> None:

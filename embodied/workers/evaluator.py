@@ -14,16 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from embodied.backends import Backend, WorkerGroup, without_frames
 from embodied.checkpoint.store import PACKAGES, package_version
 from embodied.config import Config
 from embodied.config.schema import VideoConfig
-from embodied.env_runtime.factory import episode_steps
-from embodied.workers.eval_plan import EvalPlan, env_eval_episodes
-from embodied.backends import Backend, WorkerGroup, without_frames
 from embodied.core.registry import ENVS
 from embodied.core.types import EpisodeStats, EvalEpisode
+from embodied.env_runtime.factory import episode_steps
 from embodied.logging.video import VideoReport
 from embodied.workers.env_group import EnvGroup, exchange
+from embodied.workers.eval_plan import EvalPlan, env_eval_episodes
 from embodied.workers.faults import WorkerFailure
 from embodied.workers.launch import (EVAL_SEED_OFFSET, dropped_envs, fresh_seed, restart_or_raise, start_eval_envs,
                                      start_rollout_group)

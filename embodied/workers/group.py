@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from embodied.algorithms import OnPolicyLearner, RolloutReset
+from embodied.backends import (ActorLostError, Backend, ClusterLostError, LocalBackend, WorkerGroup, process_rss_mib,
+                               without_frames)
 from embodied.channels import Channel
 from embodied.config import Config
-from embodied.backends import (ActorLostError, Backend, ClusterLostError, LocalBackend, WorkerGroup, process_rss_mib,
-                                without_frames)
-from embodied.policy.base import PolicySpec
 from embodied.core.types import EpisodeStats, RolloutSummary, Trajectory
+from embodied.policy.base import PolicySpec
 from embodied.workers.env_group import EnvGroup, exchange
 from embodied.workers.evaluator import Evaluator
 from embodied.workers.faults import WorkerFailure

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import warnings
 
+from embodied.backends import Backend, WorkerGroup
 from embodied.channels import Channel, route, shards_for_rollout_rank
 from embodied.config import Config, EnvConfig, ExpertLabels, OffPolicyConfig
 from embodied.config.schema import VideoConfig
-from embodied.backends import Backend, WorkerGroup
 from embodied.policy.base import Policy, PolicySpec
 from embodied.workers.actor_worker import ActorWorker
 from embodied.workers.env_group import EnvGroup

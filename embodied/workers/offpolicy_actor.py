@@ -36,12 +36,12 @@ from embodied.algorithms.base import OffPolicyLearner
 from embodied.algorithms.transitions import ReplaySample
 from embodied.checkpoint.store import REPLAY_DIR, save_policy_checkpoint
 from embodied.config import ActorConfig, OffPolicyConfig
-from embodied.replay.demos import demo_replay, fit_demos, mixed_sample, open_demos
 from embodied.core.numerics import NonFiniteUpdateError, non_finite_terms
+from embodied.core.types import Trajectory
 from embodied.policy.base import PolicyConfig, PolicySpec
 from embodied.policy.q_functions import require_q_functions
 from embodied.replay.buffer import ReplayBuffer, save_replay
-from embodied.core.types import Trajectory
+from embodied.replay.demos import demo_replay, fit_demos, mixed_sample, open_demos
 from embodied.workers.actor_worker import ActorWorker
 from embodied.workers.ranks import ProcessGroup
 

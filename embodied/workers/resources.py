@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from embodied.backends import Backend
 from embodied.config import Config, ConfigError, EnvConfig
 from embodied.config.schema import Resources
-from embodied.backends import Backend
 from embodied.core.registry import ENVS
 from embodied.core.types import footprint_of
 

@@ -13,9 +13,9 @@ import torch
 from embodied.channels import Channel, ChannelTimeout, Shard
 from embodied.checkpoint.store import load_policy_state
 from embodied.core.numerics import NonFinitePolicyError, non_finite_outputs
-from embodied.policy.base import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.core.types import (ChunkStepResult, EpisodeStats, Obs, PeerFailure, PeerFailureError, PolicyOutput,
-                            RolloutSummary, Trajectory, obs_concat, obs_rows, obs_slice)
+                                 RolloutSummary, Trajectory, obs_concat, obs_rows, obs_slice)
+from embodied.policy.base import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.workers.link import Link
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from embodied.policy.config import PolicyConfig
 from embodied.policies.mlp.configuration import squashed_head_problems
+from embodied.policy.config import PolicyConfig
 
 
 @dataclass

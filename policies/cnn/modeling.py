@@ -31,9 +31,9 @@ import torch
 from torch import nn
 from torch.distributions import Normal
 
-from embodied.policy.base import Policy, PolicySpec
 from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES, Obs, PolicyOutput
 from embodied.policies.cnn.configuration import CNNConfig, CNNEncoderConfig
+from embodied.policy.base import Policy, PolicySpec
 
 
 def _init(layer: nn.Module, gain: float = float(np.sqrt(2))) -> nn.Module:

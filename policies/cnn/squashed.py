@@ -22,11 +22,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from embodied.core.types import Obs
 from embodied.policies.cnn.configuration import SquashedCNNConfig
 from embodied.policies.cnn.modeling import CNNFeatures
 from embodied.policies.squashed import SquashedGaussianPolicy
 from embodied.policy.base import PolicySpec
-from embodied.core.types import Obs
 
 
 class SquashedCNNPolicy(SquashedGaussianPolicy):

@@ -12,9 +12,9 @@ import torch
 from torch import nn
 from torch.distributions import Normal
 
-from embodied.policy.base import Policy, PolicySpec
 from embodied.core.types import STATES, Obs, PolicyOutput
 from embodied.policies.mlp.configuration import MLPConfig
+from embodied.policy.base import Policy, PolicySpec
 
 
 def _mlp(sizes: list[int], activation: type[nn.Module], out_gain: float) -> nn.Sequential:

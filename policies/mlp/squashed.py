@@ -14,11 +14,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from embodied.core.types import STATES, Obs
 from embodied.policies.mlp.configuration import SquashedMLPConfig
 from embodied.policies.mlp.modeling import merge_statistics, standardize, states_tensor
 from embodied.policies.squashed import SquashedGaussianPolicy
 from embodied.policy.base import PolicySpec
-from embodied.core.types import STATES, Obs
 
 
 class StatesFeatures(nn.Module):

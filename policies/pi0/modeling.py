@@ -43,15 +43,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from embodied.policies.flow_logprob import (CHAIN, STEP, Velocity, make_flow_logprob, sample_chain,
-                                            score_chain)
+from embodied.core.types import STATES, NoiseSteering, Obs, PolicyOutput
+from embodied.policies.flow_logprob import CHAIN, STEP, Velocity, make_flow_logprob, sample_chain, score_chain
 from embodied.policies.pi0.configuration import PI0PolicyConfig, size_problems
 from embodied.policies.pi0.folders import camera_sources, folder_max_length, read_config_json
 from embodied.policies.pi0.pretrained import load_pi0, parameter_split, resolve_model_path, seed_vlm
 from embodied.policies.pi0.processing import STD_EPS, NormStats, PI0Inputs, fitted_stats, folder_stats, load_stats
 from embodied.policies.transformers_base.modeling import TransformersPolicy
 from embodied.policy.base import PolicySpec
-from embodied.core.types import STATES, NoiseSteering, Obs, PolicyOutput
 
 PROCESSOR_FILE = "processor_config.json"  # PI0Processor's statistics and our pipeline's settings
 LORA_TARGETS = r"model\.(vlm\.language_model|dit)\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"

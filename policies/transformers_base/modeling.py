@@ -33,10 +33,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from embodied.core.types import TASK_DESCRIPTIONS, Obs
 from embodied.policies.transformers_base.configuration import TransformersPolicyConfig
 from embodied.policies.transformers_base.folders import quiet_transformers
 from embodied.policy.base import Policy, PolicySpec
-from embodied.core.types import TASK_DESCRIPTIONS, Obs
 
 HEADS_FILE = "heads.pt"  # the policy's own modules around the model (value head, action heads ...): a plain state dict
 POLICY_FILE = "embodied_policy.json"  # the policy config and the base model, for people and tools

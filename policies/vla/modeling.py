@@ -27,17 +27,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES, NoiseSteering, Obs, PolicyOutput
 from embodied.policies.transformers_base.folders import load_tokenizer
 from embodied.policies.transformers_base.modeling import TransformersPolicy
-from embodied.policy.base import PolicySpec
-from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES, NoiseSteering, Obs, PolicyOutput
 from embodied.policies.vla.action_tokenizer import ActionTokenizer, stats_bounds
 from embodied.policies.vla.configuration import VLAConfig
 from embodied.policies.vla.flow import ExpertShape, FlowHead
-from embodied.policies.vla.heads import (ActionHead, AutoregressiveHead, Backbone, GaussianHead, Prefix,
-                                         TokenHead)
+from embodied.policies.vla.heads import ActionHead, AutoregressiveHead, Backbone, GaussianHead, Prefix, TokenHead
 from embodied.policies.vla.processing import VLAProcessor, family_of
 from embodied.policies.vla.tiny import resolve_model_path
+from embodied.policy.base import PolicySpec
 
 DEFAULT_LORA_TARGETS = {  # the language model's attention and MLP projections (not the vision tower)
     "smolvlm": r".*text_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)",

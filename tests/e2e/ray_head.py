@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from embodied.config import ConfigError
 from embodied.backends import check_reachable
+from embodied.config import ConfigError
 
 
 def descendants(pid: int) -> list[int]:

@@ -14,9 +14,9 @@ from embodied.checkpoint.store import load_checkpoint
 from embodied.cli import main
 from embodied.config import load_config
 from embodied.env_runtime.factory import policy_spec
+from embodied.policies.cnn.configuration import CNNConfig
 from embodied.policy.base import build_policy
 from embodied.runs.train import train
-from embodied.policies.cnn.configuration import CNNConfig
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "push_cnn_ppo.yaml"
 SHORT = ["runner.iterations=2", "env.num_envs=4", "eval_env.num_envs=2", "runner.eval_episodes=2",

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from embodied.runs.collect import collect
 from embodied.config import load_config
 from embodied.data import DemoDataset
-from embodied.runs.train import train
+from embodied.runs.collect import collect
 from embodied.runs.sft import sft
+from embodied.runs.train import train
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "pick_place_mlp_dagger.yaml"
 SMALL = ["env.num_envs=4", "eval_env.num_envs=4", "runner.eval_episodes=4", "logger.progress_bar=false",

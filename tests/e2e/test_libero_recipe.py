@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from embodied.env_runtime.check_env import check_env
 from embodied.cli import main
 from embodied.config import ConfigError, EnvConfig, config_from_dict, load_config, to_dict
+from embodied.env_runtime.check_env import check_env
 from embodied.env_runtime.factory import check_env_config
 from embodied.runs.train import train
 

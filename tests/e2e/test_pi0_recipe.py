@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from embodied.cli import main
-from embodied.runs.collect import collect
 from embodied.config import ConfigError, load_config
-from embodied.runs.train import train
+from embodied.runs.collect import collect
 from embodied.runs.sft import sft
+from embodied.runs.train import train
 from tests.e2e.test_vla_flow_recipe import short_run as flow_short_run
 from tests.e2e.test_vla_recipe import SHORT
 

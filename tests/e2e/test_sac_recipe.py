@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from embodied.core.atomic import DiskFullError
 from embodied.checkpoint.store import find_checkpoint, load_checkpoint
 from embodied.config import load_config
+from embodied.core.atomic import DiskFullError
 from embodied.runs.train import train
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "reach_mlp_sac.yaml"

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from embodied.checkpoint.store import load_checkpoint, load_policy_state
-from embodied.env_runtime.factory import policy_spec
-from embodied.policy.base import build_policy
 from embodied.cli import main
 from embodied.config import load_config
-from embodied.runs.train import train
+from embodied.env_runtime.factory import policy_spec
 from embodied.policies.vla.configuration import VLAConfig
+from embodied.policy.base import build_policy
+from embodied.runs.train import train
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "pick_color_tinyvla_ppo.yaml"
 SHORT = ["runner.iterations=2", "env.num_envs=4", "eval_env.num_envs=2", "runner.eval_episodes=2",

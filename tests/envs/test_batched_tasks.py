@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from embodied.config import EnvConfig
+from embodied.core.types import ChunkStepResult
 from embodied.env_runtime.factory import make_vector_env
 from embodied.envs.chunked import ChunkedVectorEnv
 from embodied.envs.mujoco_stepper import available_cores
@@ -20,7 +21,6 @@ from embodied.envs.pick_place import PickPlaceEnv
 from embodied.envs.push import PushEnv
 from embodied.envs.reach import ReachBatchedEnv, ReachEnv
 from embodied.envs.stack import StackEnv
-from embodied.core.types import ChunkStepResult
 
 TASKS = [ReachEnv, PushEnv, PickPlaceEnv, StackEnv, PickColorEnv]
 IDS = {ReachEnv: "Reach-v0", PushEnv: "Push-v0", PickPlaceEnv: "PickPlace-v0", StackEnv: "Stack-v0",

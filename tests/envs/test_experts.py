@@ -10,14 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from embodied.envs.experts import (
-    PickColorExpert,
-    PickPlaceExpert,
-    PushExpert,
-    ReachExpert,
-    StackExpert,
-    expert_for,
-)
+from embodied.envs.experts import PickColorExpert, PickPlaceExpert, PushExpert, ReachExpert, StackExpert, expert_for
 from embodied.envs.mujoco_base import TableTopEnv
 from embodied.envs.pick_color import PickColorEnv
 from embodied.envs.pick_place import PickPlaceEnv

@@ -10,10 +10,10 @@ import torch
 
 from embodied.algorithms import ppo_loss
 from embodied.config import ConfigError, load_config
-from embodied.policy.base import Policy, PolicySpec, build_policy
 from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES
 from embodied.policies.cnn.configuration import CNNConfig
 from embodied.policies.cnn.modeling import CNNPolicy, SpatialSoftmax
+from embodied.policy.base import Policy, PolicySpec, build_policy
 
 B, S, C, A = 5, 7, 4, 3
 IMAGE = (32, 32, 3)

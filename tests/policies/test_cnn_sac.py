@@ -15,12 +15,12 @@ from embodied.algorithms.sac import ReplaySample, SACLearner, policy_loss, criti
 from embodied.algorithms.sac_config import SACConfig
 from embodied.algorithms.sac_networks import EnsembleLinear, build_critics
 from embodied.config import ConfigError, load_config
+from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES, Trajectory
 from embodied.policies.cnn.configuration import SquashedCNNConfig
 from embodied.policies.cnn.squashed import SquashedCNNPolicy
 from embodied.policy.base import PolicySpec, build_policy
 from embodied.policy.q_functions import QFunctionPolicy, require_q_functions
 from embodied.replay.buffer import ReplayBuffer
-from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES, Trajectory
 from tests.policies.test_cnn import IMAGE, SPECS, expected_keys, obs
 
 B, C, A = 6, 2, 3

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from embodied.config import load_config
-from embodied.policy.base import Policy, PolicySpec, build_policy
 from embodied.core.types import STATES
 from embodied.policies.mlp.configuration import MLPConfig
 from embodied.policies.mlp.modeling import MLPPolicy
+from embodied.policy.base import Policy, PolicySpec, build_policy
 
 B, S, C, A = 5, 7, 4, 3
 SPEC = PolicySpec(state_dim=S, image_shape=None, action_dim=A, action_low=(-1.0,) * A, action_high=(1.0,) * A)

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from embodied.config import ConfigError, load_config
-from embodied.policy.base import PolicySpec
 from embodied.policies.vla.action_tokenizer import ActionTokenizer
 from embodied.policies.vla.configuration import TINY_NAMES, VLAConfig
 from embodied.policies.vla.modeling import VLAPolicy
 from embodied.policies.vla.tiny import TINY_BACKBONES, build_tiny_vla, resolve_model_path
+from embodied.policy.base import PolicySpec
 
 HEADS = ["tokens", "autoregressive", "gaussian"]
 INSTRUCTIONS = ["pick up the red cube", "pick up the blue cube", "pick up the green cube", "pick up the yellow cube"]

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.checkpoint.store import load_checkpoint, save_checkpoint
 from embodied.algorithms.ppo_config import PPOConfig
+from embodied.checkpoint.store import load_checkpoint, save_checkpoint
 from embodied.config import ActorConfig
-from embodied.workers.actor_worker import ActorWorker
-from embodied.workers.rollout_worker import MultiStepRolloutWorker
 from embodied.policies.vla.configuration import VLAConfig
 from embodied.policies.vla.modeling import VLAPolicy
+from embodied.workers.actor_worker import ActorWorker
+from embodied.workers.rollout_worker import MultiStepRolloutWorker
 from tests.policies.test_vla import observations, spec
 
 

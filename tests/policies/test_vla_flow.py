@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from embodied.config import ConfigError, load_config
-from embodied.policies.vla.configuration import VLAConfig
 from embodied.policies.flow_logprob import CHAIN, STEP, FlowSDE, step_distribution
+from embodied.policies.vla.configuration import VLAConfig
 from embodied.policies.vla.flow import FlowExpert, FlowHead, ExpertShape
 from embodied.policies.vla.modeling import VLAPolicy
 from embodied.policies.vla.tiny import TINY_BACKBONES

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from embodied.data.lerobot.layout import Feature, LeRobotError, LeRobotInfo
 from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES
+from embodied.data.lerobot.layout import Feature, LeRobotError, LeRobotInfo
 
 ACTIONS = "actions"
 KEYS = (STATES, MAIN_IMAGES, WRIST_IMAGES, ACTIONS)

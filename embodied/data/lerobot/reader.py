@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from embodied.core.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, Obs
 from embodied.data.dataset import DemoSample
 from embodied.data.lerobot.layout import (Episodes, Feature, LeRobotError, LeRobotInfo, parquet_columns, read_episodes,
                                           read_parquet, read_tasks)
 from embodied.data.lerobot.mapping import ACTIONS, CAMERA_KEYS, Resolved, require, resolve
 from embodied.data.lerobot.video import FrameError, VideoPool, probe
-from embodied.core.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, Obs
 
 if TYPE_CHECKING:
     from embodied.policy.base import PolicySpec

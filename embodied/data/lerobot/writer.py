@@ -40,12 +40,12 @@ from typing import Any
 import numpy as np
 
 from embodied.core.atomic import atomic_dir, disk_full, disk_full_error
+from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES
 from embodied.data.format import DemoEpisode, Meta, Tally, arrow_array, finished_or_aborted
 from embodied.data.lerobot import stats
-from embodied.data.lerobot.layout import (CHUNKS_SIZE, DATA_PATH, EPISODES_PATH, INDEX_FEATURES, INFO_PATH,
-                                          STATS_PATH, TASKS_PATH, V3, VIDEO_PATH)
+from embodied.data.lerobot.layout import (CHUNKS_SIZE, DATA_PATH, EPISODES_PATH, INDEX_FEATURES, INFO_PATH, STATS_PATH,
+                                          TASKS_PATH, V3, VIDEO_PATH)
 from embodied.data.lerobot.video import AV1, VideoCodec, VideoEncoder, probe
-from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES
 
 FEATURE_NAMES = {STATES: "observation.state", MAIN_IMAGES: "observation.images.image",
                  WRIST_IMAGES: "observation.images.wrist_image", "actions": "action"}

@@ -28,13 +28,13 @@ import json
 from contextlib import ExitStack
 from typing import Literal
 
+from embodied.config import EnvConfig
 from embodied.env_runtime.check_env.batched import BatchedChecks
 from embodied.env_runtime.check_env.diagnosis import CheckFailed, describe_target
 from embodied.env_runtime.check_env.load import resolve_target
-from embodied.env_runtime.check_env.rows import (LOAD, CheckResult, RenderCheck, Rows, Severity, format_table, print_json,
-                                     print_table)
+from embodied.env_runtime.check_env.rows import (LOAD, CheckResult, RenderCheck, Rows, Severity, format_table,
+                                                 print_json, print_table)
 from embodied.env_runtime.check_env.single import SingleChecks
-from embodied.config import EnvConfig
 from embodied.env_runtime.factory import batched_twin, episode_steps
 from embodied.envs.batched import is_batched
 

@@ -6,12 +6,12 @@ from typing import Any
 
 import numpy as np
 
+from embodied.core.types import TASK_DESCRIPTIONS, ChunkStepResult, Obs
 from embodied.env_runtime.check_env.diagnosis import CheckFailed, describe_target
 from embodied.env_runtime.check_env.load import build_env, closing
-from embodied.env_runtime.check_env.observations import (check_frames, check_obs, check_spaces, difference, kind_of, nonfinite,
-                                             obs_arrays, random_actions)
+from embodied.env_runtime.check_env.observations import (check_frames, check_obs, check_spaces, difference, kind_of,
+                                                         nonfinite, obs_arrays, random_actions)
 from embodied.env_runtime.check_env.rows import LOAD, Checks
-from embodied.core.types import TASK_DESCRIPTIONS, ChunkStepResult, Obs
 
 
 class BatchedChecks(Checks):

@@ -20,10 +20,10 @@ import gymnasium as gym
 
 import embodied
 from embodied.config import ConfigError, EnvConfig
-from embodied.envs.adapters.gymnasium_env import adapted_target
-from embodied.envs.batched import is_batched
 from embodied.core.registry import ENVS, PluginError, UnknownNameError
 from embodied.core.types import EnvError
+from embodied.envs.adapters.gymnasium_env import adapted_target
+from embodied.envs.batched import is_batched
 
 
 class CheckFailed(Exception):

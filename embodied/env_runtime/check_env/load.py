@@ -7,12 +7,12 @@ from typing import Any
 
 import gymnasium as gym
 
+from embodied.config import EnvConfig
+from embodied.core.registry import ENVS, PluginError, UnknownNameError
 from embodied.env_runtime.check_env.diagnosis import CheckFailed, describe_target, known_failure, load_failure
 from embodied.env_runtime.check_env.observations import kind_of
-from embodied.config import EnvConfig
 from embodied.env_runtime.factory import make_vector_env
 from embodied.envs.batched import is_batched
-from embodied.core.registry import ENVS, PluginError, UnknownNameError
 
 
 def resolve_target(cfg: EnvConfig) -> Any:

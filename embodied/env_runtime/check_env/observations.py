@@ -8,8 +8,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from embodied.env_runtime.check_env.diagnosis import CheckFailed
 from embodied.core.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, Obs
+from embodied.env_runtime.check_env.diagnosis import CheckFailed
 
 IMAGE_KEYS = (MAIN_IMAGES, WRIST_IMAGES)
 KNOWN_KEYS = (STATES, *IMAGE_KEYS)

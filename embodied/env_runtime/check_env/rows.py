@@ -11,8 +11,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from embodied.env_runtime.check_env.diagnosis import CheckFailed, crash_failure, known_failure
 from embodied.config import EnvConfig
+from embodied.env_runtime.check_env.diagnosis import CheckFailed, crash_failure, known_failure
 
 Severity = Literal["ok", "warning", "error"]
 LOAD = "import, construct and reset"  # the row of every error that stops all checks

@@ -9,13 +9,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from embodied.config import EnvConfig
 from embodied.env_runtime.check_env.batched import check_result
 from embodied.env_runtime.check_env.diagnosis import CheckFailed, describe_target, own_frames
 from embodied.env_runtime.check_env.load import build_env, closing, reset_env
-from embodied.env_runtime.check_env.observations import (IMAGE_KEYS, blank_frames, check_frames, check_single_obs, check_spaces,
-                                             difference, kind_of, nonfinite, random_action, random_actions)
+from embodied.env_runtime.check_env.observations import (IMAGE_KEYS, blank_frames, check_frames, check_single_obs,
+                                                         check_spaces, difference, kind_of, nonfinite, random_action,
+                                                         random_actions)
 from embodied.env_runtime.check_env.rows import LOAD, Checks
-from embodied.config import EnvConfig
 from embodied.envs.adapters.gymnasium_env import GymnasiumEnv, adapted_target
 from embodied.envs.chunked import sim_unstable
 

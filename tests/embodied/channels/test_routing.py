@@ -7,13 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from embodied.channels import (
-    Shard,
-    rank_slices,
-    route,
-    shards_for_env_rank,
-    shards_for_rollout_rank,
-)
+from embodied.channels import Shard, rank_slices, route, shards_for_env_rank, shards_for_rollout_rank
 
 
 def _owner(index: int, n: int, ranks: int) -> int:

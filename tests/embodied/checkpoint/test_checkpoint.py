@@ -11,7 +11,7 @@ import torch
 
 import embodied.runs.train as runner
 from embodied.checkpoint.store import (FORMAT_VERSION, MANIFEST_FILE, TRAINER_FILE, CheckpointError, find_checkpoint,
-                                 load_checkpoint, load_resume_point, save_checkpoint)
+                                       load_checkpoint, load_resume_point, save_checkpoint)
 from embodied.config import ConfigError
 from tests.embodied.runs.test_resume import toy_config
 

@@ -28,8 +28,8 @@ import torch
 from embodied.algorithms.ppo_config import PPOConfig
 from embodied.checkpoint.store import load_checkpoint
 from embodied.config import ActorConfig
-from embodied.policies.mlp.configuration import MLPConfig
 from embodied.core.types import Trajectory
+from embodied.policies.mlp.configuration import MLPConfig
 from embodied.workers.actor_worker import ActorWorker
 from tests.embodied.workers.test_actor_ranks import MLP_SPEC
 

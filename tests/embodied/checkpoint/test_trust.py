@@ -17,9 +17,9 @@ import torch
 
 import embodied.runs.train as runner
 from embodied.checkpoint.store import MANIFEST_FILE, TRAINER_FILE, check_init_from, load_checkpoint, write_manifest
+from embodied.checkpoint.trust import SigningKeyError, distrust, key_path, sign, signing_key
 from embodied.config import ConfigError, load_config
 from embodied.evaluation.run import evaluate_checkpoint
-from embodied.checkpoint.trust import SigningKeyError, distrust, key_path, sign, signing_key
 
 COUNTING = "tests.toy_envs:CountingEnv"
 ROOT = Path(__file__).resolve().parents[3]

@@ -13,9 +13,9 @@ import time
 import numpy as np
 import pytest
 
-from embodied.core.atomic import DiskFullError, atomic_dir
 from embodied.cli import main
 from embodied.config import ConfigError, load_config
+from embodied.core.atomic import DiskFullError, atomic_dir
 from embodied.data import DemoEpisode, Meta, read_meta
 from embodied.runs.collect import collect
 

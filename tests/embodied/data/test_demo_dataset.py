@@ -12,8 +12,8 @@ import torch
 
 from embodied.config import load_config
 from embodied.data import DemoBatch, DemoDataset, DemoSample, Meta, check_compatible, collate, read_meta
-from embodied.runs.collect import collect
 from embodied.policy.base import PolicySpec, build_policy
+from embodied.runs.collect import collect
 
 
 @pytest.fixture(scope="module")

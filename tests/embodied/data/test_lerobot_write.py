@@ -11,8 +11,8 @@ import pytest
 from embodied.cli import main
 from embodied.config import ConfigError, load_config
 from embodied.data import DemoEpisode, ReadOptions, open_demonstrations, read_meta
-from embodied.runs.collect import collect
 from embodied.data.lerobot import FileLimits, LeRobotDemos, write_lerobot
+from embodied.runs.collect import collect
 
 PICK_COLOR = ["env.id=PickColor-v0", "env.obs_mode=state+rgb", "env.num_envs=2", "env.max_episode_steps=60",
               "policy.action_chunk=4", "experiment.seed=7"]

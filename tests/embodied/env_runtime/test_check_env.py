@@ -12,8 +12,8 @@ from tests.toy_envs import CountingEnv
 
 from embodied.envs.chunked import ChunkedVectorEnv
 
-from embodied.env_runtime.check_env import check_env, main
 from embodied.config import EnvConfig
+from embodied.env_runtime.check_env import check_env, main
 
 HERE = "tests/embodied/env_runtime/test_check_env.py"
 

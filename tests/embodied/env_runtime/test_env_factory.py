@@ -10,15 +10,15 @@ import pytest
 from tests.toy_batched import PointMassBatch
 from tests.toy_envs import CountingEnv
 
-from embodied.config import ConfigError, EnvConfig, load_config
-from embodied.env_runtime.factory import check_env_config, make_vector_env, policy_spec
 from embodied.backends import LocalBackend
-from embodied.policy.base import PolicySpec, build_policy
+from embodied.config import ConfigError, EnvConfig, load_config
 from embodied.core.registry import ENVS, PluginError
 from embodied.core.types import MAIN_IMAGES, STATES, TASK_DESCRIPTIONS
-from embodied.workers.group import Workers
+from embodied.env_runtime.factory import check_env_config, make_vector_env, policy_spec
 from embodied.envs.batched import BatchedEnv, is_batched
 from embodied.envs.chunked import ChunkedVectorEnv
+from embodied.policy.base import PolicySpec, build_policy
+from embodied.workers.group import Workers
 
 BATCHED_ID = "tests.toy_batched:PointMassBatch"
 COUNTING_ID = "tests.toy_envs:CountingEnv"

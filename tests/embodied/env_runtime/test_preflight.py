@@ -15,8 +15,8 @@ from tests.toy_envs import CountingEnv
 
 from embodied.cli import main as cli_main
 from embodied.config import ConfigError, EnvConfig, load_config
-from embodied.evaluation.run import evaluate_checkpoint
 from embodied.env_runtime.preflight import preflight
+from embodied.evaluation.run import evaluate_checkpoint
 from embodied.runs.train import train
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -14,16 +14,16 @@ import torch
 from tests.toy_envs import CountingEnv
 from tests.toy_policies import EchoConfig, EchoPolicy
 
+from embodied.backends import LocalBackend
 from embodied.checkpoint.store import save_checkpoint
 from embodied.config import load_config
-from embodied.env_runtime.factory import policy_spec
-from embodied.evaluation.stats import EvalSummary, eval_metrics, format_table, per_task, wilson_interval
-from embodied.evaluation.run import EvalProgress, evaluate_checkpoint
-from embodied.backends import LocalBackend
-from embodied.policy.base import build_policy
 from embodied.core.registry import ENVS, POLICIES
-from embodied.runs.train import train
 from embodied.core.types import EpisodeStats
+from embodied.env_runtime.factory import policy_spec
+from embodied.evaluation.run import EvalProgress, evaluate_checkpoint
+from embodied.evaluation.stats import EvalSummary, eval_metrics, format_table, per_task, wilson_interval
+from embodied.policy.base import build_policy
+from embodied.runs.train import train
 from embodied.workers.evaluator import Evaluator
 from embodied.workers.launch import EVAL_SEED_OFFSET
 

@@ -11,8 +11,8 @@ import pytest
 
 from embodied.config import LoggerConfig, load_config
 from embodied.logging.logger import WANDB_ID_FILE, MetricLogger, read_wandb_id
-from embodied.runs.train import train
 from embodied.logging.video import write_mp4
+from embodied.runs.train import train
 
 COUNTING = "tests.toy_envs:CountingEnv"
 

@@ -11,8 +11,8 @@ from tests.toy_envs import CountingEnv
 
 from embodied.config.schema import VideoConfig
 from embodied.core.types import EpisodeFrames
-from embodied.logging.video import VideoWriter, episode_frames, tile, write_mp4
 from embodied.envs.chunked import ChunkedVectorEnv
+from embodied.logging.video import VideoWriter, episode_frames, tile, write_mp4
 
 
 def decode(path: Path) -> np.ndarray:

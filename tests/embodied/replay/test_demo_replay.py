@@ -14,10 +14,10 @@ from embodied.config import ConfigError, load_config
 from embodied.data import DemoDataset, DemoEpisode, DemoSample, Meta
 from embodied.data.format import write_dataset
 from embodied.env_runtime.factory import env_spec
-from embodied.replay.demos import (concat_samples, demo_replay, fit_demos, mixed_sample, next_rows,
-                                  open_demos, sparse_success_rewards, split_batch)
 from embodied.policy.base import PolicySpec
 from embodied.replay.buffer import ReplayBuffer
+from embodied.replay.demos import (concat_samples, demo_replay, fit_demos, mixed_sample, next_rows, open_demos,
+                                   sparse_success_rewards, split_batch)
 from embodied.workers.offpolicy_actor import OffPolicyActorWorker
 
 RECIPE = Path(__file__).resolve().parents[3] / "configs" / "reach_mlp_sac.yaml"

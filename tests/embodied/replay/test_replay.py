@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from embodied.replay.buffer import ReplayBuffer
 from embodied.core.types import Trajectory
+from embodied.replay.buffer import ReplayBuffer
 
 
 def trajectory(T=3, N=2, C=2, A=1, start=0.0, executed=None, terminated=None) -> Trajectory:

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from embodied.config import ConfigError, load_config
-from embodied.policy.base import PolicySpec
 from embodied.core.types import Trajectory
+from embodied.policy.base import PolicySpec
 from embodied.workers.offpolicy_actor import OffPolicyActorWorker
 
 RECIPE = Path(__file__).resolve().parents[3] / "configs" / "reach_mlp_sac.yaml"

@@ -11,8 +11,8 @@ import pytest
 import embodied.runs.train as runner
 from embodied.cli import main
 from embodied.config import ConfigError, load_config
-from embodied.runs.collect import collect
 from embodied.data import DemoDataset
+from embodied.runs.collect import collect
 from embodied.runs.sft import open_dataset, sft, split_by_episode, train_loader
 
 REACH = ["env.id=Reach-v0", "env.num_envs=8", "eval_env.num_envs=8", "env.max_episode_steps=30",

@@ -15,12 +15,12 @@ from embodied.algorithms.base import Averages
 from embodied.algorithms.ppo_config import PPOConfig
 from embodied.config import ActorConfig, Config
 from embodied.config.schema import ClusterConfig
+from embodied.core.types import Trajectory
 from embodied.policies.mlp.configuration import MLPConfig
+from embodied.policies.pi0.configuration import PI0PolicyConfig
 from embodied.policies.vla.configuration import VLAConfig
 from embodied.policy.base import Policy, PolicySpec
-from embodied.core.types import Trajectory
 from embodied.workers.actor_worker import ActorWorker
-from embodied.policies.pi0.configuration import PI0PolicyConfig
 from tests.policies import test_pi0, test_vla
 
 MLP_SPEC = PolicySpec(state_dim=5, image_shape=None, action_dim=3, action_low=(-1.0,) * 3, action_high=(1.0,) * 3)

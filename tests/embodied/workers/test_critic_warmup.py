@@ -8,10 +8,10 @@ import torch
 
 from embodied.algorithms.ppo_config import PPOConfig
 from embodied.config import ActorConfig
-from embodied.policy.base import Policy
+from embodied.core.types import Trajectory
 from embodied.policies.cnn.configuration import CNNConfig
 from embodied.policies.vla.configuration import VLAConfig
-from embodied.core.types import Trajectory
+from embodied.policy.base import Policy
 from embodied.workers.actor_worker import ActorWorker
 from tests.policies import test_cnn, test_vla
 

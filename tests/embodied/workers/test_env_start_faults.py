@@ -10,8 +10,8 @@ import pytest
 
 import embodied.runs.train as runner
 from embodied.config import ConfigError, load_config
-from embodied.env_runtime.factory import make_vector_env
 from embodied.core.types import EnvError
+from embodied.env_runtime.factory import make_vector_env
 
 FLAKY = "tests.toy_envs:FlakyBuildEnv"
 FAULTY = "tests.toy_envs:FaultyEnv"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from embodied.config import ConfigError, load_config
-from embodied.workers.eval_plan import EvalPlan, env_eval_episodes, spread
 from embodied.backends import LocalBackend
+from embodied.config import ConfigError, load_config
 from embodied.core.registry import POLICIES
 from embodied.core.types import EvalEpisode
+from embodied.workers.eval_plan import EvalPlan, env_eval_episodes, spread
 from embodied.workers.evaluator import Evaluator
 from embodied.workers.group import Workers
 from tests.toy_envs import EpisodeSetEnv

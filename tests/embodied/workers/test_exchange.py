@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.config import load_config
 from embodied.backends import LocalBackend, RayBackend
+from embodied.config import load_config
 from embodied.core.registry import POLICIES
 from embodied.workers.group import Workers
 from embodied.workers.launch import EVAL_SEED_OFFSET

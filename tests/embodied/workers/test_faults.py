@@ -17,10 +17,10 @@ import pytest
 import torch
 
 import embodied.runs.train as runner
+from embodied.backends import LocalGroup
 from embodied.checkpoint.store import load_checkpoint
 from embodied.config import ConfigError, load_config
 from embodied.core.numerics import NonFiniteError
-from embodied.backends import LocalGroup
 from embodied.core.types import EnvError, EnvStepTimeoutError, find_env_error
 from embodied.workers.faults import StepWatch, WorkerFailure
 from embodied.workers.restarts import RestartBudget, RestartRateError

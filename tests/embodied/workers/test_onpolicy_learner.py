@@ -13,8 +13,8 @@ from embodied.algorithms.base import UpdateContext
 from embodied.algorithms.ppo import PPO
 from embodied.algorithms.ppo_config import PPOConfig
 from embodied.config import ActorConfig
-from embodied.policies.mlp.configuration import MLPConfig
 from embodied.core.types import Trajectory
+from embodied.policies.mlp.configuration import MLPConfig
 from embodied.workers.actor_worker import ActorWorker
 from tests.embodied.workers.test_actor_ranks import MLP_SPEC, mlp_obs, rollout
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from embodied.config import ConfigError, load_config
 from embodied.backends import LocalBackend
+from embodied.config import ConfigError, load_config
 from embodied.core.registry import POLICIES
 from embodied.workers.group import Workers
 from embodied.workers.rollout_worker import MultiStepRolloutWorker

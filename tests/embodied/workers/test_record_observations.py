@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from embodied.policy.base import Policy
 from embodied.core.types import ChunkStepResult, PolicyOutput
+from embodied.policy.base import Policy
 from embodied.workers.rollout_worker import _observations
 
 

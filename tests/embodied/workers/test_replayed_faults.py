@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import embodied.runs.train as runner
+from embodied.backends import LocalBackend
 from embodied.checkpoint.store import load_checkpoint
 from embodied.config import ConfigError, load_config
-from embodied.backends import LocalBackend
 from embodied.core.types import EnvError
 from embodied.workers.faults import WorkerFailure
 from embodied.workers.group import Workers

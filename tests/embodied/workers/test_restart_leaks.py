@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 import embodied.runs.train as runner
+from embodied.backends import LocalGroup, process_rss_mib
 from embodied.channels import LocalChannel, route
 from embodied.config import EnvConfig, load_config
 from embodied.envs.mujoco_base import OffscreenRenderer
-from embodied.backends import LocalGroup, process_rss_mib
 from embodied.workers.env_worker import EnvWorker
 from embodied.workers.link import Link
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import embodied.runs.train as runner
-from embodied.checkpoint.store import load_checkpoint
 from embodied.algorithms.ppo_config import PPOConfig
+from embodied.checkpoint.store import load_checkpoint
 from embodied.config import ActorConfig, load_config
 from embodied.evaluation.run import evaluate_checkpoint
 from embodied.policies.cnn.configuration import CNNConfig
