@@ -40,9 +40,9 @@ import torch
 from torch import nn
 
 from embodied.checkpoint.store import check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state
+from embodied.core.types import STATES, NoiseSteering, Obs, PolicyOutput
 from embodied.policy.base import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.policy.config import policy_config_class
-from embodied.core.types import STATES, NoiseSteering, Obs, PolicyOutput
 
 FEATURES = "dsrl_features"  # forward_inputs and replay key: what the noise policy and critics see, float32 [B, F]
 NOISE = "dsrl_noise"  # forward_inputs key: the initial noise the chunk was decoded from, float32 [B, Cn, An]

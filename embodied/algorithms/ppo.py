@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from embodied.algorithms.base import (Averages, LossOutput, RankGroup, RolloutReset, UpdateContext, expand_mask,
-                                     flatten)
+                                      flatten)
 from embodied.algorithms.batch import expand_rows, take, to_device
 from embodied.algorithms.gae import compute_gae
 from embodied.core.numerics import NonFiniteUpdateError, non_finite_terms

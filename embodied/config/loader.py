@@ -21,8 +21,8 @@ import yaml
 
 from embodied.config.schema import AlgorithmConfig, Config, algorithm_config_class, default_algorithm_name
 from embodied.config.validate import validate
-from embodied.policy.config import PolicyConfig, policy_config_class
 from embodied.core.registry import UnknownNameError
+from embodied.policy.config import PolicyConfig, policy_config_class
 
 
 class ConfigError(ValueError):

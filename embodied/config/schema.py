@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from embodied.policy.config import PolicyConfig
 from embodied.core.registry import ALGORITHMS, load_entry_point
+from embodied.policy.config import PolicyConfig
 
 
 @dataclass

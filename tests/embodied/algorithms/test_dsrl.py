@@ -11,10 +11,10 @@ import torch
 
 from embodied.algorithms.dsrl import FEATURES, NOISE, DSRLPolicy, DSRLPolicyConfig
 from embodied.config import ConfigError, load_config
+from embodied.core.types import Trajectory
 from embodied.policies.pi0.configuration import PI0PolicyConfig
 from embodied.policies.pi0.modeling import PI0Policy
 from embodied.policies.vla.configuration import VLAConfig
-from embodied.core.types import Trajectory
 from embodied.workers.offpolicy_actor import OffPolicyActorWorker
 from tests.policies.test_pi0 import SPEC as PI0_SPEC
 from tests.policies.test_pi0 import observations as pi0_observations
