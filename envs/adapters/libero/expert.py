@@ -305,25 +305,34 @@ class LiberoObjectExpert:
         squeezed by both fingers: ``close`` while they still close on it (or the expert's own close is running),
         else ``lower`` over the basket, ``carry`` at carrying height, ``lift`` below it, with the grasp offset of the
         grasp the policy made. Fingers partly closed on nothing at the grasp pose: ``close``; open and lined up over
-        the grasp point between it and the hover height: ``descend``; else ``approach``. A release in progress is
-        left to run, and the timer restarts only when the phase changes."""
-        if not self.obj or self.phase == "release":
+        the grasp point between it and the hover height: ``descend``; else ``approach``. A release runs on while the
+        fingers open or have let go; the object still squeezed where it was to be let go restarts it (the label stays
+        "open here", not "back off upwards" with the object in hand); lifted from there, the phase is re-derived.
+        Otherwise the timer restarts only when the phase changes."""
+        if not self.obj:
             return
         sim = env.robosuite_env.sim
         pos = sim.data.site_xpos[self.grip_site].copy()
+        gap = self._gap(sim)
+        qv = sim.data.qvel
+        speed = qv[self.finger_qvel[0]] - qv[self.finger_qvel[1]]  # of the gap: < 0 closing, > 0 opening
+        squeezed = gap > 0.004 and self._squeezed(sim)
+        if self.phase == "release":
+            if not squeezed or speed > 0.01:
+                return  # let go, or letting go: the release runs on
+            if pos[2] < self.anchor[2] + 0.02:  # still held where it was to be let go: open there, from now
+                self.timer = 0
+                return
         geoms = self._object(sim)
         allv = np.concatenate(geoms)
         bottom = float(allv[:, 2].min())
         centre = 0.5 * (allv.min(0) + allv.max(0))
-        gap = self._gap(sim)
         xy, z, yaw = self._grasp_plan(sim, geoms)
         off_xy, anchor = float(np.linalg.norm(pos[:2] - xy)), None
         # The expert's own close still running where it began (the fingers take a few steps to leave "open").
         closing_here = self.phase == "close" and self.timer < 10 and np.linalg.norm(pos - self.anchor) < 0.015
-        if gap > 0.004 and self._squeezed(sim):
-            qv = sim.data.qvel
-            closing = qv[self.finger_qvel[0]] - qv[self.finger_qvel[1]] < -0.01  # the gap still shrinks
-            if closing_here or closing:
+        if squeezed:
+            if closing_here or speed < -0.01:  # the gap still shrinks
                 phase, anchor = "close", (self.anchor if self.phase == "close" else pos)
             else:
                 self.grasp_offset = float(pos[2] - bottom)
