@@ -238,12 +238,13 @@ class SACLearner:
 
         # The policy's loss sees the features detached (stop-gradient: only the critics train the encoder). They
         # were computed before the critic step, so they lag it by one step: DrQ recomputes them, one more encoder pass.
+        detached = features.detach()
         with torch.set_grad_enabled(train_policy):
-            actions, logprob = policy.sample_with_logprob(features.detach(), self.generator)  # type: ignore[attr-defined]
+            actions, logprob = policy.sample_with_logprob(detached, self.generator)  # type: ignore[attr-defined]
             self.critics.requires_grad_(False)  # the policy's loss moves the policy only
-            pi_q = self.critics.q_values(features.detach(), actions)
-            pi_loss, parts = self.policy_objective(PolicyBatch(features.detach(), batch.actions, q.detach(), pi_q,
-                                                               logprob, alpha, demo_rows))
+            pi_q = self.critics.q_values(detached, actions)
+            pi_loss, parts = self.policy_objective(PolicyBatch(detached, batch.actions, q.detach(), pi_q, logprob,
+                                                               alpha, demo_rows))
             self.critics.requires_grad_(True)
         if train_policy:
             self.policy_optimizer.zero_grad()

@@ -34,12 +34,15 @@ MOVED_MODULES = {
 }
 
 
+# Packages that moved whole: their modules keep their names below the new package.
+MOVED_PACKAGES = {"embodied.placement": "embodied.backends", "embodied.check_env": "embodied.env_runtime.check_env"}
+
+
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        if module.startswith("embodied.placement"):
-            module = "embodied.backends" + module[len("embodied.placement"):]
-        elif module.startswith("embodied.check_env"):
-            module = "embodied.env_runtime.check_env" + module[len("embodied.check_env"):]
+        package = next((p for p in MOVED_PACKAGES if module == p or module.startswith(p + ".")), None)
+        if package is not None:
+            module = MOVED_PACKAGES[package] + module[len(package):]
         return super().find_class(MOVED_MODULES.get(module, module), name)
 
 
