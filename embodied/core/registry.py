@@ -146,6 +146,8 @@ class Registry:
 
 ENVS = Registry("env", "embodied.envs", fallback=GymnasiumFallback())
 POLICIES = Registry("policy", "embodied.policies")
+# Named lists of env ids (``libero-pro-object``) that ``embodied eval --suites`` and ``runner.extra_evals`` take.
+ENV_SETS = Registry("env set", "embodied.env_sets")
 ALGORITHMS = Registry("algorithm", "embodied.algorithms")
 
 

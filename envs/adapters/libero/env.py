@@ -101,6 +101,26 @@ class LiberoEnv(gym.Env):
         return suite_for(cls.suite_id).max_steps
 
     @classmethod
+    def suite_axis(cls) -> tuple[str, str]:
+        """(base suite id, perturbation): ``(LIBERO-Object-v0, swap)``; ``base`` for a base suite (eval tables)."""
+        suite = suite_for(cls.suite_id)
+        return suite.base, suite.axis
+
+    @classmethod
+    def observation_shapes(cls, obs_mode: str = "state+rgb", task_ids: list[int] | None = None,
+                           image_size: int = 128, **_: Any) -> dict[str, tuple[int, ...]]:
+        """Each observation key's shape, from the task files without building a scene (eval checks checkpoints)."""
+        shapes: dict[str, tuple[int, ...]] = {}
+        if obs_mode == "state":
+            tasks = select_tasks(suite_for(cls.suite_id), task_ids)
+            shapes[STATES] = (ROBOT_STATE_DIM + OBJECT_STATE_DIM * max(len(objects_of_interest(t)) for t in tasks),)
+        elif obs_mode == "state+rgb":
+            shapes[STATES] = (ROBOT_STATE_DIM,)
+        if obs_mode != "state":
+            shapes[MAIN_IMAGES] = shapes[WRIST_IMAGES] = (image_size, image_size, 3)
+        return shapes
+
+    @classmethod
     def control_frequency(cls, **kwargs: Any) -> int:
         """Actions a second (LIBERO's controller runs at 20 Hz whatever ``env.kwargs``), known without building
         an env: one takes seconds and about a GB to build."""
@@ -133,7 +153,7 @@ class LiberoEnv(gym.Env):
             raise ValueError(f"env.kwargs.train_init_states: 'sampled' or 'fixed', got {train_init_states!r}")
         if reward_type not in ("sparse", "dense"):
             raise ValueError(f"env.kwargs.reward_type: 'sparse' or 'dense', got {reward_type!r}")
-        if reward_type == "dense" and self.suite_id not in SHAPED_SUITES:
+        if reward_type == "dense" and self.suite.base not in SHAPED_SUITES:
             raise ValueError(f"env.kwargs.reward_type: dense is defined for {', '.join(SHAPED_SUITES)}'s "
                              f"pick-and-place tasks, not {self.suite_id}; use sparse (LIBERO's success reward)")
         if not 1 <= max_episode_steps <= INTERNAL_HORIZON - settle_steps:
@@ -301,6 +321,8 @@ class LiberoEnv(gym.Env):
                 f"init states of {self.suite.env_id} task {task.index} ({task.name}) hold {init_states.shape[1]} "
                 f"numbers per state, but the task's model has a state of {1 + nq + nv} (1 + nq {nq} + nv {nv}): "
                 f"they were made for another model or another version of the assets")
+        if not raw.env.obj_of_interest and task.interest_from:  # LIBERO-PRO distractor scenes declare none:
+            raw.env.obj_of_interest = objects_of_interest(task)  # the base task's (the expert, shaping, states)
         self._raw, self.task, self._init_states = raw, task, init_states
         self._objects = objects_of_interest(task) if self.obs_mode == "state" else []
         release_gl()  # built on this thread, perhaps stepped on another

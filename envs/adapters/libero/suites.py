@@ -39,8 +39,15 @@ class Suite:
     """One LIBERO suite as the published evaluations run it."""
 
     env_id: str  # embodied's id
-    benchmark: str  # libero's benchmark name
+    benchmark: str  # libero's benchmark name (a LIBERO-PRO suite: its folder, e.g. libero_object_swap)
     max_steps: int  # episode cap in env steps (after the settle steps), openvla-oft's TASK_MAX_STEPS
+    base_id: str = ""  # LIBERO-PRO: the base suite's id (LIBERO-Object-v0); "" for a base suite
+    axis: str = "base"  # LIBERO-PRO: the perturbation, as the package names it (swap, lan, with_mug, temp_x0.1)
+
+    @property
+    def base(self) -> str:
+        """The id of the suite this one perturbs (its own id for a base suite)."""
+        return self.base_id or self.env_id
 
 
 SUITES: dict[str, Suite] = {s.env_id: s for s in (
@@ -63,6 +70,9 @@ class TaskInfo:
     language: str  # the instruction peers feed their policies (from the task name)
     bddl_file: str  # absolute path
     init_states_file: str  # path the package's loader resolves (legacy name; the .npz beside it)
+    # LIBERO-PRO: the base task's BDDL, whose objects of interest stand in where the perturbed BDDL declares none
+    # (most distractor suites), so that a state observation keeps its size and meaning
+    interest_from: str = ""
 
 
 @contextlib.contextmanager
@@ -113,16 +123,24 @@ def import_libero() -> Any:
 
 def suite_for(env_id_or_benchmark: str) -> Suite:
     """The suite of an embodied id (``LIBERO-Object-v0``) or a libero benchmark name (``libero_object``)."""
-    suite = SUITES.get(env_id_or_benchmark) or BY_BENCHMARK.get(env_id_or_benchmark)
+    from embodied.envs.adapters.libero.pro import PRO_SUITES, PRO_BY_FOLDER
+
+    suite = (SUITES.get(env_id_or_benchmark) or BY_BENCHMARK.get(env_id_or_benchmark)
+             or PRO_SUITES.get(env_id_or_benchmark) or PRO_BY_FOLDER.get(env_id_or_benchmark))
     if suite is None:
         raise ValueError(f"unknown LIBERO suite {env_id_or_benchmark!r}; the suites are "
-                         f"{', '.join(f'{s.env_id} ({s.benchmark})' for s in SUITES.values())}")
+                         f"{', '.join(f'{s.env_id} ({s.benchmark})' for s in SUITES.values())}, and LIBERO-PRO's "
+                         f"perturbations of them (`embodied list envs`; docs/libero.md, LIBERO-PRO)")
     return suite
 
 
 @functools.cache
 def suite_tasks(benchmark: str) -> tuple[TaskInfo, ...]:
-    """The tasks of a suite in the benchmark's published order."""
+    """The tasks of a suite in the benchmark's published order (a LIBERO-PRO suite: ``pro.perturbed_tasks``)."""
+    if benchmark not in BY_BENCHMARK:
+        from embodied.envs.adapters.libero.pro import perturbed_tasks
+
+        return perturbed_tasks(benchmark)
     libero = import_libero()
     bench_mod = importlib.import_module("libero.libero.benchmark")
     with _SWAP, contextlib.redirect_stdout(io.StringIO()):  # the benchmark prints its task order
@@ -180,4 +198,7 @@ def load_init_states(task: TaskInfo, init_states_dir: str | None = None) -> np.n
 def objects_of_interest(task: TaskInfo) -> list[str]:
     """The objects a task's BDDL names as of interest (the target first), read without building the env."""
     bddl_utils = import_guarded("libero.libero.envs.bddl_utils", "LIBERO")
-    return list(bddl_utils.robosuite_parse_problem(task.bddl_file)["obj_of_interest"])
+    found = list(bddl_utils.robosuite_parse_problem(task.bddl_file)["obj_of_interest"])
+    if not found and task.interest_from:
+        found = list(bddl_utils.robosuite_parse_problem(task.interest_from)["obj_of_interest"])
+    return found
