@@ -3,6 +3,7 @@
     embodied train configs/reach_mlp_ppo.yaml runner.iterations=50 cluster.backend=ray
     embodied train configs/reach_mlp_ppo.yaml runner.resume_from=runs/reach_mlp_ppo-20250101-120000
     embodied eval configs/reach_mlp_ppo.yaml --checkpoint runs/reach_mlp_ppo-20250101-120000 --episodes 64 --video
+    embodied eval configs/libero_object_mlp_dagger.yaml --checkpoint RUN --suites libero-pro-object --episodes 10
     embodied plot runs/reach_mlp_ppo-20250101-120000
     embodied list envs  (or policies, algorithms)
     embodied check-env Reach-v0 --steps 200
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     p_eval.add_argument("--sample", action="store_true",
                         help="sample actions as training rollouts do (seeded, reproducible) instead of greedy ones")
     p_eval.add_argument("--out", help="output folder (default: <run dir>/eval/<checkpoint name>[-sampled])")
+    p_eval.add_argument("--suites", help="comma-separated env ids and named sets (libero-pro-object, ...) to evaluate "
+                        "in turn: one table per suite x axis, one eval.json, suites.png (--episodes: per suite)")
     p_sft = sub.add_parser("sft", help="behaviour cloning from demonstrations (sft.dataset), then eval")
     p_sft.add_argument("config", help="path to a YAML recipe with an sft section")
     p_sft.add_argument("overrides", nargs="*", help="section.field=value overrides")
@@ -259,6 +262,8 @@ def _eval(args: argparse.Namespace) -> int:
         return _error(f"--episodes must be >= 1, got {episodes}")
     name = checkpoint.stem + ("-sampled" if args.sample else "")  # a sampled eval never overwrites the greedy one
     out = Path(args.out) if args.out else run_dir_of(checkpoint) / "eval" / name
+    if args.suites:
+        return _eval_suites(cfg, checkpoint, args, episodes, out.with_name(out.name + "-suites") if not args.out else out)
     try:
         report = evaluate_checkpoint(cfg, checkpoint, episodes, out, video=args.video, sample=args.sample)
     except ValueError as exc:
@@ -269,6 +274,20 @@ def _eval(args: argparse.Namespace) -> int:
     print(f"eval.json: {out / 'eval.json'}")
     if report.videos:
         print(f"videos: {len(report.videos)} mp4 in {out / 'videos'}")
+    return 0
+
+
+def _eval_suites(cfg: object, checkpoint: Path, args: argparse.Namespace, episodes: int | None, out: Path) -> int:
+    from embodied.evaluation.multi import evaluate_suites
+
+    try:
+        report = evaluate_suites(cfg, checkpoint, args.suites, episodes, out, video=args.video, sample=args.sample)
+    except (ValueError, KeyError) as exc:
+        return _error(exc)
+    except Exception as exc:
+        return _env_error(exc)
+    print(report["table"])
+    print(f"eval.json: {out / 'eval.json'} (per suite: {out}/<suite>/eval.json); plot: {out / 'suites.png'}")
     return 0
 
 

@@ -363,12 +363,13 @@ def trained_env_ids(state: dict[str, Any]) -> set[str]:
     return {i for i in (env_id, eval_id) if i}
 
 
-def check_env_fits(state: dict[str, Any], env_id: str, spec: Any, where: str) -> None:
-    """Refuse (``CheckpointError``) a checkpoint trained on another env, or whose policy's spaces differ
-    from the env's (``spec``: a ``PolicySpec``, or None to check the id alone); names what differs."""
+def check_env_fits(state: dict[str, Any], env_id: str, spec: Any, where: str, same_id: bool = True) -> None:
+    """Refuse (``CheckpointError``) a checkpoint trained on another env (unless not ``same_id``: an eval over
+    other suites), or whose policy's spaces differ from the env's (``spec``: a ``PolicySpec``, or None to check
+    the id alone); names what differs."""
     problems = []
     trained = trained_env_ids(state)
-    if trained and env_id not in trained:
+    if same_id and trained and env_id not in trained:
         problems.append(f"it was trained on {' and '.join(sorted(trained))}, this config's env is {env_id}")
     saved = state.get("policy_spec")
     if saved and spec is not None:

@@ -219,6 +219,29 @@ def due(it: int, every: int, last: int) -> bool:
 
 
 @dataclass
+class ExtraEval:
+    """One more env evaluated every ``runner.eval_every`` beside the training env (what training does to other
+    tasks, or to a perturbed suite), logged as ``eval/<env id>/success_rate`` (and ``/ci_low``, ``/ci_high``)."""
+
+    id: str = ""  # an env id, or a named set (`embodied eval --suites`'s, e.g. libero-pro-object) for each of its ids
+    episodes: int = 10  # episodes per eval of each env (a fixed eval set, e.g. LIBERO's: spread evenly over it)
+
+    def validate(self, path: str) -> list[str]:
+        """Problems of this entry, each prefixed by ``path`` (``runner.extra_evals[0]``)."""
+        from embodied.core.registry import ENV_SETS, ENVS, UnknownNameError
+
+        problems = [] if self.episodes >= 1 else [f"{path}.episodes: must be >= 1, got {self.episodes}"]
+        if not self.id.strip():
+            return problems + [f"{path}.id: an env id or a named set is needed (e.g. LIBERO-Object-Swap-v0)"]
+        if self.id not in ENV_SETS:
+            try:
+                ENVS.entry_point(self.id)
+            except UnknownNameError as exc:
+                problems.append(f"{path}.id: {exc} Named sets: {', '.join(ENV_SETS.names()) or '(none)'}")
+        return problems
+
+
+@dataclass
 class RunnerConfig:
     iterations: int = 100  # training iterations (sync, rollout, update, log)
     # sync: rollout, then update, in turn. async (embodied/runs/async_iterations.py): env and rollout workers keep
@@ -228,6 +251,9 @@ class RunnerConfig:
     eval_episodes: int = 32  # episodes per eval (deterministic actions)
     checkpoint_every: int = 50  # iterations between checkpoints (0: only at the end)
     eval_video: Literal["none", "last", "all"] = "none"  # evals that record videos (see logger.video); envs must render
+    # More envs evaluated at every eval beside the training env, each with its own episode count, e.g.
+    # [{id: LIBERO-Object-Swap-v0, episodes: 10}]; engine-generic (any env id, or a named set of them).
+    extra_evals: list[ExtraEval] = field(default_factory=list)
     # A checkpoint folder, or a run dir (its newest valid checkpoint), to continue in its run dir;
     # "auto": the newest run of experiment.name under experiment.output_dir that has one (else start afresh).
     resume_from: str | None = None

@@ -192,6 +192,10 @@ def validate(cfg: Config) -> list[str]:
     need(r.checkpoint_every >= 0, f"runner.checkpoint_every: must be >= 0, got {r.checkpoint_every}")
     need(r.keep_checkpoints >= 0, f"runner.keep_checkpoints: must be >= 0 (0 keeps all), got {r.keep_checkpoints}")
     p += _restart_problems(r)
+    for i, extra in enumerate(r.extra_evals):
+        p += extra.validate(f"runner.extra_evals[{i}]")
+    ids = [e.id for e in r.extra_evals]
+    need(len(set(ids)) == len(ids), f"runner.extra_evals: each id at most once, got {ids}")
     t = cfg.sft
     need(t.epochs >= 1, f"sft.epochs: must be >= 1, got {t.epochs}")
     need(t.batch_size >= 1, f"sft.batch_size: must be >= 1, got {t.batch_size}")

@@ -26,6 +26,7 @@ from embodied.checkpoint.store import check_env_fits, load_checkpoint
 from embodied.config import Config
 from embodied.core.types import EpisodeStats
 from embodied.env_runtime.preflight import check_policy_fits, preflight
+from embodied.evaluation.extra import ExtraEvals
 from embodied.evaluation.stats import EvalReport, EvalSummary, eval_metrics, per_task, write_json
 from embodied.workers.eval_plan import env_eval_episodes
 from embodied.workers.evaluator import Evaluator
@@ -76,6 +77,7 @@ class PeriodicEval:
     def __init__(self, workers: Workers, cfg: Config, run_dir: Path) -> None:
         self.workers, self.cfg, self.run_dir = workers, cfg, run_dir
         self.failed = False
+        self.extra = ExtraEvals(workers, cfg)  # runner.extra_evals: built at the first eval, kept till close()
 
     def __call__(self, iteration: int) -> dict[str, float]:
         """``eval/*`` metrics of the weights just trained ({} once eval has failed)."""
@@ -93,6 +95,7 @@ class PeriodicEval:
                 with self.progress_bar(iteration, n) as progress:
                     episodes = [e for e in self.workers.evaluator.run(n, video_dir, progress=progress)
                                 if e.env_index < n]
+                extra = self.extra(iteration)  # eval/<env id>/*: the same weights (the average, with ema_decay)
             finally:
                 wait(actor.call("use_average", False))  # the next iteration publishes the live weights again
         except ClusterLostError:
@@ -103,7 +106,12 @@ class PeriodicEval:
             self.failed = True
             return {"eval/failed": 1.0, "eval/episodes_dropped": float(n)}  # none of its episodes has a result
         dropped = len(self.workers.evaluator.dropped)  # left out: their env's fault replayed (Evaluator.run)
-        return eval_metrics(episodes) | {"eval/episodes_dropped": float(dropped), "time/eval": time.perf_counter() - t0}
+        return eval_metrics(episodes) | extra | {"eval/episodes_dropped": float(dropped),
+                                                 "time/eval": time.perf_counter() - t0}
+
+    def close(self) -> None:
+        """Shut the extra evals' workers down (the run's own eval workers close with the run's)."""
+        self.extra.close()
 
     def progress_bar(self, iteration: int, episodes: int) -> EvalProgress:
         """The eval's bar under training's own (console logger with its bar on), shown once it takes seconds."""
@@ -141,7 +149,7 @@ def report_errors(errors: list[str]) -> None:
 
 
 def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int | None, out_dir: Path,
-                        video: bool = False, sample: bool = False) -> EvalReport:
+                        video: bool = False, sample: bool = False, same_env: bool = True) -> EvalReport:
     """Greedy eval of a checkpoint's policy on ``cfg``'s eval envs; writes ``out_dir/eval.json``.
 
     ``episodes``: how many (None: the env's whole fixed eval set when it publishes one, e.g. LIBERO's
@@ -149,13 +157,16 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int | None, out
 
     ``sample``: the policy samples its actions, as in training rollouts (reproducibly: the RNG is
     seeded from the eval seeds). RL improves the sampled policy first; this measures it.
+
+    ``same_env``: refuse a checkpoint trained on another env id (off for ``--suites``, whose point is other suites;
+    the spaces are checked either way).
     """
     if cfg.env.preflight:  # check-env's fast checks on one eval env, before any worker starts
         preflight(cfg.resolved_eval_env(), "eval_env", video)
     check_policy_fits(cfg, cfg.resolved_eval_env(), "eval_env")
     state = load_checkpoint(checkpoint)
     env_id = cfg.resolved_eval_env().id
-    check_env_fits(state, env_id, None, f"checkpoint {checkpoint}")  # before any worker starts
+    check_env_fits(state, env_id, None, f"checkpoint {checkpoint}", same_env)  # before any worker starts
     fixed = env_eval_episodes(cfg.resolved_eval_env())
     if episodes is None:
         episodes = len(fixed) if fixed is not None else cfg.runner.eval_episodes
@@ -163,7 +174,8 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int | None, out
     backend = make_backend(cfg.cluster)
     try:
         evaluator = Evaluator.start(cfg, backend, cfg.logger.video if video else None)
-        check_env_fits(state, env_id, backend.wait(evaluator.envs.group.call("spec"))[0], f"checkpoint {checkpoint}")
+        check_env_fits(state, env_id, backend.wait(evaluator.envs.group.call("spec"))[0], f"checkpoint {checkpoint}",
+                       same_env)
         try:
             evaluator.load_checkpoint(state["actor"], int(state["actor"].get("version", 0)))
         except (RuntimeError, ValueError) as exc:

@@ -3,7 +3,8 @@
     embodied plot runs/reach_mlp_ppo-20250101-120000
     embodied plot runs/a runs/b --out compare.png       # several runs: their evals side by side
 
-Six panels against env steps: success rate (training episodes, and eval with its 95% interval),
+Six panels against env steps: success rate (training episodes, eval with its 95% interval, and each
+``runner.extra_evals`` env as ``eval/<env id>/success_rate``),
 return, episode length, policy loss, value loss and env-steps/s. Rendered with matplotlib's Agg
 canvas directly, so no GUI backend is touched and the global backend stays as it was.
 """
@@ -91,6 +92,11 @@ def plot_run(run_dir: str | Path) -> Path:
     axes = fig.subplots(2, 3)
     for ax, panel in zip(axes.flat, PANELS):
         _draw(ax, rows, panel)
+    for key in extra_eval_keys(rows):  # runner.extra_evals: one more line each in the success panel
+        xs, ys = series(rows, key)
+        axes.flat[0].plot(xs, ys, marker="s", markersize=3, linestyle="--", label=key.split("/")[1])
+    if extra_eval_keys(rows):
+        axes.flat[0].legend(fontsize=7)
     fig.suptitle(run_dir.name)
     out = run_dir / PLOT_FILE
     with atomic_path(out) as tmp:
@@ -155,6 +161,12 @@ def plot_compare(run_dirs: list[str | Path], out: str | Path, baselines: list[st
     with atomic_path(out) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
     return out
+
+
+def extra_eval_keys(rows: list[dict[str, float]]) -> list[str]:
+    """``eval/<env id>/success_rate`` keys of ``runner.extra_evals`` in the rows (not ``eval/task/<task>/...``)."""
+    keys = {k for row in rows for k in row if k.startswith("eval/") and k.endswith("/success_rate")}
+    return sorted(k for k in keys if k.count("/") == 2 and not k.startswith("eval/task/"))
 
 
 def _draw(ax, rows: list[dict[str, float]], panel: Panel) -> None:

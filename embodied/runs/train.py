@@ -167,6 +167,7 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
         finally:
             discarded = iterations.close()
         logger.log_videos(evaluate.videos(wait=True), step=max(last, start))  # the last eval's, once encoded
+        evaluate.close()
         workers.close()
     except (ClusterLostError, ActorLostError, FaultStop) as exc:
         raise with_resume_command(exc, checkpoint, run_dir) from None

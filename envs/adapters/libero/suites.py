@@ -20,7 +20,7 @@ import io
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,10 @@ SUITES: dict[str, Suite] = {s.env_id: s for s in (
     Suite("LIBERO-90-v0", "libero_90", 400),
 )}
 BY_BENCHMARK: dict[str, Suite] = {s.benchmark: s for s in SUITES.values()}
+# LIBERO-PRO's suites by id and by folder, and the function that lists their tasks: ``pro`` adds them when it is
+# imported (its env classes live there, so it is by the time one of its ids is used); this module never imports it.
+PERTURBED: dict[str, Suite] = {}
+PERTURBED_TASKS: list[Callable[[str], tuple[TaskInfo, ...]]] = []
 
 
 @dataclass(frozen=True)
@@ -123,10 +127,7 @@ def import_libero() -> Any:
 
 def suite_for(env_id_or_benchmark: str) -> Suite:
     """The suite of an embodied id (``LIBERO-Object-v0``) or a libero benchmark name (``libero_object``)."""
-    from embodied.envs.adapters.libero.pro import PRO_SUITES, PRO_BY_FOLDER
-
-    suite = (SUITES.get(env_id_or_benchmark) or BY_BENCHMARK.get(env_id_or_benchmark)
-             or PRO_SUITES.get(env_id_or_benchmark) or PRO_BY_FOLDER.get(env_id_or_benchmark))
+    suite = SUITES.get(env_id_or_benchmark) or BY_BENCHMARK.get(env_id_or_benchmark) or PERTURBED.get(env_id_or_benchmark)
     if suite is None:
         raise ValueError(f"unknown LIBERO suite {env_id_or_benchmark!r}; the suites are "
                          f"{', '.join(f'{s.env_id} ({s.benchmark})' for s in SUITES.values())}, and LIBERO-PRO's "
@@ -138,9 +139,9 @@ def suite_for(env_id_or_benchmark: str) -> Suite:
 def suite_tasks(benchmark: str) -> tuple[TaskInfo, ...]:
     """The tasks of a suite in the benchmark's published order (a LIBERO-PRO suite: ``pro.perturbed_tasks``)."""
     if benchmark not in BY_BENCHMARK:
-        from embodied.envs.adapters.libero.pro import perturbed_tasks
-
-        return perturbed_tasks(benchmark)
+        if not PERTURBED_TASKS:
+            raise LiberoSetupError(f"{benchmark}: a LIBERO-PRO suite; import embodied.envs.adapters.libero.pro first")
+        return PERTURBED_TASKS[0](benchmark)
     libero = import_libero()
     bench_mod = importlib.import_module("libero.libero.benchmark")
     with _SWAP, contextlib.redirect_stdout(io.StringIO()):  # the benchmark prints its task order

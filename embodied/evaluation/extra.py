@@ -1,0 +1,90 @@
+"""``runner.extra_evals``: more envs evaluated at every periodic eval beside the training env.
+
+    extra = ExtraEvals(workers, cfg)          # nothing built yet
+    metrics = extra(iteration)                # eval/<env id>/success_rate, /ci_low, /ci_high, /episodes, ...
+    extra.close()
+
+Each env id gets its own ``Evaluator`` (eval env workers and a rollout group, built at its first eval and kept, so
+a LIBERO scene is built once per env worker and reused for every later eval), loaded with the actor's weights of
+the moment. An extra eval that fails is reported and switched off; training and the other evals go on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+from embodied.config import Config
+from embodied.core.types import EpisodeStats
+from embodied.evaluation.stats import EvalSummary
+from embodied.evaluation.suites import expand_suites, suite_config
+
+
+def extra_eval_plan(cfg: Config) -> list[tuple[str, int]]:
+    """``(env id, episodes)`` of every env ``runner.extra_evals`` names, named sets expanded, in order."""
+    plan: dict[str, int] = {}
+    for extra in cfg.runner.extra_evals:
+        for env_id in expand_suites([extra.id]):
+            plan.setdefault(env_id, extra.episodes)
+    return list(plan.items())
+
+
+def suite_metrics(env_id: str, episodes: list[EpisodeStats]) -> dict[str, float]:
+    """``eval/<env id>/*``: success rate with its 95% interval, return, episode length, episodes."""
+    s = EvalSummary.of(episodes)
+    prefix = f"eval/{env_id}"
+    return {f"{prefix}/success_rate": s.success_rate, f"{prefix}/ci_low": s.success_ci95[0],
+            f"{prefix}/ci_high": s.success_ci95[1], f"{prefix}/return": s.return_mean,
+            f"{prefix}/episode_len": s.episode_len, f"{prefix}/episodes": float(s.episodes)}
+
+
+def extra_config(cfg: Config, env_id: str) -> Config:
+    """``cfg`` whose eval env is ``env_id`` (its own episode cap where its class declares one)."""
+    return dataclasses.replace(suite_config(cfg, env_id), runner=dataclasses.replace(cfg.runner, eval_video="none"))
+
+
+class ExtraEvals:
+    """The extra evals of a training run (``Workers``: the run's actor group and backend)."""
+
+    def __init__(self, workers: Any, cfg: Config) -> None:
+        self.workers, self.cfg = workers, cfg
+        self.plan = extra_eval_plan(cfg)
+        self.evaluators: dict[str, Any] = {}
+        self.failed: set[str] = set()
+
+    def __call__(self, iteration: int) -> dict[str, float]:
+        """The ``eval/<env id>/*`` metrics of the actor's current weights ({} without extra evals)."""
+        if not self.plan:
+            return {}
+        from embodied.workers.evaluator import Evaluator
+
+        backend = self.workers.backend
+        weights = self.workers.actor_group.call("weights", False)[0]  # tensors, even where rollouts share the module
+        metrics: dict[str, float] = {}
+        for env_id, episodes in self.plan:
+            if env_id in self.failed:
+                continue
+            try:
+                if env_id not in self.evaluators:
+                    self.evaluators[env_id] = Evaluator.start(extra_config(self.cfg, env_id), backend)
+                evaluator = self.evaluators[env_id]
+                evaluator.iteration = iteration
+                backend.wait(evaluator.rollout_group.call("sync_weights", weights, True))
+                found = [e for e in evaluator.run(episodes) if e.env_index < episodes]
+            except Exception as exc:  # noqa: BLE001 - training goes on without this extra eval
+                warnings.warn(f"extra eval of {env_id} at iteration {iteration} failed and is switched off: "
+                              f"{type(exc).__name__}: {exc}", stacklevel=2)
+                self.failed.add(env_id)
+                metrics[f"eval/{env_id}/failed"] = 1.0
+                continue
+            metrics |= suite_metrics(env_id, found)
+        return metrics
+
+    def close(self) -> None:
+        for evaluator in self.evaluators.values():
+            try:
+                evaluator.close()
+            except Exception as exc:  # noqa: BLE001 - closing at the end of a run
+                warnings.warn(f"closing an extra eval failed: {exc!r}", stacklevel=2)
+        self.evaluators = {}
