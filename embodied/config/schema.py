@@ -225,6 +225,10 @@ class ExtraEval:
 
     id: str = ""  # an env id, or a named set (`embodied eval --suites`'s, e.g. libero-pro-object) for each of its ids
     episodes: int = 10  # episodes per eval of each env (a fixed eval set, e.g. LIBERO's: spread evenly over it)
+    # env.kwargs set over the eval env's for this one, e.g. {task_ids: [1, 2, 3]}: the other tasks of the suite trained on
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    name: str = ""  # the metric's name, eval/<name>/success_rate (default: the env id); needed to tell apart two
+    # entries of the same id
 
     def validate(self, path: str) -> list[str]:
         """Problems of this entry, each prefixed by ``path`` (``runner.extra_evals[0]``)."""
@@ -233,6 +237,10 @@ class ExtraEval:
         problems = [] if self.episodes >= 1 else [f"{path}.episodes: must be >= 1, got {self.episodes}"]
         if not self.id.strip():
             return problems + [f"{path}.id: an env id or a named set is needed (e.g. LIBERO-Object-Swap-v0)"]
+        if self.id in ENV_SETS and self.name:
+            problems.append(f"{path}.name: {self.id} is a named set of several envs, each logged under its own id")
+        if "/" in self.name:
+            problems.append(f"{path}.name: {self.name!r} would split the metric's name; use no '/'")
         if self.id not in ENV_SETS:
             try:
                 ENVS.entry_point(self.id)

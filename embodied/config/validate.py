@@ -194,8 +194,9 @@ def validate(cfg: Config) -> list[str]:
     p += _restart_problems(r)
     for i, extra in enumerate(r.extra_evals):
         p += extra.validate(f"runner.extra_evals[{i}]")
-    ids = [e.id for e in r.extra_evals]
-    need(len(set(ids)) == len(ids), f"runner.extra_evals: each id at most once, got {ids}")
+    names = [e.name or e.id for e in r.extra_evals]
+    need(len(set(names)) == len(names), f"runner.extra_evals: two entries log under one name ({names}); give "
+                                        f"runner.extra_evals[i].name to tell them apart")
     t = cfg.sft
     need(t.epochs >= 1, f"sft.epochs: must be >= 1, got {t.epochs}")
     need(t.batch_size >= 1, f"sft.batch_size: must be >= 1, got {t.batch_size}")

@@ -1,7 +1,7 @@
 """``runner.extra_evals``: more envs evaluated at every periodic eval beside the training env.
 
     extra = ExtraEvals(workers, cfg)          # nothing built yet
-    metrics = extra(iteration)                # eval/<env id>/success_rate, /ci_low, /ci_high, /episodes, ...
+    metrics = extra(iteration)                # eval/<name>/success_rate, /ci_low, /ci_high, /episodes, ...
     extra.close()
 
 Each env id gets its own ``Evaluator`` (eval env workers and a rollout group, built at its first eval and kept, so
@@ -21,13 +21,24 @@ from embodied.evaluation.stats import EvalSummary
 from embodied.evaluation.suites import expand_suites, suite_config
 
 
-def extra_eval_plan(cfg: Config) -> list[tuple[str, int]]:
-    """``(env id, episodes)`` of every env ``runner.extra_evals`` names, named sets expanded, in order."""
-    plan: dict[str, int] = {}
+@dataclasses.dataclass(frozen=True)
+class ExtraSuite:
+    """One env an extra eval runs: its metric name, env id, episodes and the env kwargs over the eval env's."""
+
+    name: str
+    env_id: str
+    episodes: int
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+
+def extra_eval_plan(cfg: Config) -> list[ExtraSuite]:
+    """Every env ``runner.extra_evals`` names, named sets expanded (each env once), in order."""
+    plan: dict[str, ExtraSuite] = {}
     for extra in cfg.runner.extra_evals:
         for env_id in expand_suites([extra.id]):
-            plan.setdefault(env_id, extra.episodes)
-    return list(plan.items())
+            name = extra.name or env_id
+            plan.setdefault(name, ExtraSuite(name, env_id, extra.episodes, tuple(extra.kwargs.items())))
+    return list(plan.values())
 
 
 def suite_metrics(env_id: str, episodes: list[EpisodeStats]) -> dict[str, float]:
@@ -39,9 +50,13 @@ def suite_metrics(env_id: str, episodes: list[EpisodeStats]) -> dict[str, float]
             f"{prefix}/episode_len": s.episode_len, f"{prefix}/episodes": float(s.episodes)}
 
 
-def extra_config(cfg: Config, env_id: str) -> Config:
-    """``cfg`` whose eval env is ``env_id`` (its own episode cap where its class declares one)."""
-    return dataclasses.replace(suite_config(cfg, env_id), runner=dataclasses.replace(cfg.runner, eval_video="none"))
+def extra_config(cfg: Config, suite: ExtraSuite) -> Config:
+    """``cfg`` whose eval env is ``suite``'s (its own episode cap where its class declares one, its kwargs over the
+    eval env's)."""
+    cfg = suite_config(cfg, suite.env_id)
+    kwargs = {**cfg.resolved_eval_env().kwargs, **dict(suite.kwargs)}
+    return dataclasses.replace(cfg, eval_env=dataclasses.replace(cfg.eval_env, kwargs=kwargs),
+                               runner=dataclasses.replace(cfg.runner, eval_video="none"))
 
 
 class ExtraEvals:
@@ -62,23 +77,23 @@ class ExtraEvals:
         backend = self.workers.backend
         weights = self.workers.actor_group.call("weights", False)[0]  # tensors, even where rollouts share the module
         metrics: dict[str, float] = {}
-        for env_id, episodes in self.plan:
-            if env_id in self.failed:
+        for suite in self.plan:
+            if suite.name in self.failed:
                 continue
             try:
-                if env_id not in self.evaluators:
-                    self.evaluators[env_id] = Evaluator.start(extra_config(self.cfg, env_id), backend)
-                evaluator = self.evaluators[env_id]
+                if suite.name not in self.evaluators:
+                    self.evaluators[suite.name] = Evaluator.start(extra_config(self.cfg, suite), backend)
+                evaluator = self.evaluators[suite.name]
                 evaluator.iteration = iteration
                 backend.wait(evaluator.rollout_group.call("sync_weights", weights, True))
-                found = [e for e in evaluator.run(episodes) if e.env_index < episodes]
+                found = [e for e in evaluator.run(suite.episodes) if e.env_index < suite.episodes]
             except Exception as exc:  # noqa: BLE001 - training goes on without this extra eval
-                warnings.warn(f"extra eval of {env_id} at iteration {iteration} failed and is switched off: "
+                warnings.warn(f"extra eval {suite.name} at iteration {iteration} failed and is switched off: "
                               f"{type(exc).__name__}: {exc}", stacklevel=2)
-                self.failed.add(env_id)
-                metrics[f"eval/{env_id}/failed"] = 1.0
+                self.failed.add(suite.name)
+                metrics[f"eval/{suite.name}/failed"] = 1.0
                 continue
-            metrics |= suite_metrics(env_id, found)
+            metrics |= suite_metrics(suite.name, found)
         return metrics
 
     def close(self) -> None:

@@ -125,7 +125,7 @@ class LiberoObjectExpert:
         """Forget the last episode and read the scene: object, basket, shapes."""
         e = env.robosuite_env
         sim = e.sim
-        self.obj, basket = e.obj_of_interest[0], e.obj_of_interest[1]
+        self.obj, basket = e.obj_of_interest[0], e.obj_of_interest[1].removesuffix("_contain_region")  # LIBERO-PRO's
         self.obj_id = e.obj_body_id[self.obj]
         self.obj_geoms = _collision_vertices(sim, self.obj_id)
         basket_id = e.obj_body_id[basket]

@@ -15,7 +15,7 @@ from embodied.checkpoint.store import CheckpointError
 from embodied.config import ConfigError, load_config
 from embodied.core.registry import ENV_SETS, ENVS, UnknownNameError
 from embodied.core.types import EpisodeStats
-from embodied.evaluation.extra import extra_eval_plan, suite_metrics
+from embodied.evaluation.extra import extra_config, extra_eval_plan, suite_metrics
 from embodied.evaluation.multi import check_suites, shape_problems
 from embodied.evaluation.suites import (expand_suites, format_suite_table, plot_suites, suite_axis, suite_config,
                                        suite_rows)
@@ -110,8 +110,16 @@ def test_extra_evals_validate_with_the_field_path():
         load_config(None, ["runner.extra_evals=[{episodes: 3}]"])
     with pytest.raises(ConfigError, match=r"runner.extra_evals\[0\].*nope"):
         load_config(None, ["runner.extra_evals=[{id: toy-base, nope: 1}]"])
-    cfg = load_config(None, ["runner.extra_evals=[{id: toy-pro, episodes: 3}, {id: tests.toy_envs:CountingEnv}]"])
-    assert extra_eval_plan(cfg) == [("toy-base", 3), ("toy-swap", 3), ("tests.toy_envs:CountingEnv", 10)]
+    with pytest.raises(ConfigError, match=r"runner.extra_evals: two entries log under one name"):
+        load_config(None, ["runner.extra_evals=[{id: toy-base}, {id: toy-base, kwargs: {tasks: 1}}]"])
+    with pytest.raises(ConfigError, match=r"runner.extra_evals\[0\].name: toy-pro is a named set"):
+        load_config(None, ["runner.extra_evals=[{id: toy-pro, name: x}]"])
+    cfg = load_config(None, ["env.id=toy-base", "runner.extra_evals=[{id: toy-pro, episodes: 3}, "
+                             "{id: toy-base, name: toy-other-tasks, kwargs: {tasks: 1}}]"])
+    plan = extra_eval_plan(cfg)
+    assert [(s.name, s.env_id, s.episodes) for s in plan] == [
+        ("toy-base", "toy-base", 3), ("toy-swap", "toy-swap", 3), ("toy-other-tasks", "toy-base", 10)]
+    assert extra_config(cfg, plan[2]).resolved_eval_env().kwargs == {"tasks": 1}
     assert set(suite_metrics("toy-swap", episodes(1, 2))) == {
         f"eval/toy-swap/{k}" for k in ("success_rate", "ci_low", "ci_high", "return", "episode_len", "episodes")}
 
