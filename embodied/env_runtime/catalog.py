@@ -30,7 +30,8 @@ def describe_env(name: str) -> EnvDescription:
     """Construct ``name`` in every obs mode it accepts and summarise its action space.
 
     An env that declares a costly ``footprint`` (seconds to build, e.g. LIBERO) is described from its
-    class instead: the modes its ``obs_mode`` annotation allows and its class-level ``action_space``.
+    class instead: the modes its ``obs_mode`` annotation allows and its class-level ``action_space``, or why it
+    cannot run here when its class says (``unavailable()``).
     """
     entry = str(ENVS.entry_point(name))
     try:
@@ -56,6 +57,11 @@ def describe_env(name: str) -> EnvDescription:
 
 
 def _describe_class(name: str, entry: str, target: type) -> EnvDescription:
+    """From the class alone; a class whose ``unavailable()`` gives a reason (files its package lacks) is listed so."""
+    why = getattr(target, "unavailable", None)
+    reason = why() if callable(why) else ""
+    if reason:
+        return EnvDescription(name, entry, [], "", f"unavailable: {reason}")
     hint = typing.get_type_hints(target.__init__).get("obs_mode")
     modes = [m for m in OBS_MODES if m in typing.get_args(hint)] if hint is not None else []
     space = getattr(target, "action_space", None)
@@ -74,8 +80,9 @@ def _box(space: object) -> str:
 
 def format_env_table(rows: list[EnvDescription]) -> str:
     """A fixed-width table: id, obs modes, action space, entry point (or why unavailable)."""
-    lines = [f"{'id':22s} {'obs modes':24s} {'actions':22s} entry point"]
+    width = max([22, *(len(r.name) for r in rows)])
+    lines = [f"{'id':{width}s} {'obs modes':24s} {'actions':22s} entry point"]
     for r in rows:
         detail = r.error or r.entry_point
-        lines.append(f"{r.name:22s} {' | '.join(r.obs_modes) or '-':24s} {r.action_space or '-':22s} {detail}")
+        lines.append(f"{r.name:{width}s} {' | '.join(r.obs_modes) or '-':24s} {r.action_space or '-':22s} {detail}")
     return "\n".join(lines)

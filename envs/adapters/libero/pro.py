@@ -188,7 +188,9 @@ def _perturbed_class(env_id: str) -> type:
     base_cls = next(c for c in libero_env.LiberoEnv.__subclasses__() if c.suite_id == suite.base)
     doc = (f"LIBERO-PRO: {base_cls.__doc__.split(':')[0]} with its {kind_of(suite.axis)} perturbed "
            f"({PACKAGE}'s {suite.benchmark}).")
-    return type(class_name(env_id), (base_cls,), {"suite_id": env_id, "__doc__": doc, "__module__": __name__})
+    unavailable = classmethod(lambda cls: runnable(cls.suite_id))  # `embodied list envs` shows why not, if it cannot run
+    return type(class_name(env_id), (base_cls,), {"suite_id": env_id, "__doc__": doc, "__module__": __name__,
+                                                  "unavailable": unavailable})
 
 
 def __getattr__(name: str) -> Any:

