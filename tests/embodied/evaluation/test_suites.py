@@ -139,3 +139,37 @@ def test_a_run_logs_each_extra_eval_to_its_metrics_and_its_learning_curves(tmp_p
     assert all("eval/toy-swap/success_rate" in row for row in logged if "eval/success_rate" in row)
     assert extra_eval_keys(logged) == ["eval/toy-base/success_rate", "eval/toy-swap/success_rate"]
     assert plot_run(result.run_dir).is_file()
+
+
+def test_eval_suites_writes_one_table_one_eval_json_and_a_plot(tmp_path, capsys, monkeypatch):
+    from tests.embodied.evaluation.test_evaluation import reach_checkpoint
+
+    from embodied.cli import main
+    from embodied.envs.reach import ReachEnv
+
+    class FarReach(ReachEnv):
+        @classmethod
+        def suite_axis(cls) -> tuple[str, str]:
+            return "Reach-v0", "far"
+
+    ENVS.register("toy-reach-far", FarReach, overwrite=True)
+    root = Path(__file__).resolve().parents[3]
+    checkpoint = reach_checkpoint(tmp_path, load_config(root / "configs" / "reach_mlp_ppo.yaml"))
+    monkeypatch.chdir(root)
+    out = tmp_path / "out"
+    assert main(["eval", "configs/reach_mlp_ppo.yaml", "--checkpoint", str(checkpoint), "--suites",
+                 "Reach-v0,toy-reach-far", "--episodes", "3", "--out", str(out), "eval_env.num_envs=3",
+                 "logger.progress_bar=false"]) == 0
+    printed = capsys.readouterr().out
+    assert "drop from base" in printed and "toy-reach-far" in printed and "far" in printed
+    report = json.loads((out / "eval.json").read_text())
+    rows = {r["env_id"]: r for r in report["suites"]}
+    assert rows["Reach-v0"]["axis"] == "base" and rows["toy-reach-far"]["axis"] == "far"
+    assert rows["toy-reach-far"]["drop_from_base"] == pytest.approx(
+        rows["Reach-v0"]["success_rate"] - rows["toy-reach-far"]["success_rate"])
+    assert [(e["suite"], e["axis"]) for e in report["episodes"]] == [("Reach-v0", "base")] * 3 + [
+        ("toy-reach-far", "far")] * 3
+    assert set(report["provenance"]) == {"Reach-v0", "toy-reach-far"} and (out / "suites.png").is_file()
+    assert (out / "toy-reach-far" / "eval.json").is_file() and (out / "table.txt").read_text().startswith("suite")
+    assert main(["eval", "configs/reach_mlp_ppo.yaml", "--checkpoint", str(checkpoint), "--suites", "Reach-v9"]) == 2
+    assert "unknown env 'Reach-v9'" in capsys.readouterr().err
