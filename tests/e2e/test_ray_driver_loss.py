@@ -18,7 +18,7 @@ import pytest
 from embodied.backends import check_reachable
 from tests.e2e.ray_head import alive, descendants, kill_all, start_head, stop_head, token_env
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]  # Ray runs in subprocesses
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "configs" / "reach_mlp_ppo.yaml"
 WORKERS = ("ray::EnvWorker", "ray::MultiStepRolloutWorker", "ray::ActorWorker")

@@ -132,6 +132,7 @@ def test_a_short_ray_run_repeats_the_local_run_of_its_seed_exactly(tmp_path, ray
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_ray_backend_starts_and_stops_its_own_ray(tmp_path):
     """With no address and no Ray running, the run starts a local Ray and stops it at the end."""
     cmd = [sys.executable, "-m", "embodied.cli", "train", str(RECIPE), *SHORT, "runner.iterations=2",
@@ -164,6 +165,7 @@ def test_an_unreachable_cluster_address_fails_within_the_timeout_and_leaves_no_r
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_training_joins_an_existing_ray_cluster_and_leaves_it_running(tmp_path):
     """`ray start --head` on loopback (token authentication on, as Ray now defaults to), a short run
     against it through cluster.address, then the head is stopped by the test, not by the run."""

@@ -34,6 +34,10 @@ def channel(request: pytest.FixtureRequest) -> Iterator[Channel]:
         return
     request.getfixturevalue("ray_session")
     ray_channel = RayChannel.create("obs")
+    # Wait for the channel's actor process to be up (seconds on a loaded machine): the tests time the channel,
+    # not Ray starting a process.
+    with pytest.raises(ChannelTimeout):
+        ray_channel.get("not-there", timeout=0)
     yield ray_channel
     ray_channel.close()
 
