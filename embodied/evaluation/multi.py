@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from embodied.backends import make_backend
 from embodied.checkpoint.store import CheckpointError, load_checkpoint
 from embodied.config import Config, EnvConfig
 from embodied.core.registry import ENVS
@@ -70,10 +71,14 @@ def evaluate_suites(cfg: Config, checkpoint: Path, suites: str | list[str], epis
     check_suites(state, configs, checkpoint)
     axes = {env_id: suite_axis(env_id) for env_id in ids}
     results, reports = {}, {}
-    for env_id in ids:
-        report = evaluate_checkpoint(configs[env_id], checkpoint, episodes, out_dir / env_id, video, sample,
-                                     same_env=False)
-        results[env_id], reports[env_id] = report.episodes, report.to_json()
+    backend = make_backend(cfg.cluster)  # one for every suite: a Ray instance starts once
+    try:
+        for env_id in ids:
+            report = evaluate_checkpoint(configs[env_id], checkpoint, episodes, out_dir / env_id, video, sample,
+                                         same_env=False, backend=backend)
+            results[env_id], reports[env_id] = report.episodes, report.to_json()
+    finally:
+        backend.shutdown()
     rows = suite_rows(results, axes)
     combined = {
         "checkpoint": str(checkpoint), "iteration": int(state.get("iteration", 0)), "deterministic": not sample,

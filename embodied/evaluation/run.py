@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from embodied.backends import ClusterLostError, make_backend
+from embodied.backends import Backend, ClusterLostError, make_backend
 from embodied.checkpoint.store import check_env_fits, load_checkpoint
 from embodied.config import Config
 from embodied.core.types import EpisodeStats
@@ -149,7 +149,8 @@ def report_errors(errors: list[str]) -> None:
 
 
 def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int | None, out_dir: Path,
-                        video: bool = False, sample: bool = False, same_env: bool = True) -> EvalReport:
+                        video: bool = False, sample: bool = False, same_env: bool = True,
+                        backend: Backend | None = None) -> EvalReport:
     """Greedy eval of a checkpoint's policy on ``cfg``'s eval envs; writes ``out_dir/eval.json``.
 
     ``episodes``: how many (None: the env's whole fixed eval set when it publishes one, e.g. LIBERO's
@@ -159,7 +160,8 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int | None, out
     seeded from the eval seeds). RL improves the sampled policy first; this measures it.
 
     ``same_env``: refuse a checkpoint trained on another env id (off for ``--suites``, whose point is other suites;
-    the spaces are checked either way).
+    the spaces are checked either way). ``backend``: one to use and leave running (several suites share a Ray
+    instance); None: one made and shut down here.
     """
     if cfg.env.preflight:  # check-env's fast checks on one eval env, before any worker starts
         preflight(cfg.resolved_eval_env(), "eval_env", video)
@@ -171,7 +173,8 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int | None, out
     if episodes is None:
         episodes = len(fixed) if fixed is not None else cfg.runner.eval_episodes
     torch.manual_seed(cfg.experiment.seed)
-    backend = make_backend(cfg.cluster)
+    own = backend is None
+    backend = make_backend(cfg.cluster) if backend is None else backend
     try:
         evaluator = Evaluator.start(cfg, backend, cfg.logger.video if video else None)
         check_env_fits(state, env_id, backend.wait(evaluator.envs.group.call("spec"))[0], f"checkpoint {checkpoint}",
@@ -188,7 +191,8 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int | None, out
         report_errors(videos.errors)
         evaluator.close()
     finally:
-        backend.shutdown()
+        if own:
+            backend.shutdown()
     result = EvalReport(str(checkpoint), int(state.get("iteration", 0)), cfg.resolved_eval_env().id,
                         [evaluator.eval_seed(e.env_index) for e in found], EvalSummary.of(found), per_task(found),
                         found, sorted(videos.paths), deterministic=not sample,
