@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                    add_help=False)  # listed here; embodied.env_runtime.check_env parses its own arguments, --help included
     p_tiny = sub.add_parser("make-tiny-vla", help="build a tiny VLA backbone offline (save_pretrained folder)")
     p_tiny.add_argument("out_dir", help="folder to write (AutoModelForImageTextToText.from_pretrained reads it)")
-    p_tiny.add_argument("--backbone", default="smolvlm-tiny", help="smolvlm-tiny (default), qwen2_5_vl-tiny, paligemma-tiny or pi0-tiny (π0 itself)")
+    p_tiny.add_argument("--backbone", default="smolvlm-tiny", help="smolvlm-tiny (default), qwen2_5_vl-tiny, paligemma-tiny, pi0-tiny (π0 itself) or pi05-tiny (π0.5)")
     p_tiny.add_argument("--seed", type=int, default=0, help="seed of the random initial weights")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["check-env"]:
@@ -306,17 +306,23 @@ def _plot(run_dirs: list[str], out: str | None, baselines: list[str]) -> int:
 
 def _make_tiny_vla(out_dir: str, backbone: str, seed: int) -> int:
     from embodied.policies.pi0.configuration import TINY_NAMES as PI0_NAMES
+    from embodied.policies.pi05.configuration import TINY_NAMES as PI05_NAMES
     from embodied.policies.vla.tiny import TINY_BACKBONES, build_tiny_vla, describe
 
-    if backbone not in (*TINY_BACKBONES, *PI0_NAMES):
+    if backbone not in (*TINY_BACKBONES, *PI0_NAMES, *PI05_NAMES):
         return _error(f"--backbone: unknown tiny backbone {backbone!r}; known: "
-                      f"{', '.join((*TINY_BACKBONES, *PI0_NAMES))}")
+                      f"{', '.join((*TINY_BACKBONES, *PI0_NAMES, *PI05_NAMES))}")
     if Path(out_dir).exists() and any(Path(out_dir).iterdir()):
         return _error(f"{out_dir!r} exists and is not empty; choose a new folder")
     if backbone in PI0_NAMES:
         from embodied.policies.pi0.pretrained import build_tiny_pi0, describe_pi0
 
         print(describe_pi0(build_tiny_pi0(out_dir, seed)))
+        return 0
+    if backbone in PI05_NAMES:
+        from embodied.policies.pi05.pretrained import build_tiny_pi05, describe_pi05
+
+        print(describe_pi05(build_tiny_pi05(out_dir, seed)))
         return 0
     path = build_tiny_vla(out_dir, backbone, seed)
     print(describe(path))

@@ -54,10 +54,11 @@ FOLDER_KEYS = {"main_images": "observation.images.base_0_rgb", "wrist_images": "
                "empty": "observation.images.right_wrist_0_rgb"}
 
 
-def shrink_lerobot_pi0(vocab: int) -> None:
-    """Tiny Gemma and SigLIP sizes in place of the ones LeRobot's π0 hard-codes (8 heads stay: its fused
-    attention reshapes by them)."""
-    from lerobot.policies.pi0 import modeling_pi0 as m
+def shrink_lerobot_pi0(vocab: int, m=None) -> None:
+    """Tiny Gemma and SigLIP sizes in place of the ones LeRobot's π0 (or the modeling module ``m``: π0.5's)
+    hard-codes (8 heads stay: its fused attention reshapes by them)."""
+    if m is None:
+        from lerobot.policies.pi0 import modeling_pi0 as m
 
     sizes = {"gemma_2b": m.GemmaConfig(width=64, depth=2, mlp_dim=128, num_heads=8, num_kv_heads=1, head_dim=8),
              "gemma_300m": m.GemmaConfig(width=32, depth=2, mlp_dim=64, num_heads=8, num_kv_heads=1, head_dim=8)}
@@ -127,13 +128,16 @@ def build_and_save(case: dict, folder: Path, seed: int) -> None:
     post.save_pretrained(folder)
 
 
-def record(case: dict, folder: Path, seed: int) -> dict[str, torch.Tensor]:
-    """Load the folder with LeRobot's own loaders and run its pipeline, keeping every stage."""
-    from lerobot.policies.pi0 import PI0Policy
+def record(case: dict, folder: Path, seed: int, policy_class=None) -> dict[str, torch.Tensor]:
+    """Load the folder with LeRobot's own loaders (``policy_class``: π0's, or π0.5's) and run its pipeline, keeping
+    every stage. The state stage is π0's ``prepare_state`` (padded), or the normalised state the pre-processor gives
+    a policy without one (π0.5 writes it into the prompt)."""
     from lerobot.processor import (PolicyProcessorPipeline, batch_to_transition, policy_action_to_transition,
                                    transition_to_batch, transition_to_policy_action)
 
-    policy = PI0Policy.from_pretrained(folder)
+    if policy_class is None:
+        from lerobot.policies.pi0 import PI0Policy as policy_class
+    policy = policy_class.from_pretrained(folder)
     # As lerobot.policies.factory.make_pre_post_processors loads a pretrained folder's pipelines.
     pre = PolicyProcessorPipeline.from_pretrained(folder, config_filename="policy_preprocessor.json",
                                                   to_transition=batch_to_transition, to_output=transition_to_batch)
@@ -144,79 +148,95 @@ def record(case: dict, folder: Path, seed: int) -> dict[str, torch.Tensor]:
     batch_size = len(case["tasks"])
     ref: dict[str, torch.Tensor] = {}
     batch: dict = {"task": list(case["tasks"])}
-    for i, (camera, (h, w)) in enumerate(zip(case["cameras"], case["sizes"])):
+    for camera, (h, w) in zip(case["cameras"], case["sizes"]):
         if camera == "empty":
             continue
         raw = torch.randint(0, 256, (batch_size, h, w, 3), dtype=torch.uint8, generator=gen)
         ref[f"input.{camera}"] = raw
         batch[FOLDER_KEYS[camera]] = raw.permute(0, 3, 1, 2).float() / 255.0  # as LeRobot's env processor
-    ref["input.states"] = torch.randn(batch_size, case["state_dim"], generator=gen)
+    ref["input.states"] = torch.randn(batch_size, case["state_dim"], generator=gen) * case.get("state_scale", 1.0)
     batch["observation.state"] = ref["input.states"].clone()
     noise = torch.randn(batch_size, case["chunk_size"], policy.config.max_action_dim, generator=gen)
     ref["input.noise"] = noise
 
     model = policy.model
     seen: dict[str, object] = {}
-    images_fn, state_fn, prefix_fn, step_fn = (policy._preprocess_images, policy.prepare_state,  # noqa: SLF001
-                                               model.embed_prefix, model.denoise_step)
 
-    def keep(name, fn):
+    def keep(name, owner, attribute):
+        fn = getattr(owner, attribute)
+
         def wrapped(*args, **kwargs):
             out = fn(*args, **kwargs)
             seen.setdefault(name, out)
             return out
-        return wrapped
+        setattr(owner, attribute, wrapped)
 
-    policy._preprocess_images = keep("images", images_fn)  # noqa: SLF001
-    policy.prepare_state = keep("state", state_fn)
-    model.embed_prefix = keep("prefix", prefix_fn)
-    model.denoise_step = keep("velocity", step_fn)
+    keep("images", policy, "_preprocess_images")
+    if hasattr(policy, "prepare_state"):
+        keep("state", policy, "prepare_state")
+    keep("prefix", model, "embed_prefix")
+    keep("velocity", model, "denoise_step")
     processed = pre(batch)
     chunk = policy.predict_action_chunk(processed, noise=noise.clone())
     actions = post(chunk)
     images, masks = seen["images"]
     embeds, pad_masks, _ = seen["prefix"]
+    state = seen["state"] if "state" in seen else processed["observation.state"]
     ref |= {"stage.tokens": processed["observation.language.tokens"].long(),
             "stage.token_mask": processed["observation.language.attention_mask"].long(),
             "stage.images": torch.stack(images, 1).float(), "stage.image_mask": torch.stack(masks, 1).long(),
-            "stage.state": seen["state"].float(), "stage.prefix": embeds.float(),
+            "stage.state": state.float(), "stage.prefix": embeds.float(),
             "stage.prefix_mask": pad_masks.long(), "stage.velocity": seen["velocity"].float(),
             "stage.chunk": chunk.float(), "stage.actions": actions.float()}
     return {k: v.contiguous() for k, v in ref.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(doc: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--tokenizer", type=Path, required=True, help="the tokenizer folder (parity_pi0.py tokenizer)")
     parser.add_argument("--out", type=Path, required=True, help="where each case's folder and references go")
     parser.add_argument("--only", nargs="*", help="case names (default: all)")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def record_cases(args: argparse.Namespace, cases: list[dict], defaults: dict, build, run, meta_keys: tuple[str, ...],
+                 extra: dict, seed_offset: int = 0) -> None:
+    """Each case: ``build(case, folder, seed)`` saves LeRobot's folder, ``run(case, folder, seed)`` records its
+    stages; ``OUT/<case>/`` gets the folder, ``reference.safetensors`` and ``case.json`` (``meta_keys`` of the case,
+    ``extra`` and the versions)."""
     import lerobot
     import transformers
     from safetensors.torch import save_file
-    from transformers import AutoTokenizer
 
-    vocab = len(AutoTokenizer.from_pretrained(args.tokenizer))
-    shrink_lerobot_pi0(vocab)
-    offline_tokenizer(args.tokenizer)
     torch.use_deterministic_algorithms(True)
-    for seed, spec in enumerate(CASES):
-        case = DEFAULTS | spec
+    for index, spec in enumerate(cases):
+        case = defaults | spec
         if args.only and case["name"] not in args.only:
             continue
         out = args.out / case["name"]
         shutil.rmtree(out, ignore_errors=True)
         folder = out / "lerobot"
-        build_and_save(case, folder, seed=100 * seed)
-        ref = record(case, folder, seed=100 * seed)
+        seed = 100 * index + seed_offset
+        build(case, folder, seed=seed)
+        ref = run(case, folder, seed=seed)
         save_file(ref, str(out / "reference.safetensors"))
-        meta = {k: case[k] for k in ("name", "tied", "cameras", "sizes", "tasks", "chunk_size", "n_action_steps",
-                                     "tokenizer_max_length")}
+        meta = {k: case[k] for k in meta_keys} | extra
         meta |= {"lerobot": lerobot.__version__, "transformers": transformers.__version__, "torch": torch.__version__,
                  "numpy": np.__version__}
         (out / "case.json").write_text(json.dumps(meta, indent=1))
         print(f"{case['name']}: chunk {tuple(ref['stage.chunk'].shape)}, "
               f"{sum(f.stat().st_size for f in out.rglob('*') if f.is_file()) / 1e3:.0f} kB")
+
+
+def main() -> None:
+    args = parse_args(__doc__)
+    from transformers import AutoTokenizer
+
+    shrink_lerobot_pi0(len(AutoTokenizer.from_pretrained(args.tokenizer)))
+    offline_tokenizer(args.tokenizer)
+    record_cases(args, CASES, DEFAULTS, build_and_save, record, ("name", "tied", "cameras", "sizes", "tasks",
+                                                                 "chunk_size", "n_action_steps", "tokenizer_max_length"),
+                 {})
 
 
 if __name__ == "__main__":

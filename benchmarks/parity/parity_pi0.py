@@ -56,17 +56,20 @@ class CaseResult:
         return next((s for s in STAGES if self.differences.get(s, 0.0) > TOLERANCE), None)
 
 
-def build_policy(case_dir: Path, tokenizer: Path, meta: dict, ref: dict[str, torch.Tensor]):
-    """Our π0 on the case's LeRobot folder, configured as a YAML ``policy:`` section naming only the folder and
-    the tokenizer would be (everything else from the folder, through the config loader's ``folder_defaults``)."""
+def build_policy(case_dir: Path, tokenizer: Path, meta: dict, ref: dict[str, torch.Tensor], config_class=None,
+                 policy_class=None):
+    """Our π0 (or ``policy_class`` of ``config_class``: π0.5's) on the case's LeRobot folder, configured as a YAML
+    ``policy:`` section naming only the folder and the tokenizer would be (everything else from the folder, through
+    the config loader's ``folder_defaults``)."""
     from embodied.policies.pi0.configuration import PI0PolicyConfig
     from embodied.policies.pi0.modeling import PI0Policy
     from embodied.policy.base import PolicySpec
 
-    section = {"type": "pi0", "model_path": str(case_dir / "lerobot"), "tokenizer_path": str(tokenizer)}
-    known = {f.name for f in fields(PI0PolicyConfig)}
-    folder_defaults = getattr(PI0PolicyConfig, "folder_defaults", lambda _: {})
-    config = PI0PolicyConfig(**{k: v for k, v in {**folder_defaults(section), **section}.items() if k in known})
+    config_class, policy_class = config_class or PI0PolicyConfig, policy_class or PI0Policy
+    section = {"type": config_class.type, "model_path": str(case_dir / "lerobot"), "tokenizer_path": str(tokenizer)}
+    known = {f.name for f in fields(config_class)}
+    config = config_class(**{k: v for k, v in {**config_class.folder_defaults(section), **section}.items()
+                             if k in known})
     main, wrist = ref["input.main_images"], ref.get("input.wrist_images")
     action_dim = ref["stage.actions"].shape[-1]
     spec = PolicySpec(state_dim=ref["input.states"].shape[1], image_shape=tuple(main.shape[1:]), action_dim=action_dim,
@@ -74,7 +77,7 @@ def build_policy(case_dir: Path, tokenizer: Path, meta: dict, ref: dict[str, tor
                       wrist_image_shape=None if wrist is None else tuple(wrist.shape[1:]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the folder's lm_head / embed_tokens warning is the point of one case
-        return PI0Policy(config, spec)
+        return policy_class(config, spec)
 
 
 @torch.no_grad()
@@ -166,16 +169,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "tokenizer":
         print(f"wrote {make_tokenizer(args.out)}")
         return 0
+    return check_dir(args.dir, args.tokenizer or args.dir / "tokenizer", args.store, check_case)
+
+
+def check_dir(directory: Path, tokenizer: Path, store_to: Path | None, check) -> int:
+    """``check(case_dir, tokenizer)`` on every recorded case: the table, then the store; 1 when a case misses."""
     torch.manual_seed(0)
     np.random.seed(0)
-    tokenizer = args.tokenizer or args.dir / "tokenizer"
-    cases = sorted(p.parent for p in args.dir.glob("*/case.json"))
-    results = [check_case(case, tokenizer) for case in cases]
+    cases = sorted(p.parent for p in directory.glob("*/case.json"))
+    results = [check(case, tokenizer) for case in cases]
     print(table(results))
     print(f"tolerance {TOLERANCE:g}; LeRobot {json.loads((cases[0] / 'case.json').read_text())['lerobot']}")
-    if args.store:
-        store(args.store, cases, tokenizer)
-        print(f"stored {len(cases)} cases in {args.store}")
+    if store_to:
+        store(store_to, cases, tokenizer)
+        print(f"stored {len(cases)} cases in {store_to}")
     return int(any(r.first_differing for r in results))
 
 

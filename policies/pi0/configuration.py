@@ -42,6 +42,7 @@ class PI0PolicyConfig(TransformersPolicyConfig):
     freeze_vision: bool = False  # keep the SigLIP tower and projector fixed (LeRobot's freeze_vision_encoder)
 
     model_class: ClassVar[str] = "embodied.policies.pi0.modeling:PI0Policy"
+    folder_kind: ClassVar[Any] = staticmethod(pi0_folder_problem)  # (what is wrong with a folder, its chunk_size)
     architecture_fields: ClassVar[tuple[str, ...]] = ("use_states",)
     tiny_names: ClassVar[tuple[str, ...]] = TINY_NAMES
     model_noun: ClassVar[str] = "π0"
@@ -62,8 +63,8 @@ class PI0PolicyConfig(TransformersPolicyConfig):
         return True
 
     def folder_problems(self, path: Path) -> list[str]:
-        """The folder is a π0 whose chunks hold ``policy.action_chunk`` actions."""
-        problem, chunk_size = pi0_folder_problem(path)
+        """The folder is a π0 (π0.5: ``folder_kind``) whose chunks hold ``policy.action_chunk`` actions."""
+        problem, chunk_size = self.folder_kind(path)
         if problem:
             return [problem]
         if chunk_size is not None and self.action_chunk > chunk_size:
@@ -98,24 +99,33 @@ class PI0PolicyConfig(TransformersPolicyConfig):
         """The env's action and state dimensions against the checkpoint's ``max_action_dim`` / ``max_state_dim``, its
         cameras against ``policy.max_cameras``, and the normalization statistics' sizes against the env's; read from
         the checkpoint's ``config.json`` and statistics file, without loading weights."""
-        from embodied.policies.pi0.pretrained import resolve_model_path
-        from embodied.policies.pi0.processing import folder_stats, load_stats
-
-        folder = resolve_model_path(self.model_path)
+        folder = self.model_folder()
         config = read_config_json(folder) or {}
         where = f"policy.model_path {self.model_path!r}"
         p = size_problems(self, spec, int(config.get("max_action_dim", 32)), int(config.get("max_state_dim", 32)),
                           where, config)
         try:
-            if self.norm_stats:
-                stats, source = load_stats(Path(self.norm_stats).expanduser(), self.norm_stats), "policy.norm_stats"
-            else:
-                stats, source = folder_stats(folder), where
+            stats, source = self.given_stats(folder, config, where)
             if stats is not None:
                 stats.check(spec.state_dim if self.use_states else 0, spec.action_dim, source)
         except (OSError, ValueError, KeyError) as exc:
             p.append(str(exc))
         return p
+
+
+    def model_folder(self) -> Path:
+        """``policy.model_path`` as a folder (``tiny:pi0-tiny`` built into the cache)."""
+        from embodied.policies.pi0.pretrained import resolve_model_path
+
+        return resolve_model_path(self.model_path)
+
+    def given_stats(self, folder: Path, config: dict[str, Any], where: str) -> tuple[Any, str]:
+        """(the statistics ``policy.norm_stats`` or the folder gives, or None; where they came from)."""
+        from embodied.policies.pi0.processing import folder_stats, load_stats
+
+        if self.norm_stats:
+            return load_stats(Path(self.norm_stats).expanduser(), self.norm_stats), "policy.norm_stats"
+        return folder_stats(folder), where
 
 
 def size_problems(config: PI0PolicyConfig, spec: PolicySpec, max_action_dim: int, max_state_dim: int,
@@ -124,7 +134,7 @@ def size_problems(config: PI0PolicyConfig, spec: PolicySpec, max_action_dim: int
     ``folder``) or ``policy.max_cameras``."""
     p: list[str] = []
     if spec.image_shape is None:
-        p.append("policy.type=pi0 needs images: set env.obs_mode to 'rgb' or 'state+rgb'")
+        p.append(f"policy.type={config.type} needs images: set env.obs_mode to 'rgb' or 'state+rgb'")
     if spec.action_dim > max_action_dim:
         p.append(f"env action dimension {spec.action_dim} exceeds max_action_dim {max_action_dim} of {where}")
     state_dim = spec.state_dim if config.use_states else 0

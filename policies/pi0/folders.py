@@ -31,9 +31,12 @@ def pi0_folder_problem(path: Path) -> tuple[str | None, int | None]:
     if config is None:
         return f"{where} has no readable config.json", None
     kind = config.get("model_type") or config.get("type")
+    field = "model_type" if "model_type" in config else "type"
+    if kind == "pi05":
+        return f"{where} is a π0.5, not a π0: its config.json says {field}='pi05' (use policy.type: pi05)", None
     if kind != "pi0":
-        return (f"{where} is not a π0: its config.json says {('model_type' if 'model_type' in config else 'type')}="
-                f"{kind!r} (policy.type=vla reads image-text-to-text backbones)"), None
+        return (f"{where} is not a π0: its config.json says {field}={kind!r} (policy.type=vla reads "
+                "image-text-to-text backbones)"), None
     return None, config.get("chunk_size", 50)
 
 
@@ -41,15 +44,21 @@ CAMERA_SOURCES = ("main_images", "wrist_images", "empty")  # embodied.core.types
 LEROBOT_MAX_LENGTH = 48  # LeRobot's π0 tokenizer_max_length default (openpi's)
 
 
+LEROBOT_TYPES = ("pi0", "pi05")  # LeRobot policy types whose folders these readers know (π0's and π0.5's)
+
+
 def is_lerobot_config(config: dict[str, Any]) -> bool:
-    """A LeRobot π0 ``config.json`` (``"type": "pi0"``, no transformers ``model_type``)."""
-    return config.get("type") == "pi0" and "model_type" not in config
+    """A LeRobot π0 or π0.5 ``config.json`` (``"type": "pi0"`` or ``"pi05"``, no transformers ``model_type``)."""
+    return config.get("type") in LEROBOT_TYPES and "model_type" not in config
 
 
 def lerobot_cameras(config: dict[str, Any]) -> list[str]:
-    """The image features of a LeRobot ``config.json``, in its order (the order its π0 puts cameras in)."""
+    """The image features of a LeRobot ``config.json``, in its order (the order its π0 puts cameras in), and the
+    ``empty_cameras`` it adds after them (``observation.images.empty_camera_i``) where they are not listed."""
     features = config.get("input_features") or {}
-    return [name for name, f in features.items() if isinstance(f, dict) and f.get("type") == "VISUAL"]
+    names = [name for name, f in features.items() if isinstance(f, dict) and f.get("type") == "VISUAL"]
+    empty = [f"observation.images.empty_camera_{i}" for i in range(int(config.get("empty_cameras") or 0))]
+    return names + [name for name in empty if name not in names]
 
 
 def camera_sources(cameras: list[str] | None, use_wrist: bool, env_has_wrist: bool,

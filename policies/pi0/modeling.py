@@ -77,9 +77,16 @@ class PI0Policy(TransformersPolicy):
     optional_heads = ("noise_std",)  # sde -> noise: Flow-Noise's std head starts fresh
     checkpointing_scope = "the vision tower's {n} layers only"  # a VLM or expert layer would append to the cache again
 
+    # What a subclass on π0's machinery (π0.5) replaces: its folders, its model, its prompt, its statistics' buffers.
+    resolve_folder = staticmethod(resolve_model_path)
+    load_model = staticmethod(load_pi0)
+    inputs_class = PI0Inputs
+    prompt_length = staticmethod(folder_max_length)
+    stat_buffers = ("state_mean", "state_std", "action_mean", "action_std")
+
     def __init__(self, config: PI0PolicyConfig, spec: PolicySpec) -> None:
-        super().__init__(config, spec, resolve_model_path(config.model_path))
-        model, self.tokenizer, self.source = load_pi0(self.model_dir, self.dtype_, config.tokenizer_path)
+        super().__init__(config, spec, self.resolve_folder(config.model_path))
+        model, self.tokenizer, self.source = self.load_model(self.model_dir, self.dtype_, config.tokenizer_path)
         if config.init_vlm_from:
             with torch.no_grad():
                 seed_vlm(model, Path(config.init_vlm_from).expanduser())
@@ -91,10 +98,10 @@ class PI0Policy(TransformersPolicy):
         sources = camera_sources(config.cameras, config.use_wrist_image, spec.wrist_image_shape is not None, folder)
         self.cameras = [c for c in sources if c != "empty"]  # the env images π0 sees, in the model's camera order
         self.steps = config.flow_steps or int(pc.num_inference_steps)
-        self.inputs = PI0Inputs(self.tokenizer, pc, len(self.cameras),
-                                config.max_instruction_tokens or folder_max_length(folder))
+        self.inputs = self.inputs_class(self.tokenizer, pc, len(self.cameras),
+                                        config.max_instruction_tokens or self.prompt_length(folder))
         self.stats_source = ""
-        for name in ("state_mean", "state_std", "action_mean", "action_std"):
+        for name in self.stat_buffers:
             self.register_buffer(name, torch.zeros(0))
         self.set_stats(self._initial_stats(config, spec))
         hidden = int(pc.vlm_config.text_config.hidden_size)
@@ -172,7 +179,8 @@ class PI0Policy(TransformersPolicy):
         split = parameter_split(self.model)
         trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
         total = sum(p.numel() for p in self.parameters())
-        return (f"policy: PI0Policy ({self.source} π0 from {self.model_dir}), {total / 1e6:.3f}M parameters: VLM "
+        return (f"policy: {type(self).__name__} ({self.source} {self.config.model_noun} from {self.model_dir}), "
+                f"{total / 1e6:.3f}M parameters: VLM "
                 f"{split['vlm'] / 1e6:.3f}M, action expert {split['dit'] / 1e6:.3f}M (of which "
                 f"{split['dit_unused_embed'] / 1e6:.3f}M unused embed_tokens, frozen), projections "
                 f"{split['projections'] / 1e6:.3f}M; {trainable / 1e6:.3f}M trainable{self.describe_training()}; chunk "
@@ -266,12 +274,16 @@ class PI0Policy(TransformersPolicy):
 
     def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
         """What ``evaluate`` replays: prompt ids, uint8 images and the raw state (CPU)."""
-        prompt = self.inputs.prompts(self.instructions(obs))
+        prompt = self.prompt(obs)
         inputs = {"input_ids": prompt.input_ids, "attention_mask": prompt.attention_mask}
         inputs |= {camera: self.uint8_images(obs[camera]) for camera in self.cameras}
         if self.state_dim:
             inputs[STATES] = torch.as_tensor(np.asarray(obs[STATES]), dtype=torch.float32)
         return inputs
+
+    def prompt(self, obs: Obs) -> Any:
+        """The prompt's ids and mask for ``obs`` (π0: the instructions alone)."""
+        return self.inputs.prompts(self.instructions(obs))
 
     def _prompt_inputs(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``input_ids``, ``attention_mask``, ``pixel_values``, ``pixel_attention_mask`` on the device."""
