@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[3]
 # Recipes for a model folder downloaded by the user: loaded and validated with a stand-in folder by
 # the test named here instead.
 NEEDS_A_MODEL = {"libero_spatial_vla_gpu.yaml": "tests/e2e/test_libero_recipe.py",
-                 "libero_pi0_ppo_gpu.yaml": "tests/e2e/test_libero_recipe.py"}
+                 "libero_pi0_ppo_gpu.yaml": "tests/e2e/test_libero_recipe.py",
+                 "libero_pi05_ppo_gpu.yaml": "tests/e2e/test_pi05_recipe.py"}
 RECIPES = sorted(p for p in (ROOT / "configs").glob("*.yaml") if p.name not in NEEDS_A_MODEL)
 
 
