@@ -172,7 +172,9 @@ def task_mapping(env_id: str) -> list[int | None]:
 
 
 def runnable(env_id: str) -> str:
-    """"" if the installed package ships ``env_id``'s files, else why not."""
+    """"" if the installed package ships ``env_id``'s files (or it is a base suite), else why not."""
+    if env_id not in PRO_SUITES:
+        return ""
     try:
         perturbed_tasks(PRO_SUITES[env_id].benchmark)
     except LiberoSetupError as err:
