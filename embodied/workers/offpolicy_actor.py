@@ -141,8 +141,8 @@ class OffPolicyActorWorker(ActorWorker):
         metrics["replay/size"] = float(replay_size)
         if self.demos is not None:
             demo_rows = int(ranks.sum(torch.tensor([demo_rows], dtype=torch.float64)).item())
-            metrics |= {"rlpd/demo_share": demo_rows / (updates * a.batch_size) if updates else 0.0,
-                        "rlpd/demo_transitions": float(len(self.demos))}
+            metrics |= {"replay/demo_share": demo_rows / (updates * a.batch_size) if updates else 0.0,
+                        "replay/demo_transitions": float(len(self.demos))}
         return metrics
 
     def sample(self) -> tuple[ReplaySample, int]:

@@ -143,7 +143,7 @@ def test_rlpd_recipe_collects_dense_demonstrations_clones_them_and_fine_tunes_af
     cloned = sft(load_config(RLPD, [*short, f"sft.dataset={demos}"]))
     result = train(load_config(RLPD, [*short, f"algorithm.demos={demos}", f"policy.init_from={cloned.checkpoint}"]))
     assert [h["sac/critic_warmup"] for h in result.history] == [1.0, 0.0, 0.0]
-    assert all(h["rlpd/demo_share"] == 0.5 for h in result.history)
+    assert all(h["replay/demo_share"] == 0.5 for h in result.history)
 
     def actor(path):
         policy = load_checkpoint(find_checkpoint(path))["actor"]["policy"]

@@ -215,7 +215,7 @@ def test_the_actor_samples_demo_ratio_of_every_batch(demos):
     from tests.embodied.runs.test_offpolicy import transitions
 
     metrics = actor.update([transitions(T=2, N=2)], 0)
-    assert metrics["sac/updates"] == 4 and metrics["rlpd/demo_share"] == 0.5
+    assert metrics["sac/updates"] == 4 and metrics["replay/demo_share"] == 0.5
     assert all(np.isfinite(v) for v in metrics.values())
 
 
