@@ -9,6 +9,7 @@ offline, ``tiny.py``). What the model predicts is a chunk of ``chunk_size`` acti
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -43,6 +44,8 @@ class PI0PolicyConfig(TransformersPolicyConfig):
 
     model_class: ClassVar[str] = "embodied.policies.pi0.modeling:PI0Policy"
     folder_kind: ClassVar[Any] = staticmethod(pi0_folder_problem)  # (what is wrong with a folder, its chunk_size)
+    pretrained_module: ClassVar[str] = "embodied.policies.pi0.pretrained"  # resolve_model_path (imported when used)
+    processing_module: ClassVar[str] = "embodied.policies.pi0.processing"  # load_stats, folder_stats (the same)
     architecture_fields: ClassVar[tuple[str, ...]] = ("use_states",)
     tiny_names: ClassVar[tuple[str, ...]] = TINY_NAMES
     model_noun: ClassVar[str] = "π0"
@@ -114,18 +117,20 @@ class PI0PolicyConfig(TransformersPolicyConfig):
 
 
     def model_folder(self) -> Path:
-        """``policy.model_path`` as a folder (``tiny:pi0-tiny`` built into the cache)."""
-        from embodied.policies.pi0.pretrained import resolve_model_path
+        """``policy.model_path`` as a folder (``tiny:NAME`` built into the cache)."""
+        return importlib.import_module(self.pretrained_module).resolve_model_path(self.model_path)
 
-        return resolve_model_path(self.model_path)
+    def folder_stats_args(self, config: dict[str, Any]) -> tuple[Any, ...]:
+        """What the processing module's ``folder_stats`` takes after the folder (π0: nothing; π0.5: the mode)."""
+        return ()
 
     def given_stats(self, folder: Path, config: dict[str, Any], where: str) -> tuple[Any, str]:
         """(the statistics ``policy.norm_stats`` or the folder gives, or None; where they came from)."""
-        from embodied.policies.pi0.processing import folder_stats, load_stats
-
+        processing = importlib.import_module(self.processing_module)
         if self.norm_stats:
-            return load_stats(Path(self.norm_stats).expanduser(), self.norm_stats), "policy.norm_stats"
-        return folder_stats(folder), where
+            return (processing.load_stats(Path(self.norm_stats).expanduser(), f"policy.norm_stats {self.norm_stats}"),
+                    "policy.norm_stats")
+        return processing.folder_stats(folder, *self.folder_stats_args(config)), where
 
 
 def size_problems(config: PI0PolicyConfig, spec: PolicySpec, max_action_dim: int, max_state_dim: int,

@@ -48,7 +48,7 @@ from embodied.policies.flow_logprob import CHAIN, STEP, Velocity, make_flow_logp
 from embodied.policies.pi0.configuration import PI0PolicyConfig, size_problems
 from embodied.policies.pi0.folders import camera_sources, folder_max_length, read_config_json
 from embodied.policies.pi0.pretrained import load_pi0, parameter_split, resolve_model_path, seed_vlm
-from embodied.policies.pi0.processing import STD_EPS, NormStats, PI0Inputs, fitted_stats, folder_stats, load_stats
+from embodied.policies.pi0.processing import STD_EPS, NormStats, PI0Inputs, fitted_stats, folder_stats
 from embodied.policies.transformers_base.modeling import TransformersPolicy
 from embodied.policy.base import PolicySpec
 
@@ -127,23 +127,23 @@ class PI0Policy(TransformersPolicy):
         if problems:
             raise ValueError("; ".join(problems))
 
-    def _initial_stats(self, config: PI0PolicyConfig, spec: PolicySpec) -> NormStats:
-        if config.norm_stats:
-            stats = load_stats(Path(config.norm_stats).expanduser(), f"policy.norm_stats {config.norm_stats}")
-            where = "policy.norm_stats"
-        else:
-            stats = folder_stats(self.model_dir)
-            where = f"policy.model_path {config.model_path!r}"
+    def _initial_stats(self, config: PI0PolicyConfig, spec: PolicySpec) -> Any:
+        stats, where = config.given_stats(self.model_dir, read_config_json(self.model_dir) or {},
+                                          f"policy.model_path {config.model_path!r}")
         if stats is None:
             # With init_from, the checkpoint's norm_stats.json (every save_pretrained writes one) replaces these
             # before any use, and describe() then names where they came from: nothing to warn of.
             if not config.init_from:
-                warnings.warn(f"policy.type=pi0: {config.model_path} carries no normalization statistics, so actions "
-                              "are normalized by the env's action bounds and states are not normalized; SFT computes "
-                              "them from its demonstrations (policy.norm_stats gives them)", stacklevel=2)
-            return NormStats.from_bounds(spec.action_low, spec.action_high, self.state_dim)
+                warnings.warn(f"policy.type={config.type}: {config.model_path} carries no normalization statistics, so "
+                              "actions are normalized by the env's action bounds and states are not normalized; SFT "
+                              "computes them from its demonstrations (policy.norm_stats gives them)", stacklevel=2)
+            return self.bounds_stats(spec)
         stats.check(self.state_dim, spec.action_dim, where)
         return stats
+
+    def bounds_stats(self, spec: PolicySpec) -> Any:
+        """The statistics of the env's action bounds (states unnormalised), when none are given."""
+        return NormStats.from_bounds(spec.action_low, spec.action_high, self.state_dim)
 
     def set_stats(self, stats: NormStats) -> None:
         """Use these normalization statistics (buffers, so weight sync and checkpoints carry them)."""

@@ -18,6 +18,13 @@ from embodied.policies.pi0.folders import read_config_json
 TINY_NAMES = ("pi05-tiny",)
 PI05_TYPE = "pi05"
 LEROBOT_MAX_LENGTH = 200  # LeRobot's π0.5 tokenizer_max_length default (openpi's)
+LEROBOT_MODES = {"QUANTILES": "quantiles", "MEAN_STD": "mean_std"}  # LeRobot's NormalizationMode names
+
+
+def folder_mode(config: dict[str, Any]) -> str | None:
+    """The normalisation a LeRobot π0.5 ``config.json`` names for actions (its ``normalization_mapping``)."""
+    name = (config.get("normalization_mapping") or {}).get("ACTION")
+    return LEROBOT_MODES.get(name, name.lower()) if isinstance(name, str) else None
 
 
 def pi05_folder_problem(path: Path) -> tuple[str | None, int | None]:
@@ -58,6 +65,8 @@ class PI05PolicyConfig(PI0PolicyConfig):
 
     model_class: ClassVar[str] = "embodied.policies.pi05.modeling:PI05Policy"
     folder_kind: ClassVar[Any] = staticmethod(pi05_folder_problem)
+    pretrained_module: ClassVar[str] = "embodied.policies.pi05.pretrained"
+    processing_module: ClassVar[str] = "embodied.policies.pi05.processing"
     tiny_names: ClassVar[tuple[str, ...]] = TINY_NAMES
     model_noun: ClassVar[str] = "π0.5"
 
@@ -70,15 +79,6 @@ class PI05PolicyConfig(PI0PolicyConfig):
             p.append(f"policy.normalization: {self.normalization!r}; known: quantiles, mean_std (null: the folder's)")
         return p
 
-    def model_folder(self) -> Path:
-        from embodied.policies.pi05.pretrained import resolve_model_path
-
-        return resolve_model_path(self.model_path)
-
-    def given_stats(self, folder: Path, config: dict[str, Any], where: str) -> tuple[Any, str]:
-        """``policy.norm_stats``, else the folder's in the mode ``policy.normalization`` or the folder names."""
-        from embodied.policies.pi05.processing import folder_mode, folder_stats, load_stats
-
-        if self.norm_stats:
-            return load_stats(Path(self.norm_stats).expanduser(), self.norm_stats), "policy.norm_stats"
-        return folder_stats(folder, self.normalization or folder_mode(config) or "quantiles"), where
+    def folder_stats_args(self, config: dict[str, Any]) -> tuple[Any, ...]:
+        """The mode the folder's statistics are read in: ``policy.normalization``, else the folder's, else quantiles."""
+        return (self.normalization or folder_mode(config) or "quantiles",)

@@ -21,7 +21,6 @@ What is π0.5's (the difference, as the model's is in ``model.py``):
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +31,9 @@ from embodied.core.types import STATES, Obs
 from embodied.policies.pi0.folders import read_config_json
 from embodied.policies.pi0.modeling import PI0Policy
 from embodied.policies.pi0.processing import Prompt
-from embodied.policies.pi05.configuration import PI05PolicyConfig, folder_max_length
+from embodied.policies.pi05.configuration import PI05PolicyConfig, folder_max_length, folder_mode
 from embodied.policies.pi05.pretrained import load_pi05, resolve_model_path
-from embodied.policies.pi05.processing import (PI05Inputs, PI05Stats, fitted_stats, folder_mode, folder_stats,
-                                               load_stats, normalize, unnormalize)
+from embodied.policies.pi05.processing import PI05Inputs, PI05Stats, fitted_stats, folder_stats, normalize, unnormalize
 from embodied.policy.base import PolicySpec
 
 PROCESSOR_FILE = "processor_config.json"
@@ -55,22 +53,9 @@ class PI05Policy(PI0Policy):
         self.norm_mode = config.normalization or folder_mode(folder) or "quantiles"
         super().__init__(config, spec)
 
-    def _initial_stats(self, config: PI05PolicyConfig, spec: PolicySpec) -> PI05Stats:
-        if config.norm_stats:
-            stats = load_stats(Path(config.norm_stats).expanduser(), f"policy.norm_stats {config.norm_stats}")
-            where = "policy.norm_stats"
-        else:
-            stats = folder_stats(self.model_dir, self.norm_mode)
-            where = f"policy.model_path {config.model_path!r}"
-        if stats is None:
-            if not config.init_from:  # a checkpoint's norm_stats.json replaces these before any use
-                warnings.warn(f"policy.type=pi05: {config.model_path} carries no normalization statistics, so "
-                              "actions are normalized by the env's action bounds (as q01/q99) and states are not "
-                              "normalized; SFT computes them from its demonstrations (policy.norm_stats gives them)",
-                              stacklevel=3)
-            return PI05Stats.from_bounds(spec.action_low, spec.action_high, self.state_dim)
-        stats.check(self.state_dim, spec.action_dim, where)
-        return stats
+    def bounds_stats(self, spec: PolicySpec) -> PI05Stats:
+        """The env's action bounds as q01/q99 (states unnormalised), when no statistics are given."""
+        return PI05Stats.from_bounds(spec.action_low, spec.action_high, self.state_dim)
 
     def set_stats(self, stats: PI05Stats) -> None:
         """Use these statistics (buffers, so weight sync and checkpoints carry them) and their mode."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -29,7 +28,6 @@ import torch
 from embodied.policies.pi0.processing import MIN_FITTED_STD, STATS_FILE, STD_EPS, PI0Inputs, Prompt
 
 MODES = ("quantiles", "mean_std")  # policy.normalization
-LEROBOT_MODES = {"QUANTILES": "quantiles", "MEAN_STD": "mean_std"}  # LeRobot's NormalizationMode names
 STAT_KEYS = {"quantiles": ("q01", "q99"), "mean_std": ("mean", "std")}
 QUANTILE_EPS = 1e-8  # LeRobot's normalizer eps, for a zero q99 - q01
 STATE_BINS = 256
@@ -108,13 +106,6 @@ def lerobot_stats(path: Path, mode: str, folder: Path) -> PI05Stats:
         raise ValueError(f"policy.model_path {str(folder)!r}: its normalization_mapping asks for {mode} statistics "
                          f"but {path.name} lacks {missing} (give policy.norm_stats or policy.normalization)")
     return PI05Stats(mode, *(flat[k].float().reshape(-1).tolist() for k in keys), source=f"LeRobot {path.name}")
-
-
-def folder_mode(config: dict[str, Any]) -> str | None:
-    """The normalisation a LeRobot π0.5 ``config.json`` names for actions (its ``normalization_mapping``)."""
-    mapping = config.get("normalization_mapping") or {}
-    name = mapping.get("ACTION")
-    return LEROBOT_MODES.get(name, name.lower() if isinstance(name, str) else None) if name else None
 
 
 def folder_stats(folder: Path, mode: str) -> PI05Stats | None:

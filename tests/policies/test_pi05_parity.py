@@ -73,7 +73,7 @@ def test_a_lerobot_pi05_folder_loads_every_tensor_under_our_names():
 
 
 def test_the_folders_normalisation_mode_is_read():
-    from embodied.policies.pi05.processing import folder_mode
+    from embodied.policies.pi05.configuration import folder_mode
 
     assert folder_mode(read_config_json(PARITY / "mean_std_lm_head_only" / "lerobot")) == "mean_std"
     assert folder_mode(read_config_json(PARITY / "quantiles_no_resize" / "lerobot")) == "quantiles"
