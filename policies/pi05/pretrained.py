@@ -24,7 +24,7 @@ import torch
 
 from embodied.policies.pi0.folders import is_lerobot_config, read_config_json
 from embodied.policies.pi0.pretrained import WEIGHTS, lerobot_pi0_config, tiny_pi0_config, weight_shapes
-from embodied.policies.pi05.configuration import TINY_NAMES
+from embodied.policies.pi05.configuration import TINY_NAMES, pi05_folder_problem
 from embodied.policies.transformers_base import folders
 from embodied.policies.transformers_base.tiny import save_tiny, train_tokenizer
 
@@ -94,6 +94,9 @@ def load_pi05(path: Path, dtype: torch.dtype, tokenizer_path: str | None) -> tup
     """(PI05ForConditionalGeneration, tokenizer, "transformers" or "LeRobot") from a model folder."""
     from embodied.policies.pi05.model import PI05ForConditionalGeneration
 
+    problem, _ = pi05_folder_problem(path)  # a π0 (or another policy's) folder is named before any weight is read
+    if problem:
+        raise ValueError(problem)
     lerobot = is_lerobot_config(read_config_json(path) or {})
     try:
         if lerobot:

@@ -223,6 +223,10 @@ def test_a_pi0_folder_given_as_pi05_and_the_reverse_are_named(tmp_path):
     pi05 = folder(tmp_path, "pi05", {"type": "pi05", "chunk_size": 10})
     assert any("is a π0.5, not a π0: its config.json says type='pi05' (use policy.type: pi05)" in p and str(pi05) in p
                for p in PI0PolicyConfig(model_path=str(pi05)).validate())
+    from embodied.policies.pi05.pretrained import load_pi05
+
+    with pytest.raises(ValueError, match="is a π0, not a π0.5"):  # also when the config check was skipped
+        load_pi05(pi0, torch.float32, None)
     act = folder(tmp_path, "act", {"type": "act"})
     assert any("is not a π0.5: its config.json says type='act'" in p for p in
                PI05PolicyConfig(model_path=str(act)).validate())
