@@ -13,10 +13,11 @@ shapes are checked against every suite whose class can tell them without buildin
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
-from embodied.backends import make_backend
+from embodied.backends import ClusterLostError, make_backend
 from embodied.checkpoint.store import CheckpointError, load_checkpoint
 from embodied.config import Config, EnvConfig
 from embodied.core.registry import ENVS
@@ -70,19 +71,29 @@ def evaluate_suites(cfg: Config, checkpoint: Path, suites: str | list[str], epis
     state = load_checkpoint(checkpoint)
     check_suites(state, configs, checkpoint)
     axes = {env_id: suite_axis(env_id) for env_id in ids}
-    results, reports = {}, {}
+    results, reports, skipped = {}, {}, {}
     backend = make_backend(cfg.cluster)  # one for every suite: a Ray instance starts once
     try:
         for env_id in ids:
-            report = evaluate_checkpoint(configs[env_id], checkpoint, episodes, out_dir / env_id, video, sample,
-                                         same_env=False, backend=backend)
+            try:
+                report = evaluate_checkpoint(configs[env_id], checkpoint, episodes, out_dir / env_id, video, sample,
+                                             same_env=False, backend=backend)
+            except ClusterLostError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the other suites go on; the table says why this one is missing
+                if len(skipped) + 1 == len(ids):
+                    raise
+                skipped[env_id] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                warnings.warn(f"--suites {env_id} failed, the others go on: {skipped[env_id]}", stacklevel=2)
+                continue
             results[env_id], reports[env_id] = report.episodes, report.to_json()
     finally:
         backend.shutdown()
+    ids = [env_id for env_id in ids if env_id in results]
     rows = suite_rows(results, axes)
     combined = {
         "checkpoint": str(checkpoint), "iteration": int(state.get("iteration", 0)), "deterministic": not sample,
-        "suites": [r.to_json() for r in rows],
+        "suites": [r.to_json() for r in rows], "not_evaluated": skipped,
         "eval_json": {env_id: str(out_dir / env_id / "eval.json") for env_id in ids},
         "videos": {env_id: reports[env_id]["videos"] for env_id in ids if reports[env_id]["videos"]},
         "provenance": {env_id: reports[env_id]["provenance"] for env_id in ids},
@@ -90,7 +101,7 @@ def evaluate_suites(cfg: Config, checkpoint: Path, suites: str | list[str], epis
     }
     write_json(out_dir / "eval.json", combined)
     plot_suites(rows, out_dir / "suites.png", f"{checkpoint.parent.parent.name}/{checkpoint.name}")
-    table = format_suite_table(rows)
+    table = format_suite_table(rows, skipped)
     (out_dir / "table.txt").write_text(table + "\n")
     return combined | {"table": table}
 

@@ -53,6 +53,11 @@ class ToyWide(ToyBase):
         return {"states": (5,)}
 
 
+class BrokenBuild(ToyBase):
+    def __init__(self, obs_mode: str = "state", max_episode_steps: int = 0, env_index: int = 0) -> None:
+        raise RuntimeError("this scene cannot be built")
+
+
 ENVS.register("toy-base", ToyBase, overwrite=True)
 ENVS.register("toy-swap", ToySwap, overwrite=True)
 ENVS.register("toy-wide", ToyWide, overwrite=True)
@@ -171,5 +176,12 @@ def test_eval_suites_writes_one_table_one_eval_json_and_a_plot(tmp_path, capsys,
         ("toy-reach-far", "far")] * 3
     assert set(report["provenance"]) == {"Reach-v0", "toy-reach-far"} and (out / "suites.png").is_file()
     assert (out / "toy-reach-far" / "eval.json").is_file() and (out / "table.txt").read_text().startswith("suite")
+    ENVS.register("toy-broken", BrokenBuild, overwrite=True)  # raises when built: left out, and the table says why
+    with pytest.warns(UserWarning, match="--suites toy-broken failed, the others go on"):
+        assert main(["eval", "configs/reach_mlp_ppo.yaml", "--checkpoint", str(checkpoint), "--suites",
+                     "Reach-v0,toy-broken", "--episodes", "2", "--out", str(tmp_path / "o2"), "eval_env.num_envs=2",
+                     "env.preflight=false", "logger.progress_bar=false"]) == 0
+    assert "not evaluated: toy-broken:" in capsys.readouterr().out
+    assert list(json.loads((tmp_path / "o2" / "eval.json").read_text())["not_evaluated"]) == ["toy-broken"]
     assert main(["eval", "configs/reach_mlp_ppo.yaml", "--checkpoint", str(checkpoint), "--suites", "Reach-v9"]) == 2
     assert "unknown env 'Reach-v9'" in capsys.readouterr().err
