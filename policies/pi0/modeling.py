@@ -79,10 +79,15 @@ class PI0Policy(TransformersPolicy):
 
     # What a subclass on π0's machinery (π0.5) replaces: its folders, its model, its prompt, its statistics' buffers.
     resolve_folder = staticmethod(resolve_model_path)
-    load_model = staticmethod(load_pi0)
     inputs_class = PI0Inputs
     prompt_length = staticmethod(folder_max_length)
     stat_buffers = ("state_mean", "state_std", "action_mean", "action_std")
+
+    @staticmethod
+    def load_model(path: Path, dtype: torch.dtype, tokenizer_path: str | None) -> tuple[Any, Any, str]:
+        """(the transformers model, its tokenizer, where it came from); the module's ``load_pi0``, looked up when
+        called (``benchmarks/pi0_gpu.py`` replaces it)."""
+        return load_pi0(path, dtype, tokenizer_path)
 
     def __init__(self, config: PI0PolicyConfig, spec: PolicySpec) -> None:
         super().__init__(config, spec, self.resolve_folder(config.model_path))

@@ -121,7 +121,7 @@ def test_sft_is_pi0s_flow_loss_masked_and_learns(noise_policy):
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    assert float(loss.detach()) < float(losses[0])
+    assert float(loss.detach()) < float(losses[0].detach())
 
 
 def test_sft_fits_quantiles_and_a_checkpoint_reloads_to_the_same_chunks(tmp_path):
