@@ -164,7 +164,7 @@ def test_eval_suites_writes_one_table_one_eval_json_and_a_plot(tmp_path, capsys,
     out = tmp_path / "out"
     assert main(["eval", "configs/reach_mlp_ppo.yaml", "--checkpoint", str(checkpoint), "--suites",
                  "Reach-v0,toy-reach-far", "--episodes", "3", "--out", str(out), "eval_env.num_envs=3",
-                 "logger.progress_bar=false"]) == 0
+                 "logger.progress_bar=false", "--video", "logger.video.size=64", "logger.video.max_videos=1"]) == 0
     printed = capsys.readouterr().out
     assert "drop from base" in printed and "toy-reach-far" in printed and "far" in printed
     report = json.loads((out / "eval.json").read_text())
@@ -176,6 +176,8 @@ def test_eval_suites_writes_one_table_one_eval_json_and_a_plot(tmp_path, capsys,
         ("toy-reach-far", "far")] * 3
     assert set(report["provenance"]) == {"Reach-v0", "toy-reach-far"} and (out / "suites.png").is_file()
     assert (out / "toy-reach-far" / "eval.json").is_file() and (out / "table.txt").read_text().startswith("suite")
+    assert sorted(report["videos"]) == ["Reach-v0", "toy-reach-far"]  # videos per suite x axis, in its folder
+    assert (out / "toy-reach-far" / "videos" / "episode_000.mp4").is_file()
     ENVS.register("toy-broken", BrokenBuild, overwrite=True)  # raises when built: left out, and the table says why
     with pytest.warns(UserWarning, match="--suites toy-broken failed, the others go on"):
         assert main(["eval", "configs/reach_mlp_ppo.yaml", "--checkpoint", str(checkpoint), "--suites",
