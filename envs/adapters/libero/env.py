@@ -62,7 +62,8 @@ from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES, EnvFootprint,
 from embodied.envs.adapters.libero.render import gl_strings, release_gl, render_cameras
 from embodied.envs.adapters.libero.shaping import SHAPED_SUITES, PickPlaceShaping
 from embodied.envs.adapters.libero.suites import (
-    LiberoSetupError, Suite, TaskInfo, import_libero, load_init_states, objects_of_interest, select_tasks, suite_for)
+    LiberoSetupError, Suite, TaskInfo, import_libero, load_init_states, object_slots, objects_of_interest, select_tasks,
+    suite_for)
 
 CAMERAS: tuple[str, str] = ("agentview", "robot0_eye_in_hand")
 _NP_RANDOM = threading.Lock()  # held while an env's RandomState stands in for np.random's global one
@@ -103,8 +104,7 @@ class LiberoEnv(gym.Env):
     @classmethod
     def suite_axis(cls) -> tuple[str, str]:
         """(base suite id, perturbation): ``(LIBERO-Object-v0, swap)``; ``base`` for a base suite (eval tables)."""
-        suite = suite_for(cls.suite_id)
-        return suite.base, suite.axis
+        return suite_for(cls.suite_id).base, suite_for(cls.suite_id).axis
 
     @classmethod
     def observation_shapes(cls, obs_mode: str = "state+rgb", task_ids: list[int] | None = None,
@@ -113,7 +113,7 @@ class LiberoEnv(gym.Env):
         shapes: dict[str, tuple[int, ...]] = {}
         if obs_mode == "state":
             tasks = select_tasks(suite_for(cls.suite_id), task_ids)
-            shapes[STATES] = (ROBOT_STATE_DIM + OBJECT_STATE_DIM * max(len(objects_of_interest(t)) for t in tasks),)
+            shapes[STATES] = (ROBOT_STATE_DIM + OBJECT_STATE_DIM * max(object_slots(t) for t in tasks),)
         elif obs_mode == "state+rgb":
             shapes[STATES] = (ROBOT_STATE_DIM,)
         if obs_mode != "state":
@@ -168,7 +168,7 @@ class LiberoEnv(gym.Env):
         self.train_init_states, self.init_states_dir = train_init_states, init_states_dir
         self.settle_steps, self.hard_reset, self.one_pass = settle_steps, hard_reset, one_pass
         self._shaping = PickPlaceShaping() if reward_type == "dense" else None
-        self.num_objects = max(len(objects_of_interest(t)) for t in self.tasks) if obs_mode == "state" else 0
+        self.num_objects = max(object_slots(t) for t in self.tasks) if obs_mode == "state" else 0
         self.observation_space = gym.spaces.Dict(self._spaces())
         self.action_space = gym.spaces.Box(-1.0, 1.0, (7,), np.float32)
         home = self.tasks[(env_index // envs_per_task) % len(self.tasks)]

@@ -150,8 +150,9 @@ def perturbed_tasks(folder: str) -> tuple[TaskInfo, ...]:
     by_name = {normalized(n): n for n in names}
     if sorted(by_name) == sorted(normalized(t.name) for t in base):  # the base suite's tasks: task i is task i
         pairs = [(by_name[normalized(t.name)], t) for t in base]
-    else:
-        pairs = [(n, None) for n in names]
+    else:  # the package's order; a task that is a base task still perturbs it (its language, its state size)
+        base_by_name = {normalized(t.name): t for t in base}
+        pairs = [(n, base_by_name.get(normalized(n))) for n in names]
     tasks = []
     for i, (name, base_task) in enumerate(pairs):
         bddl = os.path.join(root_bddl, folder, f"{name}.bddl")

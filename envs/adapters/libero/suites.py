@@ -203,3 +203,13 @@ def objects_of_interest(task: TaskInfo) -> list[str]:
     if not found and task.interest_from:
         found = list(bddl_utils.robosuite_parse_problem(task.interest_from)["obj_of_interest"])
     return found
+
+
+def object_slots(task: TaskInfo) -> int:
+    """How many objects a ``state`` observation holds for ``task``: its objects of interest, or its base task's
+    count where that is larger (a LIBERO-PRO task keeps its base task's state size; missing entries are zero)."""
+    own = len(objects_of_interest(task))
+    if not task.interest_from:
+        return own
+    bddl_utils = import_guarded("libero.libero.envs.bddl_utils", "LIBERO")
+    return max(own, len(bddl_utils.robosuite_parse_problem(task.interest_from)["obj_of_interest"]))

@@ -42,6 +42,11 @@ def test_tasks_keep_their_index_and_what_the_package_lacks_is_named_with_its_ver
     assert lan == ["grab alphabet soup and put it into basket"]  # the reworded instruction, from its BDDL
     assert swap.observation_shapes("state", task_ids=[0]) == {"states": (28,)}
     assert ENVS.resolve("LIBERO-Object-WithYellowBook-v0").observation_shapes("state", task_ids=[0]) == {"states": (28,)}
+    # Spatial's Task 0 declares one object of interest, its WithMilk suite none (and keeps the package's task order):
+    # both keep base task 0's state size
+    for env_id in ("LIBERO-Spatial-Task-v0", "LIBERO-Spatial-WithMilk-v0"):
+        assert ENVS.resolve(env_id).observation_shapes("state", task_ids=[0]) == {"states": (28,)}, env_id
+    assert pro.task_mapping("LIBERO-Spatial-WithMilk-v0") == [0, 2, None, None, 8, 1, None, 5, 7, 9]
     for env_id, suite in pro.PRO_SUITES.items():  # the table of what does not run matches the installed package
         assert bool(pro.runnable(env_id)) == (suite.axis in pro.NOT_SHIPPED), env_id
     why = pro.runnable("LIBERO-Object-Env-v0")
