@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     p_eval = sub.add_parser("eval", help="greedy eval of a checkpoint on fixed seeds: eval.json, a table, videos")
     p_eval.add_argument("config", help="path to a YAML recipe (its eval_env and policy sections are used)")
     p_eval.add_argument("overrides", nargs="*", help="section.field=value overrides")
-    p_eval.add_argument("--checkpoint", required=True, help="a checkpoint file, or a run dir (its latest checkpoint)")
+    p_eval.add_argument("--checkpoint", help="a checkpoint file, or a run dir (its latest checkpoint); without it, the "
+                        "policy as the config builds it (a pretrained folder in policy.model_path), with --out")
     p_eval.add_argument("--episodes", type=int, help="episodes to run (default: the suite's whole fixed eval set, e.g. LIBERO's tasks x 50 init states; else runner.eval_episodes); spread evenly over a fixed set")
     p_eval.add_argument("--video", action="store_true", help="record mp4s of the first logger.video.max_videos")
     p_eval.add_argument("--sample", action="store_true",
@@ -254,14 +255,19 @@ def _eval(args: argparse.Namespace) -> int:
 
     try:
         cfg = load_config(args.config, args.overrides)
-        checkpoint = find_checkpoint(args.checkpoint)
+        checkpoint = find_checkpoint(args.checkpoint) if args.checkpoint else None
     except (ConfigError, FileNotFoundError, ValueError) as exc:
         return _error(exc)
+    if checkpoint is None and not args.out:
+        return _error("embodied eval without --checkpoint evaluates the policy as the config builds it (e.g. a "
+                      "pretrained folder in policy.model_path): give --out, the folder for eval.json")
     episodes = args.episodes  # None: the env's fixed eval set (e.g. LIBERO's tasks x init states) or runner.eval_episodes
     if episodes is not None and episodes < 1:
         return _error(f"--episodes must be >= 1, got {episodes}")
-    name = checkpoint.stem + ("-sampled" if args.sample else "")  # a sampled eval never overwrites the greedy one
-    out = Path(args.out) if args.out else run_dir_of(checkpoint) / "eval" / name
+    if args.out:
+        out = Path(args.out)
+    else:  # a sampled eval never overwrites the greedy one
+        out = run_dir_of(checkpoint) / "eval" / (checkpoint.stem + ("-sampled" if args.sample else ""))
     if args.suites:
         return _eval_suites(cfg, checkpoint, args, episodes, out.with_name(out.name + "-suites") if not args.out else out)
     try:
@@ -277,7 +283,7 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval_suites(cfg: object, checkpoint: Path, args: argparse.Namespace, episodes: int | None, out: Path) -> int:
+def _eval_suites(cfg: object, checkpoint: Path | None, args: argparse.Namespace, episodes: int | None, out: Path) -> int:
     from embodied.evaluation.multi import evaluate_suites
 
     try:

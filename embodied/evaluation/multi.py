@@ -22,7 +22,7 @@ from embodied.checkpoint.store import CheckpointError, load_checkpoint
 from embodied.config import Config, EnvConfig
 from embodied.core.registry import ENVS
 from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES
-from embodied.evaluation.run import evaluate_checkpoint
+from embodied.evaluation.run import checkpoint_name, evaluate_checkpoint
 from embodied.evaluation.stats import write_json
 from embodied.evaluation.suites import (episode_records, expand_suites, format_suite_table, plot_suites, suite_axis,
                                        suite_config, suite_rows)
@@ -48,7 +48,7 @@ def shape_problems(saved_spec: dict[str, Any], env: EnvConfig) -> list[str]:
     return problems
 
 
-def check_suites(state: dict[str, Any], configs: dict[str, Config], checkpoint: Path) -> None:
+def check_suites(state: dict[str, Any], configs: dict[str, Config], checkpoint: Path | None) -> None:
     """Every suite's shapes against the checkpoint, before any env is built: ``CheckpointError`` naming each suite
     and key that differs; ``ValueError`` naming a suite that cannot run here (e.g. its files are missing)."""
     problems = []
@@ -62,13 +62,14 @@ def check_suites(state: dict[str, Any], configs: dict[str, Config], checkpoint: 
                               + "\n  ".join(problems))
 
 
-def evaluate_suites(cfg: Config, checkpoint: Path, suites: str | list[str], episodes: int | None, out_dir: Path,
-                    video: bool = False, sample: bool = False) -> dict[str, Any]:
+def evaluate_suites(cfg: Config, checkpoint: Path | None, suites: str | list[str], episodes: int | None,
+                    out_dir: Path, video: bool = False, sample: bool = False) -> dict[str, Any]:
     """Evaluate ``checkpoint`` on each suite ``suites`` names; write ``out_dir/eval.json`` and ``suites.png``;
-    return the combined report (``table`` holds the text table)."""
+    return the combined report (``table`` holds the text table). ``checkpoint`` None: the policy as ``cfg``
+    builds it (a pretrained folder in ``policy.model_path``); its shapes are then checked by each suite's eval."""
     ids = expand_suites(suites)
     configs = {env_id: suite_config(cfg, env_id) for env_id in ids}
-    state = load_checkpoint(checkpoint)
+    state = load_checkpoint(checkpoint) if checkpoint is not None else {}
     check_suites(state, configs, checkpoint)
     axes = {env_id: suite_axis(env_id) for env_id in ids}
     results, reports, skipped = {}, {}, {}
@@ -92,7 +93,8 @@ def evaluate_suites(cfg: Config, checkpoint: Path, suites: str | list[str], epis
     ids = [env_id for env_id in ids if env_id in results]
     rows = suite_rows(results, axes)
     combined = {
-        "checkpoint": str(checkpoint), "iteration": int(state.get("iteration", 0)), "deterministic": not sample,
+        "checkpoint": checkpoint_name(cfg, checkpoint), "iteration": int(state.get("iteration", 0)),
+        "deterministic": not sample,
         "suites": [r.to_json() for r in rows], "not_evaluated": skipped,
         "eval_json": {env_id: str(out_dir / env_id / "eval.json") for env_id in ids},
         "videos": {env_id: reports[env_id]["videos"] for env_id in ids if reports[env_id]["videos"]},
@@ -100,7 +102,9 @@ def evaluate_suites(cfg: Config, checkpoint: Path, suites: str | list[str], epis
         "episodes": [rec for env_id in ids for rec in episode_records(env_id, axes[env_id][1], reports[env_id])],
     }
     write_json(out_dir / "eval.json", combined)
-    plot_suites(rows, out_dir / "suites.png", f"{checkpoint.parent.parent.name}/{checkpoint.name}")
+    title = f"{checkpoint.parent.parent.name}/{checkpoint.name}" if checkpoint is not None else \
+        checkpoint_name(cfg, checkpoint).removeprefix("no checkpoint: ")
+    plot_suites(rows, out_dir / "suites.png", title)
     table = format_suite_table(rows, skipped)
     (out_dir / "table.txt").write_text(table + "\n")
     return combined | {"table": table}

@@ -148,10 +148,21 @@ def report_errors(errors: list[str]) -> None:
 # -- embodied eval ------------------------------------------------------------------------------
 
 
-def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int | None, out_dir: Path,
+def checkpoint_name(cfg: Config, checkpoint: Path | None) -> str:
+    """What an eval report calls its policy: the checkpoint's path, or the configured policy when there is none."""
+    if checkpoint is not None:
+        return str(checkpoint)
+    folder = getattr(cfg.policy, "model_path", None)
+    return f"no checkpoint: policy.type={cfg.policy.type}" + (f" from {folder}" if folder else " as initialised")
+
+
+def evaluate_checkpoint(cfg: Config, checkpoint: Path | None, episodes: int | None, out_dir: Path,
                         video: bool = False, sample: bool = False, same_env: bool = True,
                         backend: Backend | None = None) -> EvalReport:
     """Greedy eval of a checkpoint's policy on ``cfg``'s eval envs; writes ``out_dir/eval.json``.
+
+    ``checkpoint`` None: the policy as ``cfg`` builds it, e.g. a downloaded LeRobot π0 / π0.5 folder named by
+    ``policy.model_path`` (with its own statistics), evaluated before any training.
 
     ``episodes``: how many (None: the env's whole fixed eval set when it publishes one, e.g. LIBERO's
     tasks x 50 init states, else ``runner.eval_episodes``); for a fixed set, spread evenly over it.
@@ -166,9 +177,10 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int | None, out
     if cfg.env.preflight:  # check-env's fast checks on one eval env, before any worker starts
         preflight(cfg.resolved_eval_env(), "eval_env", video)
     check_policy_fits(cfg, cfg.resolved_eval_env(), "eval_env")
-    state = load_checkpoint(checkpoint)
+    state = load_checkpoint(checkpoint) if checkpoint is not None else None
     env_id = cfg.resolved_eval_env().id
-    check_env_fits(state, env_id, None, f"checkpoint {checkpoint}", same_env)  # before any worker starts
+    if state is not None:
+        check_env_fits(state, env_id, None, f"checkpoint {checkpoint}", same_env)  # before any worker starts
     fixed = env_eval_episodes(cfg.resolved_eval_env())
     if episodes is None:
         episodes = len(fixed) if fixed is not None else cfg.runner.eval_episodes
@@ -177,12 +189,13 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int | None, out
     backend = make_backend(cfg.cluster) if backend is None else backend
     try:
         evaluator = Evaluator.start(cfg, backend, cfg.logger.video if video else None)
-        check_env_fits(state, env_id, backend.wait(evaluator.envs.group.call("spec"))[0], f"checkpoint {checkpoint}",
-                       same_env)
-        try:
-            evaluator.load_checkpoint(state["actor"], int(state["actor"].get("version", 0)))
-        except (RuntimeError, ValueError) as exc:
-            raise ValueError(f"checkpoint {checkpoint} does not fit policy config {cfg.policy}: {exc}") from None
+        if state is not None:
+            check_env_fits(state, env_id, backend.wait(evaluator.envs.group.call("spec"))[0],
+                           f"checkpoint {checkpoint}", same_env)
+            try:
+                evaluator.load_checkpoint(state["actor"], int(state["actor"].get("version", 0)))
+            except (RuntimeError, ValueError) as exc:
+                raise ValueError(f"checkpoint {checkpoint} does not fit policy config {cfg.policy}: {exc}") from None
         plan = evaluator.plan(episodes)
         with EvalProgress(episodes, "eval", cfg.logger.progress_bar) as progress:
             found = evaluator.run(episodes, str(out_dir / "videos") if video else None, sample, progress)
@@ -193,7 +206,7 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path, episodes: int | None, out
     finally:
         if own:
             backend.shutdown()
-    result = EvalReport(str(checkpoint), int(state.get("iteration", 0)), cfg.resolved_eval_env().id,
+    result = EvalReport(checkpoint_name(cfg, checkpoint), int((state or {}).get("iteration", 0)), env_id,
                         [evaluator.eval_seed(e.env_index) for e in found], EvalSummary.of(found), per_task(found),
                         found, sorted(videos.paths), deterministic=not sample,
                         options=[plan.options_of(e.env_index) for e in found], provenance=provenance,
