@@ -2,7 +2,7 @@
 #   make train   set up .venv and train the default recipe (configs/reach_mlp_ppo.yaml)
 #   make test    set up .venv and run the whole test suite (what CI runs)
 #   make test-fast  the edit loop: everything but the slow end-to-end runs, the Ray and the LIBERO tests
-#   make test-slow  the rest: the slow end-to-end runs, the Ray and the LIBERO tests (the Ray ones one at a time)
+#   make test-slow  the rest: the slow end-to-end runs, the Ray and the LIBERO tests, one at a time
 #   (the quick tests run on TEST_JOBS=2 processes; PYTEST_ARGS="-n 0" runs them in one, for -x or pdb)
 # Extra arguments: make train ARGS="runner.iterations=20 cluster.backend=ray"; make test PYTEST_ARGS="-k chunk"
 
@@ -31,23 +31,22 @@ setup: $(VENV)/.installed
 train: setup
 	$(VENV)/bin/embodied train $(RECIPE) $(ARGS)
 
-# The whole suite in two tiers: the quick tests on TEST_JOBS processes (pytest-xdist; they are single-threaded and
-# independent), then the slow end-to-end, Ray and LIBERO tests in two processes side by side (.ci/slow-tier): the
-# Ray tests one after another on one Ray session, and beside them the slow tests that need no Ray.
-# A tier that PYTEST_ARGS leaves empty (pytest's exit code 5) is not a failure.
+# The whole suite in two tiers: the quick one on TEST_JOBS processes (pytest-xdist; its tests are single-threaded
+# and independent), then the slow end-to-end, Ray and LIBERO tests one at a time (each already uses every core;
+# Ray starts once for all of them). A tier that PYTEST_ARGS leaves empty (pytest's exit code 5) is not a failure.
 QUICK := not slow and not ray and not libero
 TEST_JOBS ?= 2
 PYTEST := WANDB_MODE=disabled $(VENV)/bin/pytest
 
 test: setup
 	$(PYTEST) -n $(TEST_JOBS) -m "$(QUICK)" $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	bash .ci/slow-tier env $(PYTEST) $(PYTEST_ARGS)
+	$(PYTEST) -m "not ($(QUICK))" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-fast: setup
 	$(PYTEST) -n $(TEST_JOBS) -m "$(QUICK)" $(PYTEST_ARGS)
 
 test-slow: setup
-	bash .ci/slow-tier env $(PYTEST) $(PYTEST_ARGS)
+	$(PYTEST) -m "not ($(QUICK))" $(PYTEST_ARGS)
 
 # make bench: `embodied bench` (ARGS go to it, e.g. --quick), then VLA act()/raw/PPO-step throughput
 # (VLA_ARGS go to it), e.g. make bench VLA_ARGS="--scale medium --device cuda --dtype bfloat16"

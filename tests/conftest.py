@@ -118,9 +118,7 @@ def fake_wandb(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that uses the Ray session is a Ray test (``make test-fast`` leaves them out) without saying so.
 
-    A test that runs Ray in a subprocess says so itself (``@pytest.mark.ray``): the slow tier of ``make test``
-    runs every Ray test in one pytest process, one after another, beside the slow tests that need no Ray
-    (``.ci/slow-tier``), so no two Ray clusters ever run at once.
+    A test that runs Ray in a subprocess says so itself (``@pytest.mark.ray``).
     """
     for item in items:
         if "ray_session" in getattr(item, "fixturenames", ()):
