@@ -273,7 +273,11 @@ class PI0Policy(TransformersPolicy):
             if self.state_dim:
                 states.append(torch.as_tensor(forward_inputs[STATES]).float())
             actions.append(torch.as_tensor(chunk).float()[torch.as_tensor(executed).bool()])
-        self.set_stats(fitted_stats(torch.cat(states) if states else None, torch.cat(actions), self.state_dim))
+        self.set_stats(self.fitted_stats(torch.cat(states) if states else None, torch.cat(actions)))
+
+    def fitted_stats(self, states: torch.Tensor | None, actions: torch.Tensor) -> Any:
+        """The statistics ``fit_statistics`` sets: mean/std here (π0.5 fits its own mode's)."""
+        return fitted_stats(states, actions, self.state_dim)
 
     # -- inputs and outputs ------------------------------------------------------------------
 

@@ -67,18 +67,9 @@ class PI05Policy(PI0Policy):
     def stats(self) -> PI05Stats:
         return PI05Stats(self.norm_mode, *(getattr(self, n).tolist() for n in self.stat_buffers), self.stats_source)
 
-    def fit_statistics(self, batches: Any) -> None:
-        """The demonstrations' statistics in the policy's mode, when the model came without any (a checkpoint's
-        own are kept)."""
-        if self.stats_source != "env bounds":
-            return
-        states, actions = [], []
-        for forward_inputs, chunk, executed in batches:
-            if self.state_dim:
-                states.append(torch.as_tensor(forward_inputs[STATES]).float())
-            actions.append(torch.as_tensor(chunk).float()[torch.as_tensor(executed).bool()])
-        self.set_stats(fitted_stats(torch.cat(states) if states else None, torch.cat(actions), self.state_dim,
-                                    self.norm_mode))
+    def fitted_stats(self, states: torch.Tensor | None, actions: torch.Tensor) -> PI05Stats:
+        """The demonstrations' statistics in the policy's mode (``fit_statistics`` is π0's)."""
+        return fitted_stats(states, actions, self.state_dim, self.norm_mode)
 
     # -- inputs and outputs: the state in the prompt, the mode's normalisation ---------------------------------
 

@@ -24,6 +24,7 @@ import torch
 
 from embodied.policies.pi0.folders import is_lerobot_config, read_config_json
 from embodied.policies.pi0.pretrained import WEIGHTS, lerobot_pi0_config, tiny_pi0_config, weight_shapes
+from embodied.policies.pi0.pretrained import parameter_split as pi0_parameter_split
 from embodied.policies.pi05.configuration import TINY_NAMES, pi05_folder_problem
 from embodied.policies.transformers_base import folders
 from embodied.policies.transformers_base.tiny import save_tiny, train_tokenizer
@@ -141,13 +142,9 @@ def resolve_model_path(model_path: str) -> Path:
 
 
 def parameter_split(model: Any) -> dict[str, int]:
-    """Parameters of the VLM, the action expert (its adaRMS dense layers apart) and the projections."""
-    inner = model.model
-    adarms = sum(p.numel() for n, p in inner.dit.named_parameters() if ".dense." in n or n.startswith("norm."))
-    unused = inner.dit.embed_tokens.weight.numel() if getattr(inner.dit, "embed_tokens", None) is not None else 0
-    return {"vlm": sum(p.numel() for p in inner.vlm.parameters()),
-            "dit": sum(p.numel() for p in inner.dit.parameters()), "dit_adarms": adarms, "dit_unused_embed": unused,
-            "projections": sum(p.numel() for n, p in model.named_parameters() if not n.startswith("model."))}
+    """π0's split, with the action expert's adaRMS dense layers counted apart."""
+    adarms = sum(p.numel() for n, p in model.model.dit.named_parameters() if ".dense." in n or n.startswith("norm."))
+    return pi0_parameter_split(model) | {"dit_adarms": adarms}
 
 
 def describe_pi05(path: Path) -> str:
