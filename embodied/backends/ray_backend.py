@@ -99,12 +99,13 @@ class RayBackend:
         self.lost: str | None = None  # why the cluster is considered gone (then shutdown only disconnects)
         self._actors: list[Any] = []
         self._channels: list[Any] = []
+        self._directory: Any = None  # the one directory actor of this backend's channels, started with the first
         self._placement_groups: list[Any] = []
         self.code = snapshot_package()  # the package every actor of the run imports
         self.runtime_env = {**uploaded_py_modules(self.code.package), "env_vars": {CODE_ENV_VAR: self.code.digest}}
 
     def create(self, cls: type, args_per_rank: list[tuple], resources: Resources | None = None) -> RayGroup:
-        from embodied.channels.ray_channel import mailbox_actor
+        from embodied.channels.mailbox import mailbox_actor
 
         # Default num_cpus=0: the workers of one run share the machine; reserving a CPU each would
         # leave the actors of a small machine unscheduled. A mailbox: channels deliver into the worker.
@@ -148,7 +149,9 @@ class RayBackend:
     def channel(self, name: str) -> Channel:
         from embodied.channels.ray_channel import RayChannel
 
-        ch = RayChannel.create(name, runtime_env=self.runtime_env)
+        if self._directory is None:
+            self._directory = RayChannel.directory(runtime_env=self.runtime_env)
+        ch = RayChannel.create(name, directory=self._directory)
         self._channels.append(ch)
         return ch
 
@@ -202,8 +205,8 @@ class RayBackend:
         if self.lost is None:  # with the cluster gone, these would wait on it
             for actor in self._actors:
                 self.ray.kill(actor)
-            for ch in self._channels:
-                ch.close()
+            if self._channels:  # they share one directory actor: closing one closes all
+                self._channels[0].close()
             for group in self._placement_groups:
                 self.ray.util.remove_placement_group(group)
         if self._started or self.lost is not None:

@@ -1,7 +1,7 @@
 """Cross-process channel on Ray: producers deliver straight into the consumer's process.
 
 Every key has one consuming process. When the consumer is a worker actor built by the Ray
-backend (``mailbox_actor``), its first ``get`` on a key registers the actor with the channel's
+backend (``mailbox.mailbox_actor``), its first ``get`` on a key registers the actor with the channel's
 small directory actor; from then on producers call the consumer's ``_embodied_deliver`` method
 directly, without waiting for an answer, and ``get`` waits on an in-process queue. No message
 goes through a hub and no ``put`` waits for a round trip. Items are the call's argument, so Ray
@@ -116,80 +116,31 @@ def _inbox(channel_id: str, key: str) -> _Inbox:
         return box
 
 
-def mailbox_actor(cls: type, **options: Any) -> Any:
-    """``ray.remote(**options)`` of ``cls`` with a ``_embodied_deliver`` method in its own concurrency
-    group, so a ``RayChannel`` can hand it items while it runs (or waits in) its other methods; in the
-    same group ``_embodied_rss_mib`` reports the process's memory (the runner logs it every iteration),
-    ``_embodied_node_id`` its node, and the methods ``cls.concurrent_methods`` names run."""
-    import ray
-
-    # The class travels by value (cloudpickle), with copies of the globals it names; its methods
-    # therefore import this module in the worker to reach the process's real inboxes.
-    class Mailbox(cls):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            from embodied.channels import ray_channel
-
-            ray_channel._MAILBOX["handle"] = ray.get_runtime_context().current_actor
-            super().__init__(*args, **kwargs)
-
-        @ray.method(concurrency_group=MAILBOX_GROUP)
-        def _embodied_deliver(self, channel_id: str, key: str, sender: str, seq: int, item: Any) -> None:
-            from embodied.channels import ray_channel
-
-            ray_channel._inbox(channel_id, key).add(sender, seq, item)
-
-        @ray.method(concurrency_group=MAILBOX_GROUP)
-        def _embodied_rss_mib(self) -> float | None:
-            from embodied.core.process_memory import process_rss_mib
-
-            return process_rss_mib()
-
-        @ray.method(concurrency_group=MAILBOX_GROUP)
-        def _embodied_node_id(self) -> str:
-            return ray.get_runtime_context().get_node_id()
-
-    for name in getattr(cls, "concurrent_methods", ()):  # run beside the worker's own calls, as deliveries do
-        setattr(Mailbox, name, _in_mailbox_group(getattr(cls, name)))
-    Mailbox.__name__, Mailbox.__qualname__ = cls.__name__, cls.__qualname__
-    groups = {**options.pop("concurrency_groups", {}), MAILBOX_GROUP: 1}
-    return ray.remote(concurrency_groups=groups, **options)(Mailbox)
-
-
-def _in_mailbox_group(method: Any) -> Any:
-    """``method`` as a Ray actor method of the mailbox's concurrency group."""
-    import ray
-
-    @ray.method(concurrency_group=MAILBOX_GROUP)
-    @functools.wraps(method)
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return method(self, *args, **kwargs)
-
-    return wrapper
-
-
 class _Directory:
-    """Actor body: who consumes each key, and the items of keys nobody has claimed yet.
+    """Actor body: who consumes each key, and the items of keys nobody has claimed yet, for every channel that
+    shares it (a backend's channels share one: its tables are by (channel id, key)).
 
     All methods run on the actor's single event loop, so they need no lock.
     """
 
     def __init__(self) -> None:
-        self._consumers: dict[str, Any] = {}
-        self._parked: dict[str, list[tuple[str, int, list[Any]]]] = {}  # unclaimed: (sender, seq, wrapped)
-        self._order: dict[str, _Reorder] = {}
-        self._queues: dict[str, asyncio.Queue[list[Any]]] = {}  # unclaimed, in order: for directory gets
+        self._consumers: dict[tuple[str, str], Any] = {}
+        self._parked: dict[tuple[str, str], list[tuple[str, int, list[Any]]]] = {}  # unclaimed: (sender, seq, wrapped)
+        self._order: dict[tuple[str, str], _Reorder] = {}
+        self._queues: dict[tuple[str, str], asyncio.Queue[list[Any]]] = {}  # unclaimed, in order: for directory gets
         self._arrived = asyncio.Condition()  # notified on every put
 
-    def _queue(self, key: str) -> asyncio.Queue[list[Any]]:
+    def _queue(self, key: tuple[str, str]) -> asyncio.Queue[list[Any]]:
         q = self._queues.get(key)
         if q is None:
             q = self._queues[key] = asyncio.Queue()
         return q
 
-    async def put(self, channel_id: str, key: str, sender: str, seq: int, wrapped: list[Any]) -> None:
+    async def put(self, channel_id: str, name: str, sender: str, seq: int, wrapped: list[Any]) -> None:
+        key = (channel_id, name)
         consumer = self._consumers.get(key)
         if consumer is not None:  # claimed since the producer last looked: forward
-            getattr(consumer, DELIVER).remote(channel_id, key, sender, seq, wrapped)
+            getattr(consumer, DELIVER).remote(channel_id, name, sender, seq, wrapped)
             return
         self._parked.setdefault(key, []).append((sender, seq, wrapped))
         for item in self._order.setdefault(key, _Reorder()).add(sender, seq, wrapped):
@@ -197,31 +148,35 @@ class _Directory:
         async with self._arrived:
             self._arrived.notify_all()
 
-    async def claim(self, key: str, consumer: Any) -> list[tuple[str, int, list[Any]]]:
+    async def claim(self, channel_id: str, name: str, consumer: Any) -> list[tuple[str, int, list[Any]]]:
         """Make ``consumer`` the key's consumer; returns the items parked for it (it reorders them)."""
+        key = (channel_id, name)
         self._consumers[key] = consumer
         self._queues.pop(key, None)
         self._order.pop(key, None)
         return self._parked.pop(key, [])
 
-    async def forget(self, key: str, sender: str, sent: int) -> None:
+    async def forget(self, channel_id: str, name: str, sender: str, sent: int) -> None:
         """Drop ``key``: its consumer and any items parked for it, once the ``sent`` items the caller
         (``sender``) put under it have arrived (they would be parked again after)."""
+        key = (channel_id, name)
         order = self._order.setdefault(key, _Reorder())
         async with self._arrived:
             await self._arrived.wait_for(lambda: order.released(sender) >= sent)
         for table in (self._consumers, self._parked, self._order, self._queues):
             table.pop(key, None)
 
-    async def consumer(self, key: str) -> Any:
+    async def consumer(self, channel_id: str, name: str) -> Any:
+        key = (channel_id, name)
         return self._consumers.get(key)
 
-    async def get(self, key: str, timeout: float | None, sender: str, sent: int) -> list[Any] | None:
+    async def get(self, channel_id: str, name: str, timeout: float | None, sender: str, sent: int) -> list[Any] | None:
         """The oldest wrapped ref of an unclaimed key, or None on timeout (items are never None).
 
         First waits, without a limit, until the ``sent`` items the caller (``sender``) put under the
         key have arrived: Ray may run the caller's earlier ``put`` calls after this one.
         """
+        key = (channel_id, name)
         order = self._order.setdefault(key, _Reorder())
         async with self._arrived:
             await self._arrived.wait_for(lambda: order.released(sender) >= sent)
@@ -238,7 +193,8 @@ class _Directory:
         parked.pop(next(i for i, p in enumerate(parked) if p[2] is item))
         return item
 
-    async def qsize(self, key: str, sender: str, sent: int) -> int:
+    async def qsize(self, channel_id: str, name: str, sender: str, sent: int) -> int:
+        key = (channel_id, name)
         order = self._order.setdefault(key, _Reorder())
         async with self._arrived:  # the caller's own puts first (read-your-writes)
             await self._arrived.wait_for(lambda: order.released(sender) >= sent)
@@ -259,13 +215,15 @@ class RayChannel:
     """Keyed FIFO shared across Ray processes; picklable, so it can be handed to actors.
 
     Build it with ``RayChannel.create(name)``; pass the object to remote tasks/actors as a
-    normal argument. ``close()`` kills the directory actor for every holder.
+    normal argument. ``close()`` kills the directory actor for every holder, and so closes every
+    channel that shares it (``create(name, directory=...)``: a backend's channels share one actor,
+    one process instead of one per channel).
     """
 
     def __init__(self, name: str, directory: ActorHandle) -> None:
         self.name = name
         self._directory = directory
-        self._id = directory._actor_id.hex()
+        self._id = f"{name}-{uuid.uuid4().hex}"  # its keys' namespace in the directory and in consumers' inboxes
         self._local()
 
     def _local(self) -> None:
@@ -277,18 +235,23 @@ class RayChannel:
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"name": self.name, "directory": self._directory}
+        return {"name": self.name, "directory": self._directory, "id": self._id}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.name, self._directory = state["name"], state["directory"]
-        self._id = self._directory._actor_id.hex()
+        self.name, self._directory, self._id = state["name"], state["directory"], state["id"]
         self._local()
 
     @classmethod
-    def create(cls, name: str, **options: Any) -> RayChannel:
-        """Start the directory actor (needs an initialized Ray; ``options``: its Ray actor options, such as the
-        run's ``runtime_env``) and return a handle to it."""
-        return cls(name, _directory_class().options(**options).remote())
+    def create(cls, name: str, directory: ActorHandle | None = None, **options: Any) -> RayChannel:
+        """A channel on ``directory`` (from ``RayChannel.directory``), or on a directory actor of its own, started
+        now with ``options`` (needs an initialized Ray)."""
+        return cls(name, directory if directory is not None else cls.directory(**options))
+
+    @staticmethod
+    def directory(**options: Any) -> ActorHandle:
+        """Start a directory actor that channels may share (``options``: its Ray actor options, such as the run's
+        ``runtime_env``)."""
+        return _directory_class().options(**options).remote()
 
     def __repr__(self) -> str:
         return f"RayChannel({self.name!r})"
@@ -319,11 +282,11 @@ class RayChannel:
                 return None
             route = ray.get(route)
             if route is None:
-                self._routes[key] = self._directory.consumer.remote(key)  # ask again for the next put
+                self._routes[key] = self._directory.consumer.remote(self._id, key)  # ask again for the next put
                 return None
             self._routes[key] = route
         elif route is None:
-            self._routes[key] = self._directory.consumer.remote(key)
+            self._routes[key] = self._directory.consumer.remote(self._id, key)
         return route
 
     async def aput(self, key: str, item: Any) -> None:
@@ -338,7 +301,7 @@ class RayChannel:
 
         check_timeout(timeout)
         if _MAILBOX["handle"] is None:  # not a mailbox actor: fetch from the directory
-            wrapped = ray.get(self._directory.get.remote(key, timeout, self._sender, self._seq.get(key, 0)))
+            wrapped = ray.get(self._directory.get.remote(self._id, key, timeout, self._sender, self._seq.get(key, 0)))
             if wrapped is None:
                 raise ChannelTimeout(self.name, key, timeout)
             return ray.get(wrapped[0])
@@ -354,7 +317,7 @@ class RayChannel:
 
         box = _inbox(self._id, key)
         if key not in self._claimed:
-            for sender, seq, wrapped in ray.get(self._directory.claim.remote(key, _MAILBOX["handle"])):
+            for sender, seq, wrapped in ray.get(self._directory.claim.remote(self._id, key, _MAILBOX["handle"])):
                 box.add(sender, seq, wrapped)
             self._claimed.add(key)
         return box
@@ -364,7 +327,7 @@ class RayChannel:
         check_timeout(timeout)
         if _MAILBOX["handle"] is not None:
             return await asyncio.to_thread(self.get, key, timeout)
-        wrapped = await self._directory.get.remote(key, timeout, self._sender, self._seq.get(key, 0))
+        wrapped = await self._directory.get.remote(self._id, key, timeout, self._sender, self._seq.get(key, 0))
         if wrapped is None:
             raise ChannelTimeout(self.name, key, timeout)
         return await wrapped[0]
@@ -376,7 +339,7 @@ class RayChannel:
         sent = self._seq.get(key, 0)
         if key in self._claimed:
             return _inbox(self._id, key).size(self._sender, sent)
-        return ray.get(self._directory.qsize.remote(key, self._sender, sent))
+        return ray.get(self._directory.qsize.remote(self._id, key, self._sender, sent))
 
     def discard(self, key: str) -> None:
         """Forget ``key`` in this process (its inbox, sequence numbers, route) and in the directory (without
@@ -387,7 +350,7 @@ class RayChannel:
             self._claimed.discard(key)
         with _INBOXES_LOCK:
             _INBOXES.pop((self._id, key), None)
-        self._directory.forget.remote(key, self._sender, sent)
+        self._directory.forget.remote(self._id, key, self._sender, sent)
 
     def close(self, wait_s: float = 10.0) -> None:
         """Kill the directory actor; items parked there are dropped and later calls fail.
@@ -401,7 +364,7 @@ class RayChannel:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             try:
-                ray.get(self._directory.consumer.remote(""), timeout=1.0)
+                ray.get(self._directory.consumer.remote("", ""), timeout=1.0)
             except ray.exceptions.RayActorError:
                 return
             except ray.exceptions.GetTimeoutError:

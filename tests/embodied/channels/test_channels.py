@@ -188,7 +188,7 @@ def test_mailbox_actors_receive_straight_from_producers_in_order(ray_session: No
     """
     import ray
 
-    from embodied.channels.ray_channel import mailbox_actor
+    from embodied.channels.mailbox import mailbox_actor
 
     class Consumer:
         def __init__(self, chan: RayChannel) -> None:
