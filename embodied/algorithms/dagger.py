@@ -75,7 +75,7 @@ class DAggerLearner:
             ranks.reduce_gradients(self.params)
         norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
         self.policy_optimizer.step()
-        return {"dagger/loss": loss.item(), "dagger/grad_norm": float(norm),
+        return {"dagger/policy_loss": loss.item(), "dagger/grad_norm": float(norm),
                 "dagger/demo_share": demo_rows / max(len(labels), 1)}
 
     def state_dict(self) -> dict[str, Any]:

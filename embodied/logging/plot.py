@@ -5,7 +5,10 @@
 
 Six panels against env steps: success rate (training episodes, eval with its 95% interval, and each
 ``runner.extra_evals`` env as ``eval/<env id>/success_rate``),
-return, episode length, policy loss, value loss and env-steps/s. Rendered with matplotlib's Agg
+return, episode length, policy loss, value loss and env-steps/s. The loss panels read whatever learner
+logged, by the metric's name: ``<prefix>/policy_loss``, ``<prefix>/train_loss`` and ``<prefix>/val_loss`` are
+policy losses, ``<prefix>/value_loss`` and ``<prefix>/q_loss`` value losses (the prefix is the learner's own),
+so an algorithm added as a plug-in is drawn when it names its metrics so. Rendered with matplotlib's Agg
 canvas directly, so no GUI backend is touched and the global backend stays as it was.
 """
 
@@ -24,7 +27,7 @@ PLOT_FILE = "learning_curves.png"
 @dataclass(frozen=True)
 class Panel:
     title: str
-    keys: tuple[str, ...]  # one line each; eval/* keys are drawn with markers
+    keys: tuple[str, ...]  # one line each; eval/* keys are drawn with markers; "*/name": every prefix's "name"
     band: tuple[str, str] | None = None  # (low, high) keys shaded around the eval line
     ylim: tuple[float, float] | None = None
 
@@ -34,8 +37,8 @@ PANELS = (
           (-0.02, 1.02)),
     Panel("return", ("env/return", "eval/return")),
     Panel("episode length", ("env/episode_len", "eval/episode_len")),
-    Panel("policy loss", ("train/policy_loss", "sft/train_loss", "sft/val_loss")),
-    Panel("value loss", ("train/value_loss",)),
+    Panel("policy loss", ("*/policy_loss", "*/train_loss", "*/val_loss")),
+    Panel("value loss", ("*/value_loss", "*/q_loss")),
     Panel("env steps / s", ("env_steps_per_s",)),
 )
 
@@ -169,13 +172,28 @@ def extra_eval_keys(rows: list[dict[str, float]]) -> list[str]:
     return sorted(k for k in keys if k.count("/") == 2 and not k.startswith("eval/task/"))
 
 
-def _draw(ax, rows: list[dict[str, float]], panel: Panel) -> None:
+def panel_keys(rows: list[dict[str, float]], panel: Panel) -> list[str]:
+    """The metric keys ``panel`` draws: its keys, a ``*/name`` one standing for every ``<prefix>/name`` in the rows
+    (one level, never ``eval/``: those are the eval's own)."""
+    present = sorted({k for row in rows for k in row if k.count("/") == 1 and not k.startswith("eval/")})
+    keys = []
     for key in panel.keys:
+        if key.startswith("*/"):
+            keys += [k for k in present if k.split("/")[1] == key[2:] and k not in keys]
+        elif key not in keys:
+            keys.append(key)
+    return keys
+
+
+def _draw(ax, rows: list[dict[str, float]], panel: Panel) -> None:
+    keys = [k for k in panel_keys(rows, panel) if series(rows, k)[0]]
+    prefixes = [k.split("/")[0] for k in keys]
+    for key in keys:
         xs, ys = series(rows, key)
-        if not xs:
-            continue
         is_eval = key.startswith("eval/")
-        label = key.replace("/", " ").replace("_loss", "") if key.startswith("sft/") else key.split("/")[0]
+        # A line is named by its prefix (train, eval, sac, ...); by its whole key where two share one (sft train/val)
+        prefix = key.split("/")[0]
+        label = key.replace("/", " ").replace("_loss", "") if prefixes.count(prefix) > 1 else prefix
         ax.plot(xs, ys, marker="o" if is_eval else None, markersize=4, label=label)
         if is_eval and panel.band is not None:
             lo, hi = (series(rows, k)[1] for k in panel.band)

@@ -38,7 +38,7 @@ def test_short_dagger_run_labels_what_the_policy_visits_and_resumes(tmp_path):
         assert metrics["replay/size"] == 16 * k  # 4 envs x 4 labelled steps an iteration, all kept
         assert metrics["dagger/updates"] == 16  # utd_ratio 1 x 16 labelled steps
         assert 0.0 < metrics["dagger/demo_share"] < 1.0 and rows > 0
-        assert math.isfinite(metrics["dagger/loss"]) and metrics["dagger/loss"] != 0.0
+        assert math.isfinite(metrics["dagger/policy_loss"]) and metrics["dagger/policy_loss"] != 0.0
 
     resumed = train(load_config(RECIPE, [*overrides, "runner.iterations=3", f"runner.resume_from={first.run_dir}"]))
     assert resumed.run_dir == first.run_dir and len(resumed.history) == 1

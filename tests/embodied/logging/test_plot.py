@@ -112,3 +112,17 @@ def test_the_comparison_has_a_wall_clock_axis_from_when_each_run_began(tmp_path)
     minutes, values = series(rows, "eval/success_rate", run_start(tmp_path, rows))
     assert minutes == [2.5, 5.0] and values == [0.5, 1.0]  # iterations 5 and 10, 30 s each
     assert series([{"eval/success_rate": 1.0}], "eval/success_rate", 0.0) == ([], [])  # no time: left out
+
+
+def test_the_loss_panels_draw_any_learner_s_losses_by_their_names():
+    """PPO's train/, SAC's sac/, DAgger's dagger/, SFT's sft/ losses: a plug-in's metrics are drawn by their names,
+    not by a list of algorithms; PPO's total train/loss is neither a policy nor a value loss."""
+    from embodied.logging.plot import PANELS, panel_keys
+
+    policy, value = (next(p for p in PANELS if p.title == title) for title in ("policy loss", "value loss"))
+    rows = [{"train/policy_loss": 1.0, "train/value_loss": 2.0, "train/loss": 3.0, "sac/policy_loss": 0.5,
+             "sac/q_loss": 0.7, "dagger/policy_loss": 0.1, "eval/task/policy_loss": 9.0},
+            {"sft/train_loss": 0.2, "sft/val_loss": 0.3}]
+    assert panel_keys(rows, policy) == ["dagger/policy_loss", "sac/policy_loss", "train/policy_loss",
+                                        "sft/train_loss", "sft/val_loss"]
+    assert panel_keys(rows, value) == ["train/value_loss", "sac/q_loss"]
