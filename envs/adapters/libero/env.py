@@ -110,15 +110,8 @@ class LiberoEnv(gym.Env):
     def observation_shapes(cls, obs_mode: str = "state+rgb", task_ids: list[int] | None = None,
                            image_size: int = 128, **_: Any) -> dict[str, tuple[int, ...]]:
         """Each observation key's shape, from the task files without building a scene (eval checks checkpoints)."""
-        shapes: dict[str, tuple[int, ...]] = {}
-        if obs_mode == "state":
-            tasks = select_tasks(suite_for(cls.suite_id), task_ids)
-            shapes[STATES] = (ROBOT_STATE_DIM + OBJECT_STATE_DIM * max(object_slots(t) for t in tasks),)
-        elif obs_mode == "state+rgb":
-            shapes[STATES] = (ROBOT_STATE_DIM,)
-        if obs_mode != "state":
-            shapes[MAIN_IMAGES] = shapes[WRIST_IMAGES] = (image_size, image_size, 3)
-        return shapes
+        tasks = select_tasks(suite_for(cls.suite_id), task_ids) if obs_mode == "state" else []
+        return obs_shapes(obs_mode, max((object_slots(t) for t in tasks), default=0), image_size)
 
     @classmethod
     def control_frequency(cls, **kwargs: Any) -> int:
@@ -274,16 +267,9 @@ class LiberoEnv(gym.Env):
     # -- internals -----------------------------------------------------------------------------
 
     def _spaces(self) -> dict[str, gym.spaces.Space]:
-        spaces: dict[str, gym.spaces.Space] = {}
-        if self.obs_mode == "state":
-            dim = ROBOT_STATE_DIM + OBJECT_STATE_DIM * self.num_objects
-            spaces[STATES] = gym.spaces.Box(-np.inf, np.inf, (dim,), np.float32)
-        if self.obs_mode == "state+rgb":
-            spaces[STATES] = gym.spaces.Box(-np.inf, np.inf, (ROBOT_STATE_DIM,), np.float32)
-        if self.obs_mode != "state":
-            image = gym.spaces.Box(0, 255, (self.image_size, self.image_size, 3), np.uint8)
-            spaces[MAIN_IMAGES], spaces[WRIST_IMAGES] = image, image
-        return spaces
+        return {key: gym.spaces.Box(-np.inf, np.inf, shape, np.float32) if key == STATES
+                else gym.spaces.Box(0, 255, shape, np.uint8)
+                for key, shape in obs_shapes(self.obs_mode, self.num_objects, self.image_size).items()}
 
     def _task(self, task_id: int) -> TaskInfo:
         return select_tasks(self.suite, [task_id])[0]
@@ -394,6 +380,20 @@ class LiberoEnv(gym.Env):
     def _gl_strings(self) -> dict[str, str | None]:
         ctx = self._raw.env.sim._render_context_offscreen if self._raw is not None else None
         return gl_strings(ctx)
+
+
+def obs_shapes(obs_mode: str, num_objects: int, image_size: int) -> dict[str, tuple[int, ...]]:
+    """Each observation key's shape: the one rule behind an env's spaces and ``LiberoEnv.observation_shapes``.
+    ``state``: the robot and ``num_objects`` object slots; ``state+rgb``: the robot and both cameras; ``rgb``: the
+    cameras."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    if obs_mode == "state":
+        shapes[STATES] = (ROBOT_STATE_DIM + OBJECT_STATE_DIM * num_objects,)
+    elif obs_mode == "state+rgb":
+        shapes[STATES] = (ROBOT_STATE_DIM,)
+    if obs_mode != "state":
+        shapes[MAIN_IMAGES] = shapes[WRIST_IMAGES] = (image_size, image_size, 3)
+    return shapes
 
 
 def robot_state(raw_obs: dict[str, Any]) -> np.ndarray:
