@@ -20,12 +20,12 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	bash .ci/system-deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# torch first, from the local CPU wheel; the constraints file keeps it there afterwards. --no-compile: pip would
-	# byte-compile all ~23,000 modules of the stack one by one (about 100 s here); Python compiles (and caches) the
-	# ones a process imports, when it first imports them.
-	$(PY) -m pip install -q --no-compile torch==2.13.0
+	# torch first, from the local CPU wheel; the constraints file keeps it there afterwards. pip byte-compiles what it
+	# installs, and must: Ray starts its workers with PYTHONDONTWRITEBYTECODE=1, so a module without its .pyc is
+	# compiled again in every Ray worker that imports it (torch: seconds a process).
+	$(PY) -m pip install -q torch==2.13.0
 	# The simulator-suite extras are installed too, so their adapter tests really run.
-	$(PY) -m pip install -q --no-compile -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
 	touch $@
 
 setup: $(VENV)/.installed
