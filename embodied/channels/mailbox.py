@@ -26,8 +26,6 @@ def mailbox_actor(cls: type, **options: Any) -> Any:
     imports torch, seconds in an env worker that never needs it). A class defined inside a function or in
     a script's ``__main__`` travels by value instead, as a subclass.
     """
-    import ray
-
     name = f"{cls.__module__}:{cls.__qualname__}"
     # A class of a script (__main__ here is Ray's worker there) or of a function's body: by value
     if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__ or _imported(name) is not cls:
@@ -35,13 +33,12 @@ def mailbox_actor(cls: type, **options: Any) -> Any:
     concurrent = set(getattr(cls, "concurrent_methods", ()))
     body: dict[str, Any] = {"_embodied_class": name}
     for method in dir(cls):
-        if not method.startswith("_") and callable(getattr(cls, method)) and not isinstance(getattr(cls, method),
-                                                                                               type):
+        member = getattr(cls, method)
+        if not method.startswith("_") and callable(member) and not isinstance(member, type):
             body[method] = _forward(method, concurrent=method in concurrent)
     mailbox = type(cls.__name__, (_Mailbox,), body)  # named as the worker: Ray's process title (ray::EnvWorker)
     mailbox.__qualname__ = cls.__qualname__
-    groups = {**options.pop("concurrency_groups", {}), MAILBOX_GROUP: 1}
-    return ray.remote(concurrency_groups=groups, **options)(mailbox)
+    return _remote(mailbox, options)
 
 
 def _imported(name: str) -> Any:
@@ -110,48 +107,37 @@ def _imported_class(name: str) -> type:
 
 
 def _mailbox_subclass(cls: type, **options: Any) -> Any:
-    """``mailbox_actor`` for a class that is not importable by name: a subclass, shipped by value."""
+    """``mailbox_actor`` for a class that is not importable by name: a subclass, shipped by value, that takes its
+    delivery, memory and node methods from ``_Mailbox`` (importable, so they travel by name)."""
     import ray
 
-    # The class travels by value (cloudpickle), with copies of the globals it names; its methods
-    # therefore import this module in the worker to reach the process's real inboxes.
-    class Mailbox(cls):  # type: ignore[misc, valid-type]
+    class Mailbox(cls, _Mailbox):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
+            # This class travels by value (cloudpickle), with copies of the globals it names: the process's real
+            # registry is reached through the module.
             from embodied.channels import ray_channel
 
             ray_channel._MAILBOX["handle"] = ray.get_runtime_context().current_actor
-            super().__init__(*args, **kwargs)
-
-        @ray.method(concurrency_group=MAILBOX_GROUP)
-        def _embodied_deliver(self, channel_id: str, key: str, sender: str, seq: int, item: Any) -> None:
-            from embodied.channels import ray_channel
-
-            ray_channel._inbox(channel_id, key).add(sender, seq, item)
-
-        @ray.method(concurrency_group=MAILBOX_GROUP)
-        def _embodied_rss_mib(self) -> float | None:
-            from embodied.core.process_memory import process_rss_mib
-
-            return process_rss_mib()
-
-        @ray.method(concurrency_group=MAILBOX_GROUP)
-        def _embodied_node_id(self) -> str:
-            return ray.get_runtime_context().get_node_id()
+            cls.__init__(self, *args, **kwargs)
 
     for name in getattr(cls, "concurrent_methods", ()):  # run beside the worker's own calls, as deliveries do
         setattr(Mailbox, name, _in_mailbox_group(getattr(cls, name)))
     Mailbox.__name__, Mailbox.__qualname__ = cls.__name__, cls.__qualname__
+    return _remote(Mailbox, options)
+
+
+def _remote(mailbox: type, options: dict[str, Any]) -> Any:
+    """``ray.remote`` of ``mailbox`` with the mailbox concurrency group beside any the options name."""
+    import ray
+
     groups = {**options.pop("concurrency_groups", {}), MAILBOX_GROUP: 1}
-    return ray.remote(concurrency_groups=groups, **options)(Mailbox)
+    return ray.remote(concurrency_groups=groups, **options)(mailbox)
 
 
 def _in_mailbox_group(method: Any) -> Any:
-    """``method`` as a Ray actor method of the mailbox's concurrency group."""
-    import ray
-
-    @ray.method(concurrency_group=MAILBOX_GROUP)
+    """``method`` as a Ray actor method of the mailbox's concurrency group (a wrapper: ``method`` stays as it is)."""
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         return method(self, *args, **kwargs)
 
-    return wrapper
+    return _in_group(wrapper)
