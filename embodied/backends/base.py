@@ -33,6 +33,11 @@ class Backend(Protocol):
         """What the workers can reserve: {"CPU": n, "GPU": n, "memory_mib": MiB available now}, plus the cluster's
         custom resources by name (Ray)."""
     def channel(self, name: str) -> Channel: ...
+    def release(self, group: WorkerGroup) -> None:
+        """End ``group``'s workers now and free what they hold (Ray: kill its actors, whose processes go, hung ones
+        too, and remove its placement group; local: stop its threads, a hung one left behind), while the backend's
+        other groups go on: for evals that share one backend (``embodied eval --suites``, extra evals), so that
+        each suite's workers go with it instead of at ``shutdown``."""
     def wait(self, handles: list[Any], timeout: float | None = None) -> list[Any]:
         """Every handle's result (raises the first error); ``TimeoutError`` after ``timeout`` seconds."""
     def wait_any(self, handles: list[Any]) -> list[Any]:

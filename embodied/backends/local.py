@@ -214,6 +214,10 @@ class LocalBackend:
     def channel(self, name: str) -> Channel:
         return LocalChannel(name)
 
+    def release(self, group: LocalGroup) -> None:
+        group.close()
+        self._groups = [g for g in self._groups if g is not group]
+
     def wait(self, handles: list[Future], timeout: float | None = None) -> list[Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
         return [h.result(None if deadline is None else max(deadline - time.monotonic(), 0)) for h in handles]

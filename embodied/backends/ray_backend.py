@@ -155,6 +155,18 @@ class RayBackend:
         self._channels.append(ch)
         return ch
 
+    def release(self, group: RayGroup) -> None:
+        if self.lost is not None:  # the actors went with the cluster; a kill would wait on it
+            return
+        for actor in group.actors:
+            self.ray.kill(actor, no_restart=True)
+        ids = {id(a) for a in group.actors}
+        self._actors[:] = [a for a in self._actors if id(a) not in ids]  # in place: restarts append to it
+        if group.placement is not None:
+            self.ray.util.remove_placement_group(group.placement)
+            self._placement_groups.remove(group.placement)
+        group.actors = []
+
     def wait(self, handles: list[Any], timeout: float | None = None) -> list[Any]:
         if not handles:
             return []

@@ -91,6 +91,7 @@ class ExtraEvals:
                 warnings.warn(f"extra eval {suite.name} at iteration {iteration} failed and is switched off: "
                               f"{type(exc).__name__}: {exc}", stacklevel=2)
                 self.failed.add(suite.name)
+                self._release(suite.name)
                 metrics[f"eval/{suite.name}/failed"] = 1.0
                 continue
             metrics |= suite_metrics(suite.name, found)
@@ -102,4 +103,14 @@ class ExtraEvals:
                 evaluator.close()
             except Exception as exc:  # noqa: BLE001 - closing at the end of a run
                 warnings.warn(f"closing an extra eval failed: {exc!r}", stacklevel=2)
-        self.evaluators = {}
+        for name in list(self.evaluators):
+            self._release(name)
+
+    def _release(self, name: str) -> None:
+        """End a suite's eval workers (switched off, or the run ends) while training's go on."""
+        evaluator = self.evaluators.pop(name, None)
+        if evaluator is not None:
+            try:
+                evaluator.release()
+            except Exception as exc:  # noqa: BLE001 - the backend's shutdown ends them in any case
+                warnings.warn(f"releasing extra eval {name}'s workers failed: {exc!r}", stacklevel=2)

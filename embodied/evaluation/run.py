@@ -189,20 +189,25 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path | None, episodes: int | No
     backend = make_backend(cfg.cluster) if backend is None else backend
     try:
         evaluator = Evaluator.start(cfg, backend, cfg.logger.video if video else None)
-        if state is not None:
-            check_env_fits(state, env_id, backend.wait(evaluator.envs.group.call("spec"))[0],
-                           f"checkpoint {checkpoint}", same_env)
-            try:
-                evaluator.load_checkpoint(state["actor"], int(state["actor"].get("version", 0)))
-            except (RuntimeError, ValueError) as exc:
-                raise ValueError(f"checkpoint {checkpoint} does not fit policy config {cfg.policy}: {exc}") from None
-        plan = evaluator.plan(episodes)
-        with EvalProgress(episodes, "eval", cfg.logger.progress_bar) as progress:
-            found = evaluator.run(episodes, str(out_dir / "videos") if video else None, sample, progress)
-        provenance = evaluator.provenance()
-        videos = evaluator.take_videos(wait=True)
-        report_errors(videos.errors)
-        evaluator.close()
+        try:
+            if state is not None:
+                check_env_fits(state, env_id, backend.wait(evaluator.envs.group.call("spec"))[0],
+                               f"checkpoint {checkpoint}", same_env)
+                try:
+                    evaluator.load_checkpoint(state["actor"], int(state["actor"].get("version", 0)))
+                except (RuntimeError, ValueError) as exc:
+                    raise ValueError(f"checkpoint {checkpoint} does not fit policy config {cfg.policy}: {exc}") \
+                        from None
+            plan = evaluator.plan(episodes)
+            with EvalProgress(episodes, "eval", cfg.logger.progress_bar) as progress:
+                found = evaluator.run(episodes, str(out_dir / "videos") if video else None, sample, progress)
+            provenance = evaluator.provenance()
+            videos = evaluator.take_videos(wait=True)
+            report_errors(videos.errors)
+            evaluator.close()
+        finally:
+            if not own:  # the shared backend goes on to the next suite without this one's workers (GiBs each)
+                evaluator.release()
     finally:
         if own:
             backend.shutdown()

@@ -60,9 +60,13 @@ class Evaluator:
         """Eval envs and rollout workers only: no actor, no training envs (``embodied eval``)."""
         check_resources(cfg, backend, training=False)
         envs = start_eval_envs(cfg, backend, video)
-        spec = backend.wait(envs.group.call("spec"))[0]
-        return cls(cfg, backend, envs, start_rollout_group(cfg, backend, spec, None, envs, None),
-                   RestartBudget.of(cfg.runner))
+        try:
+            spec = backend.wait(envs.group.call("spec"))[0]
+            rollout = start_rollout_group(cfg, backend, spec, None, envs, None)
+        except BaseException:
+            backend.release(envs.group)  # a backend shared by several evals goes on without them
+            raise
+        return cls(cfg, backend, envs, rollout, RestartBudget.of(cfg.runner))
 
     def load_checkpoint(self, actor_state: dict[str, Any], version: int = 0) -> None:
         """Load a checkpoint's policy (``load_checkpoint(...)["actor"]``) into every rollout worker."""
@@ -173,5 +177,12 @@ class Evaluator:
     def close(self) -> None:
         """Finish queued videos and close the eval envs (but hung ones)."""
         self.envs.close(self.backend)
+
+    def release(self) -> None:
+        """End the workers ``start`` built (eval envs and rollout workers) on a backend that goes on without them
+        (``Backend.release``): several suites evaluated on one backend hold one suite's workers at a time. Not for
+        a training run's evaluator, whose rollout workers are training's."""
+        self.backend.release(self.envs.group)
+        self.backend.release(self.rollout_group)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from tests.toy_envs import EpisodeSetEnv
 
+from embodied.backends import LocalBackend
 from embodied.checkpoint.store import CheckpointError
 from embodied.config import ConfigError, load_config
 from embodied.core.registry import ENV_SETS, ENVS, UnknownNameError
@@ -161,6 +162,14 @@ def test_eval_suites_writes_one_table_one_eval_json_and_a_plot(tmp_path, capsys,
     root = Path(__file__).resolve().parents[3]
     checkpoint = reach_checkpoint(tmp_path, load_config(root / "configs" / "reach_mlp_ppo.yaml"))
     monkeypatch.chdir(root)
+    live_at_create: list[int] = []  # the groups alive on the shared backend as each new one is made
+
+    class Spy(LocalBackend):
+        def create(self, cls: type, args_per_rank: list[tuple], resources: Any = None) -> Any:
+            live_at_create.append(len(self._groups))
+            return super().create(cls, args_per_rank, resources)
+
+    monkeypatch.setattr("embodied.evaluation.multi.make_backend", lambda cluster: Spy())
     out = tmp_path / "out"
     assert main(["eval", "configs/reach_mlp_ppo.yaml", "--checkpoint", str(checkpoint), "--suites",
                  "Reach-v0,toy-reach-far", "--episodes", "3", "--out", str(out), "eval_env.num_envs=3",
@@ -178,6 +187,8 @@ def test_eval_suites_writes_one_table_one_eval_json_and_a_plot(tmp_path, capsys,
     assert (out / "toy-reach-far" / "eval.json").is_file() and (out / "table.txt").read_text().startswith("suite")
     assert sorted(report["videos"]) == ["Reach-v0", "toy-reach-far"]  # videos per suite x axis, in its folder
     assert (out / "toy-reach-far" / "videos" / "episode_000.mp4").is_file()
+    # Each suite's env and rollout workers end with it: one suite's workers at a time, not every suite's (GiBs each)
+    assert live_at_create == [0, 1, 0, 1]
     ENVS.register("toy-broken", BrokenBuild, overwrite=True)  # raises when built: left out, and the table says why
     with pytest.warns(UserWarning, match="--suites toy-broken failed, the others go on"):
         assert main(["eval", "configs/reach_mlp_ppo.yaml", "--checkpoint", str(checkpoint), "--suites",
