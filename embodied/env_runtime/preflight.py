@@ -3,8 +3,9 @@
 ``embodied train`` and ``embodied eval`` build one env (a batched env with ``num_envs=2``) of each
 env section they use and run ``embodied.env_runtime.check_env``'s fast subset: reset/step types and the
 5-tuple, observation keys/dtypes/shapes/finite, spaces, action bounds, an episode ending within
-``max_episode_steps``, seed determinism, ``info['success']``, ``render()`` when videos are on, and
-for a ``BatchedEnv`` the chunk-step rules, ``final_obs`` and ``auto_reset=False``. A failure is a
+``max_episode_steps``, seed determinism, ``info['success']``, 20 random steps without the simulation
+going unstable, ``render()`` when videos are on, and for a ``BatchedEnv`` the chunk-step rules,
+``final_obs`` and ``auto_reset=False``. A failure is a
 ``ConfigError`` naming the user's class, its file and the fix (the CLI exits 2, and no run
 directory is made); what only degrades results (no success key, a reset that ignores its seed) is
 a warning. ``env.preflight: false`` skips it.

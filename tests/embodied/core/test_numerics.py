@@ -132,8 +132,10 @@ def test_check_env_fails_a_model_that_goes_unstable_under_random_actions():
     rows = {r.name: r for r in check_env(EnvConfig(id="tests.toy_envs:unstable_reach"), fast=True, render="skip")}
     row = rows["simulation stays stable under random actions"]
     assert not row.passed and row.severity == "error" and "went unstable" in row.detail and "timestep" in row.fix
-    stable = {r.name: r for r in check_env(EnvConfig(id="Reach-v0"), fast=True, render="skip")}
-    assert stable["simulation stays stable under random actions"].passed
+    for fast, steps in ((True, 20), (False, 100)):  # the preflight's share, and check-env's --steps
+        stable = {r.name: r for r in check_env(EnvConfig(id="Reach-v0"), fast=fast, render="skip")}
+        row = stable["simulation stays stable under random actions"]
+        assert row.passed and row.detail == f"{steps} random steps"
 
 
 def test_a_batched_envs_chunk_result_is_checked_too():
