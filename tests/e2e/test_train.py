@@ -64,7 +64,8 @@ def test_two_actor_ranks_train_and_resume_into_one(tmp_path, ray_session, strate
     actor on the local backend. (DDP in sync mode: its step against one rank's is ``test_actor_ranks``'s, and its
     run here would add nothing the two cases do not train.)"""
     ranks = [*SHORT, "cluster.backend=ray", "cluster.num_env_workers=2", "cluster.num_rollout_workers=2",
-             "actor.num_ranks=2", f"actor.strategy={strategy}", f"runner.mode={mode}"]
+             "actor.num_ranks=2", f"actor.strategy={strategy}", f"runner.mode={mode}",
+             "runner.eval_video=none"]  # videos recorded on Ray: test_ray_backend_starts_and_stops_its_own_ray
     cfg = load_config(RECIPE, [*ranks, f"experiment.output_dir={tmp_path}"])
     first = train(cfg)
     check_run(cfg, first)
@@ -121,7 +122,8 @@ def test_a_short_ray_run_repeats_the_local_run_of_its_seed_exactly(tmp_path, ray
     (disaggregated: rollout workers act on a synced copy) is then the same run, evals too. The Ray fault and resume
     tests rely on this to take their reference runs on the local backend.
     (One test: a separate short Ray run trained the same path again; a second Ray run of the seed is implied.)"""
-    same = [*SHORT, "cluster.num_env_workers=2", "cluster.num_rollout_workers=1", "cluster.placement=disaggregated"]
+    same = [*SHORT, "cluster.num_env_workers=2", "cluster.num_rollout_workers=1", "cluster.placement=disaggregated",
+            "runner.eval_video=none"]  # the learning figures are compared, not the videos
     cfgs = [load_config(RECIPE, [*same, f"experiment.output_dir={tmp_path / backend}", f"cluster.backend={backend}"])
             for backend in ("ray", "local")]
     runs = [train(cfg) for cfg in cfgs]
@@ -134,7 +136,8 @@ def test_a_short_ray_run_repeats_the_local_run_of_its_seed_exactly(tmp_path, ray
 @pytest.mark.slow
 @pytest.mark.ray
 def test_ray_backend_starts_and_stops_its_own_ray(tmp_path):
-    """With no address and no Ray running, the run starts a local Ray and stops it at the end."""
+    """With no address and no Ray running, the run starts a local Ray and stops it at the end; its last eval's
+    videos (the recipe's runner.eval_video: last), rendered and encoded in the eval env workers' processes, are there."""
     cmd = [sys.executable, "-m", "embodied.cli", "train", str(RECIPE), *SHORT, "runner.iterations=2",
            "cluster.backend=ray", f"experiment.output_dir={tmp_path}"]
     env = {**os.environ, "WANDB_MODE": "disabled", "RAY_ADDRESS": ""}
@@ -142,6 +145,8 @@ def test_ray_backend_starts_and_stops_its_own_ray(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "final eval: success_rate=" in proc.stdout
     assert "Started a local Ray instance" in proc.stderr
+    videos = list(tmp_path.glob("*/videos/iter_000002/*.mp4"))
+    assert videos and all(v.stat().st_size > 0 for v in videos)
 
 
 @pytest.mark.slow
