@@ -200,7 +200,7 @@ def _pipeline_case(name: str, policy_config: Any, overrides: list[str], sizes: S
 
 def weight_sync(report: Report, sizes: Sizes) -> None:
     """Median ``sync_weights`` time on Ray beside the median iteration of the same config."""
-    cases = [("MLP (default recipe)", DEFAULT_RECIPE, ["env.num_envs=32"])]
+    cases = [("MLP (default recipe)", DEFAULT_RECIPE, [f"env.num_envs={8 if sizes.steps < 1000 else 32}"])]
     if sizes.vla:
         small = ["env.num_envs=8", "eval_env.num_envs=1", "rollout.chunk_steps=8", "algorithm.num_minibatches=2",
                  "algorithm.update_epochs=1", "env.preflight=false"]
