@@ -31,13 +31,14 @@ LIFT_CLEARANCE = 0.06  # metres of the object's origin over the basket's rim at 
 REACH_SCALE = 0.2  # metres: reach's closeness is 0.24 here (the hand starts about 0.3 m away)
 PLACE_SCALE = 0.2  # metres in the plane between the object and the basket's contain region
 SHAPED_SUITES = ("LIBERO-Object-v0",)
+REGION = "_contain_region"  # the basket's site that LIBERO's success check reads
 
 
 class PickPlaceShaping:
     """The staged reward of one LIBERO-Object scene; ``reset`` after every episode start, then call it each step.
 
-    The object is ``obj_of_interest[0]`` and the basket ``obj_of_interest[1]``, as LIBERO's own success check
-    reads them (the object's body inside the site ``<basket>_contain_region``).
+    The object is ``obj_of_interest[0]`` and the basket ``obj_of_interest[1]`` (or its region), as LIBERO's own
+    success check reads them (the object's body inside the site ``<basket>_contain_region``).
     """
 
     def reset(self, raw_env: Any) -> None:
@@ -45,9 +46,10 @@ class PickPlaceShaping:
         e = raw_env
         sim = e.sim
         self.env = e
-        self.obj, basket = e.obj_of_interest[0], e.obj_of_interest[1]
+        # LIBERO-PRO's Task files name the region itself ("basket_1_contain_region"), the base suite's the basket.
+        self.obj, basket = e.obj_of_interest[0], e.obj_of_interest[1].removesuffix(REGION)
         self.obj_id = e.obj_body_id[self.obj]
-        self.region = sim.model.site_name2id(f"{basket}_contain_region")
+        self.region = sim.model.site_name2id(f"{basket}{REGION}")
         self.grip_site = sim.model.site_name2id(GRIP_SITE)
         rim_z = body_top(sim, e.obj_body_id[basket])
         self.start_z = float(sim.data.body_xpos[self.obj_id][2])

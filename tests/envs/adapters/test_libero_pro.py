@@ -80,3 +80,17 @@ def test_a_perturbed_env_keeps_the_base_contracts_and_its_expert_solves_it():
         assert np.isfinite(obs["states"]).all()
     finally:
         env.close()
+
+
+@pytest.mark.libero
+def test_the_dense_reward_reads_a_task_file_that_names_the_basket_s_region_itself():
+    """LIBERO-PRO's Task suite lists ``basket_1_contain_region`` where the base suite lists ``basket_1``: the staged
+    reward (RLPD's recipe, evaluated with --suites) found no site ``basket_1_contain_region_contain_region``."""
+    env = ENVS.resolve("LIBERO-Object-Task-v0")(obs_mode="state", task_ids=[0], reward_type="dense")
+    try:
+        env.reset(seed=0, options={"task_id": 0, "init_state": 0})
+        assert env.robosuite_env.obj_of_interest[1] == "basket_1_contain_region"
+        rewards = [env.step(np.zeros(7, dtype=np.float32))[1] for _ in range(3)]
+        assert all(-1.0 <= r <= -0.2 for r in rewards)  # staged, before success
+    finally:
+        env.close()
