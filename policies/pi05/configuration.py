@@ -73,8 +73,6 @@ class PI05PolicyConfig(PI0PolicyConfig):
     def validate(self) -> list[str]:
         """π0's checks (the folder, LoRA, the device, the flow fields, cameras, prompt length) and π0.5's."""
         p = super().validate()
-        if self.init_vlm_from is not None:
-            p.append("policy.init_vlm_from: not supported by policy.type=pi05 (start from a π0.5 folder)")
         if self.normalization not in (None, "quantiles", "mean_std"):
             p.append(f"policy.normalization: {self.normalization!r}; known: quantiles, mean_std (null: the folder's)")
         return p

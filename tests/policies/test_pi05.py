@@ -271,3 +271,26 @@ def test_bad_settings_are_named_before_any_worker(tmp_path):
                               ("policy.normalization=minmax", "policy.normalization")):
         with pytest.raises(ConfigError, match=message):
             load_config(cfg, [override, f"experiment.output_dir={tmp_path}"])
+
+
+def test_a_paligemma_folder_seeds_the_vlm_and_a_wrong_one_is_named(tmp_path):
+    """π0.5's VLM is π0's PaliGemma: a tokens-head SFT's backbone seeds it as it seeds π0's (the PickColor recipe)."""
+    from transformers import PaliGemmaForConditionalGeneration
+
+    from embodied.policies.pi05.pretrained import resolve_model_path
+    from embodied.policies.vla.tiny import resolve_model_path as vla_path
+
+    paligemma = vla_path("tiny:paligemma-tiny")  # the same tokenizer, 256 action bins more
+    policy = make(init_vlm_from=str(paligemma))
+    source = PaliGemmaForConditionalGeneration.from_pretrained(paligemma).model.state_dict()
+    for key, value in policy.model.model.vlm.state_dict().items():
+        rows = min(len(value), len(source[key])) if value.dim() else None
+        assert torch.equal(value[:rows], source[key][:rows]), key
+    unseeded = make()
+    assert not torch.equal(policy.model.model.vlm.get_input_embeddings().weight,
+                           unseeded.model.model.vlm.get_input_embeddings().weight)
+    expert, expert_unseeded = policy.model.model.dit.state_dict(), unseeded.model.model.dit.state_dict()
+    assert all(torch.equal(expert[k], expert_unseeded[k]) for k in expert)  # the adaRMS expert is left as built
+    assert not [p for p in PI05PolicyConfig(init_vlm_from=str(paligemma)).validate() if "init_vlm_from" in p]
+    problems = PI05PolicyConfig(init_vlm_from=str(resolve_model_path("tiny:pi05-tiny"))).validate()
+    assert any("policy.init_vlm_from:" in p and "is not a PaliGemma save_pretrained folder" in p for p in problems)
