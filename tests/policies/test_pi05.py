@@ -155,6 +155,7 @@ def test_lora_trains_adapters_and_projections_only_and_reloads(tmp_path):
     assert any("time_mlp_in" in n for n in trainable) and "value_head.0.weight" in trainable
     assert not any("vision_tower" in n for n in trainable)
     assert not any("lora" not in n and ".layers." in n for n in policy.trainable_state())
+    assert not any(".dense." in n for n in trainable)  # the adaRMS layers stay fixed, as under LeRobot's and openpi's
     with torch.no_grad():
         for n, p in policy.named_parameters():
             if "lora_B" in n:
