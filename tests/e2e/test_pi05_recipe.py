@@ -1,5 +1,5 @@
 """The π0.5 recipes (PickColor, policy.type: pi05, tiny), shortened as the π0 ones are: PPO with critic warm-up
-through Flow-Noise; SFT fits quantile statistics and its checkpoint starts GRPO; DSRL steers a frozen π0.5; a π0
+through Flow-Noise; SFT from a PaliGemma-seeded VLM fits quantile statistics and its checkpoint starts GRPO; DSRL steers a frozen π0.5; a π0
 checkpoint is refused by a π0.5 init_from."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from embodied.config import load_config
+from embodied.policies.vla.tiny import resolve_model_path as vla_path
 from embodied.runs.collect import collect
 from embodied.runs.sft import sft
 from tests.e2e.test_dsrl_recipe import check_checkpoint, dsrl_run
@@ -39,7 +40,9 @@ def test_ppo_with_critic_warmup_trains_pi05(tmp_path):
 def test_sft_fits_quantiles_and_its_checkpoint_starts_grpo(tmp_path):
     demos = tmp_path / "demos"
     collect(load_config(SFT, ["env.num_envs=2", "eval_env.num_envs=2"]), episodes=2, out=demos, data_format="arrow")
-    result = sft(load_config(SFT, [*SHORT, *SMALL, f"sft.dataset={demos}", "sft.epochs=1", "sft.batch_size=8",
+    vlm = vla_path("tiny:paligemma-tiny")  # as the recipe: the VLM from a tokens-head PaliGemma folder
+    result = sft(load_config(SFT, [*SHORT, *SMALL, f"policy.init_vlm_from={vlm}", f"sft.dataset={demos}",
+                                   "sft.epochs=1", "sft.batch_size=8",
                                    "sft.log_every=1", "sft.val_fraction=0", "sft.eval_every=0",
                                    f"experiment.output_dir={tmp_path}"]))
     assert all(math.isfinite(m["sft/train_loss"]) for m in result.history)
