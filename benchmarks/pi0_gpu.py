@@ -1,14 +1,16 @@
-"""Full-size π0 on a GPU: bf16, LoRA, the figures a user sizes a run by.
+"""Full-size π0 or π0.5 on a GPU: bf16, LoRA, the figures a user sizes a run by.
 
-    python -m benchmarks.pi0_gpu [--size full] [--lora-rank 16] [--act-batches 1 8 32] [--ppo-batches 8 32]
+    python -m benchmarks.pi0_gpu [--model pi05] [--size full] [--lora-rank 16] [--act-batches 1 8] [--ppo-batches 8]
     python -m benchmarks.pi0_gpu --size tiny --device cpu --dtype float32   # the same code path, on a CPU
 
 The model is transformers' ``PI0ForConditionalGeneration`` built from ``PI0Config()`` (3.5B parameters: a
 PaliGemma 2B VLM and a 300M-class Gemma action expert) with random weights, since nothing can be downloaded
-here; speed and memory do not depend on the weights' values. It is built straight on the device: writing and
-re-reading 7 GB through ``save_pretrained`` would only spend device time, so ``load_pi0`` is replaced by a
-builder for this run (everything after it is ``PI0Policy`` as training uses it). Two 224 px cameras (LIBERO's
-main and wrist views), an 8-dim state and 7-dim actions, the checkpoint's 10 Euler steps and 50-step chunk.
+here; speed and memory do not depend on the weights' values. ``--model pi05`` builds π0.5 of the same sizes
+(``PI05ForConditionalGeneration``: the adaRMS expert, the state in the prompt; 3.6B) and runs ``PI05Policy``.
+It is built straight on the device: writing and re-reading 7 GB through ``save_pretrained`` would only spend
+device time, so the policy's loader is replaced by a builder for this run (everything after it is the policy as
+training uses it). Two 224 px cameras (LIBERO's main and wrist views), an 8-dim state and 7-dim actions, the
+checkpoint's 10 Euler steps and 50-step chunk.
 
 Printed, and written as JSON with ``--json``:
 
@@ -45,11 +47,12 @@ SPEC = PolicySpec(state_dim=8, image_shape=(IMAGE, IMAGE, 3), action_dim=7, acti
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def write_config_folder(size: str, out: Path) -> Path:
-    """``config.json`` (PI0Config) and a tokenizer: a π0 folder without weights."""
+def write_config_folder(size: str, out: Path, model: str = "pi0") -> Path:
+    """``config.json`` (PI0Config, or a PI05Config of its sizes) and a tokenizer: a folder without weights."""
     from transformers import PI0Config
 
     from embodied.policies.pi0.pretrained import tiny_pi0_config
+    from embodied.policies.pi05.pretrained import as_pi05_config
     from embodied.policies.vla.tiny import train_tokenizer
 
     tokenizer = train_tokenizer("paligemma")
@@ -59,21 +62,40 @@ def write_config_folder(size: str, out: Path) -> Path:
         config.vlm_config.image_token_id = tokenizer.convert_tokens_to_ids("<image>")  # ours, inside the vocabulary
     else:
         config = tiny_pi0_config(tokenizer, chunk_size=50)
+    if model == "pi05":
+        config = as_pi05_config(config)
     out.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
 
 
-def random_weights_loader(device: torch.device) -> Callable[..., tuple[Any, Any, str]]:
-    """A stand-in for ``load_pi0``: the folder's config with random weights, built on ``device``."""
+def random_weights_loader(device: torch.device, kind: str = "pi0") -> Callable[..., tuple[Any, Any, str]]:
+    """A stand-in for ``load_pi0`` / ``load_pi05``: the folder's config with random weights, built on ``device``."""
     def load(path: Path, dtype: torch.dtype, tokenizer_path: str | None) -> tuple[Any, Any, str]:
         from transformers import AutoTokenizer, PI0Config, PI0ForConditionalGeneration
 
+        from embodied.policies.pi05.model import PI05Config, PI05ForConditionalGeneration
+
+        model_class, config_class = ((PI05ForConditionalGeneration, PI05Config) if kind == "pi05"
+                                     else (PI0ForConditionalGeneration, PI0Config))
         with torch.device(device):
-            model = PI0ForConditionalGeneration(PI0Config.from_pretrained(path)).to(dtype)
+            model = model_class(config_class.from_pretrained(path)).to(dtype)
         return model, AutoTokenizer.from_pretrained(path), "random-weight"
     return load
+
+
+def build_policy(kind: str, folder: Path, on: torch.device, **fields: Any) -> PI0Policy:
+    """``PI0Policy`` or ``PI05Policy`` over the folder, its weights random and built on ``device`` (this call only)."""
+    from embodied.policies.pi05.configuration import PI05PolicyConfig
+    from embodied.policies.pi05.modeling import PI05Policy
+
+    loader = random_weights_loader(on, kind)
+    if kind == "pi05":  # π0.5's loader is a class attribute; π0's is looked up in its module when called
+        with mock.patch.object(PI05Policy, "load_model", staticmethod(loader)):
+            return PI05Policy(PI05PolicyConfig(model_path=str(folder), **fields), SPEC)
+    with mock.patch.object(pi0_modeling, "load_pi0", loader):
+        return PI0Policy(PI0PolicyConfig(model_path=str(folder), **fields), SPEC)
 
 
 def observations(batch: int) -> dict:
@@ -115,6 +137,7 @@ class Meter:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=["pi0", "pi05"], default="pi0")
     parser.add_argument("--size", choices=["full", "tiny"], default="full")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", choices=list(DTYPES), default="bfloat16")
@@ -125,25 +148,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--act-batches", type=int, nargs="*", default=[1, 8, 32])
     parser.add_argument("--ppo-batches", type=int, nargs="*", default=[8, 32])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--folder", default="/tmp/pi0-config-only")
+    parser.add_argument("--folder", default=None, help="the config-only folder (default: /tmp/<model>-config-only)")
     parser.add_argument("--json", default=None, help="write the figures here")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore", UserWarning)
     device = torch.device(args.device)
     meter = Meter(device)
-    result: dict[str, Any] = {"size": args.size, "dtype": args.dtype, "lora_rank": args.lora_rank,
+    result: dict[str, Any] = {"model": args.model, "size": args.size, "dtype": args.dtype, "lora_rank": args.lora_rank,
                               "freeze_vlm": args.freeze_vlm,
                               "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                               "act": [], "ppo": []}
     print(f"{result['device']}, torch {torch.__version__}")
 
-    folder = write_config_folder(args.size, Path(args.folder))
+    folder = write_config_folder(args.size, Path(args.folder or f"/tmp/{args.model}-config-only"), args.model)
     t0 = time.perf_counter()
-    with mock.patch.object(pi0_modeling, "load_pi0", random_weights_loader(device)):  # this construction only
-        policy = PI0Policy(PI0PolicyConfig(model_path=str(folder), action_chunk=args.action_chunk,
-                                           flow_logprob="noise", lora_rank=args.lora_rank, dtype=args.dtype,
-                                           device=device.type, flow_steps=args.flow_steps,
-                                           freeze_vlm=args.freeze_vlm), SPEC)
+    policy = build_policy(args.model, folder, device, action_chunk=args.action_chunk, flow_logprob="noise",
+                          lora_rank=args.lora_rank, dtype=args.dtype, device=device.type, flow_steps=args.flow_steps,
+                          freeze_vlm=args.freeze_vlm)
     result["build_s"] = time.perf_counter() - t0
     result["describe"] = policy.describe()
     result["weights_gib"] = meter.allocated()

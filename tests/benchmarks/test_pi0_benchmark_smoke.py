@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -39,3 +40,19 @@ def test_the_gpu_benchmark_runs_its_code_path_on_a_cpu_at_tiny_size(tmp_path, ca
     assert result["ppo"][0]["first_ratio_error"] < 1e-4 and (tmp_path / "out.json").is_file()
     assert (tmp_path / "pi0" / "config.json").is_file() and not list((tmp_path / "pi0").glob("*.safetensors"))
     assert pi0_modeling.load_pi0 is load_pi0  # the random-weight builder was for that run only
+
+
+@pytest.mark.filterwarnings("ignore:policy.type=pi05")
+def test_the_gpu_benchmark_runs_pi05_through_the_same_path(tmp_path):
+    """``--model pi05``: a π0.5 config-only folder, random weights, ``PI05Policy``; the loop still matches
+    ``sample_actions`` closely enough that evaluate replays act (first ratio 1)."""
+    from benchmarks.pi0_gpu import main as gpu_main
+    from embodied.policies.pi05.modeling import PI05Policy
+    from embodied.policies.pi05.pretrained import load_pi05
+
+    result = gpu_main(["--model", "pi05", "--size", "tiny", "--device", "cpu", "--dtype", "float32", "--act-batches",
+                       "2", "--ppo-batches", "2", "--repeats", "1", "--folder", str(tmp_path / "pi05")])
+    assert result["model"] == "pi05" and "PI05Policy" in result["describe"] and "π0.5" in result["describe"]
+    assert result["act"][0]["chunks_per_s"] > 0 and result["ppo"][0]["first_ratio_error"] < 1e-4
+    assert json.loads((tmp_path / "pi05" / "config.json").read_text())["model_type"] == "pi05"
+    assert PI05Policy.load_model is load_pi05  # the random-weight builder was for that run only
