@@ -70,31 +70,30 @@ def write_config_folder(size: str, out: Path, model: str = "pi0") -> Path:
     return out
 
 
-def random_weights_loader(device: torch.device, kind: str = "pi0") -> Callable[..., tuple[Any, Any, str]]:
+def random_weights_loader(device: torch.device, model_class: Any) -> Callable[..., tuple[Any, Any, str]]:
     """A stand-in for ``load_pi0`` / ``load_pi05``: the folder's config with random weights, built on ``device``."""
     def load(path: Path, dtype: torch.dtype, tokenizer_path: str | None) -> tuple[Any, Any, str]:
-        from transformers import AutoTokenizer, PI0Config, PI0ForConditionalGeneration
+        from transformers import AutoTokenizer
 
-        from embodied.policies.pi05.model import PI05Config, PI05ForConditionalGeneration
-
-        model_class, config_class = ((PI05ForConditionalGeneration, PI05Config) if kind == "pi05"
-                                     else (PI0ForConditionalGeneration, PI0Config))
         with torch.device(device):
-            model = model_class(config_class.from_pretrained(path)).to(dtype)
+            model = model_class(model_class.config_class.from_pretrained(path)).to(dtype)
         return model, AutoTokenizer.from_pretrained(path), "random-weight"
     return load
 
 
 def build_policy(kind: str, folder: Path, on: torch.device, **fields: Any) -> PI0Policy:
-    """``PI0Policy`` or ``PI05Policy`` over the folder, its weights random and built on ``device`` (this call only)."""
+    """``PI0Policy`` or ``PI05Policy`` over the folder, its weights random and built on ``on`` (this call only)."""
+    from transformers import PI0ForConditionalGeneration
+
     from embodied.policies.pi05.configuration import PI05PolicyConfig
+    from embodied.policies.pi05.model import PI05ForConditionalGeneration
     from embodied.policies.pi05.modeling import PI05Policy
 
-    loader = random_weights_loader(on, kind)
     if kind == "pi05":  # π0.5's loader is a class attribute; π0's is looked up in its module when called
+        loader = random_weights_loader(on, PI05ForConditionalGeneration)
         with mock.patch.object(PI05Policy, "load_model", staticmethod(loader)):
             return PI05Policy(PI05PolicyConfig(model_path=str(folder), **fields), SPEC)
-    with mock.patch.object(pi0_modeling, "load_pi0", loader):
+    with mock.patch.object(pi0_modeling, "load_pi0", random_weights_loader(on, PI0ForConditionalGeneration)):
         return PI0Policy(PI0PolicyConfig(model_path=str(folder), **fields), SPEC)
 
 

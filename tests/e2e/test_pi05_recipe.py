@@ -1,6 +1,6 @@
 """The π0.5 recipes (PickColor, policy.type: pi05, tiny), shortened as the π0 ones are: PPO with critic warm-up
-through Flow-Noise; SFT from a PaliGemma-seeded VLM fits quantile statistics and its checkpoint starts GRPO; DSRL steers a frozen π0.5; a π0
-checkpoint is refused by a π0.5 init_from."""
+through Flow-Noise; SFT from a PaliGemma-seeded VLM fits quantile statistics and its checkpoint starts GRPO; DSRL
+steers a frozen π0.5; a π0 checkpoint is refused by a π0.5 init_from."""
 
 from __future__ import annotations
 

@@ -325,17 +325,23 @@ def test_vision_tower_checkpointing_gives_the_same_gradients():
         assert torch.allclose(grads[0][name], grads[1][name], atol=1e-6, rtol=1e-4), name
 
 
-def test_a_paligemma_folder_seeds_the_vlm_and_a_wrong_one_is_named(tmp_path):
-    from embodied.policies.vla.tiny import resolve_model_path as vla_path
-
-    paligemma = vla_path("tiny:paligemma-tiny")  # the tokens head's backbone: the same tokenizer, 256 bins more
-    policy = make(init_vlm_from=str(paligemma))
+def assert_vlm_seeded_from(policy, paligemma: Path) -> dict[str, torch.Tensor]:
+    """Every VLM tensor equals the PaliGemma folder's (the shared vocabulary rows); returns the folder's tensors."""
     from transformers import PaliGemmaForConditionalGeneration
 
     source = PaliGemmaForConditionalGeneration.from_pretrained(paligemma).model.state_dict()
     for key, value in policy.model.model.vlm.state_dict().items():
         rows = min(len(value), len(source[key])) if value.dim() else None
         assert torch.equal(value[:rows], source[key][:rows]), key
+    return source
+
+
+def test_a_paligemma_folder_seeds_the_vlm_and_a_wrong_one_is_named(tmp_path):
+    from embodied.policies.vla.tiny import resolve_model_path as vla_path
+
+    paligemma = vla_path("tiny:paligemma-tiny")  # the tokens head's backbone: the same tokenizer, 256 bins more
+    policy = make(init_vlm_from=str(paligemma))
+    source = assert_vlm_seeded_from(policy, paligemma)
     assert len(source["language_model.embed_tokens.weight"]) > len(policy.model.model.vlm.get_input_embeddings().weight)
     with pytest.raises(ConfigError, match="policy.init_vlm_from: .* is not a PaliGemma save_pretrained folder"):
         pick_color(f"policy.init_vlm_from={resolve_model_path('tiny:pi0-tiny')}", tmp_path=tmp_path)

@@ -17,7 +17,7 @@ from embodied.policies.pi05.configuration import PI05PolicyConfig
 from embodied.policies.pi05.modeling import PI05Policy
 from embodied.policies.pi05.processing import discretize, normalize, prompt_text, unnormalize
 from embodied.policy.base import PolicySpec
-from tests.policies.test_pi0 import SPEC, observations
+from tests.policies.test_pi0 import SPEC, assert_vlm_seeded_from, observations
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 pytestmark = pytest.mark.filterwarnings("ignore:policy.type=pi05.*no normalization statistics")
@@ -275,18 +275,13 @@ def test_bad_settings_are_named_before_any_worker(tmp_path):
 
 
 def test_a_paligemma_folder_seeds_the_vlm_and_a_wrong_one_is_named(tmp_path):
-    """π0.5's VLM is π0's PaliGemma: a tokens-head SFT's backbone seeds it as it seeds π0's (the PickColor recipe)."""
-    from transformers import PaliGemmaForConditionalGeneration
-
+    """π0.5's VLM is π0's PaliGemma: a tokens-head SFT's backbone seeds it as it seeds π0's (PickColor's recipe)."""
     from embodied.policies.pi05.pretrained import resolve_model_path
     from embodied.policies.vla.tiny import resolve_model_path as vla_path
 
     paligemma = vla_path("tiny:paligemma-tiny")  # the same tokenizer, 256 action bins more
     policy = make(init_vlm_from=str(paligemma))
-    source = PaliGemmaForConditionalGeneration.from_pretrained(paligemma).model.state_dict()
-    for key, value in policy.model.model.vlm.state_dict().items():
-        rows = min(len(value), len(source[key])) if value.dim() else None
-        assert torch.equal(value[:rows], source[key][:rows]), key
+    assert_vlm_seeded_from(policy, paligemma)
     unseeded = make()
     assert not torch.equal(policy.model.model.vlm.get_input_embeddings().weight,
                            unseeded.model.model.vlm.get_input_embeddings().weight)
