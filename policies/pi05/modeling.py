@@ -54,8 +54,9 @@ class PI05Policy(PI0Policy):
         super().__init__(config, spec)
 
     def bounds_stats(self, spec: PolicySpec) -> PI05Stats:
-        """The env's action bounds as q01/q99 (states unnormalised), when no statistics are given."""
-        return PI05Stats.from_bounds(spec.action_low, spec.action_high, self.state_dim)
+        """The env's action bounds onto [-1, 1] in the policy's mode (states unnormalised), when no statistics
+        are given."""
+        return PI05Stats.from_bounds(spec.action_low, spec.action_high, self.state_dim, self.norm_mode)
 
     def set_stats(self, stats: PI05Stats) -> None:
         """Use these statistics (buffers, so weight sync and checkpoints carry them) and their mode."""

@@ -45,14 +45,18 @@ class PI05Stats:
     source: str
 
     @classmethod
-    def from_bounds(cls, low: tuple[float, ...], high: tuple[float, ...], state_dim: int) -> PI05Stats:
-        """Actions: the env's bounds as q01/q99 (onto [-1, 1]); states: as they are (mean 0, std 1)."""
+    def from_bounds(cls, low: tuple[float, ...], high: tuple[float, ...], state_dim: int,
+                    mode: str = "quantiles") -> PI05Stats:
+        """Actions: the env's bounds onto [-1, 1] (as q01/q99, or as mean/std = centre/half-range), in ``mode``,
+        so SFT then fits the demonstrations' statistics in the mode the policy was asked for; states: as they are."""
         if not all(np.isfinite(lo) and np.isfinite(hi) and hi > lo for lo, hi in zip(low, high)):
             raise ValueError(f"policy.norm_stats: the env's action bounds {low} .. {high} are not finite, so they "
                              "cannot normalize actions; give statistics (policy.norm_stats) or SFT first")
-        if state_dim:  # quantiles over states that are left as they are: q01 = -1, q99 = 1
-            return cls("quantiles", [-1.0] * state_dim, [1.0] * state_dim, list(low), list(high), "env bounds")
-        return cls("quantiles", [], [], list(low), list(high), "env bounds")
+        if mode == "mean_std":
+            centre = [(lo + hi) / 2 for lo, hi in zip(low, high)]
+            half = [(hi - lo) / 2 for lo, hi in zip(low, high)]
+            return cls(mode, [0.0] * state_dim, [1.0] * state_dim, centre, half, "env bounds")
+        return cls(mode, [-1.0] * state_dim, [1.0] * state_dim, list(low), list(high), "env bounds")
 
     def check(self, state_dim: int, action_dim: int, where: str) -> None:
         """Refuse statistics of other dimensions than the env's (both named)."""

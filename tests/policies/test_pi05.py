@@ -4,6 +4,7 @@ DSRL, checkpoints, and the bad input named with its field and folder."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -147,6 +148,26 @@ def test_sft_fits_quantiles_and_a_checkpoint_reloads_to_the_same_chunks(tmp_path
     again = make(model_path=str(tmp_path / "policy"))
     assert torch.equal(again.action_hi, policy.action_hi)
 
+
+def test_policy_normalization_mean_std_survives_the_bounds_stand_in_and_sft_fits_mean_std(tmp_path):
+    # The env-bounds stand-in once came back as quantiles and reset the mode, so SFT fitted q01/q99 although
+    # policy.normalization said mean_std.
+    spec = dataclasses.replace(SPEC, action_low=(-2.0, 0.0, 1.0, -1.0), action_high=(0.0, 4.0, 2.0, 1.0))
+    policy = make(spec, normalization="mean_std")
+    assert policy.norm_mode == "mean_std" and policy.stats_source == "env bounds"
+    bounds = torch.tensor([spec.action_low, spec.action_high], dtype=torch.float32)[:, None]  # [2, 1, A]
+    assert torch.allclose(policy.model_actions(bounds)[:, 0, :4], torch.tensor([[-1.0], [1.0]]).expand(2, 4),
+                          atol=1e-6)
+    actions = torch.randn(50, 3, 4) * 0.2 + 0.5
+    policy.fit_statistics([({"states": torch.randn(200, 7)}, actions, torch.ones(50, 3, dtype=torch.bool))])
+    assert policy.norm_mode == "mean_std" and policy.stats_source == "demonstrations"
+    flat = actions.reshape(-1, 4).double()
+    assert torch.allclose(policy.action_lo, flat.mean(0).float()) and \
+        torch.allclose(policy.action_hi, flat.std(0, correction=0).float())
+    policy.save_pretrained(tmp_path / "policy")
+    fresh = make(spec)  # as RL's recipe opens the SFT checkpoint: no policy.normalization, the checkpoint's mode
+    fresh.load_pretrained(tmp_path / "policy")
+    assert fresh.norm_mode == "mean_std" and torch.equal(fresh.action_hi, policy.action_hi)
 
 def test_lora_trains_adapters_and_projections_only_and_reloads(tmp_path):
     policy = make(lora_rank=4, flow_logprob="sde")
