@@ -32,6 +32,7 @@ class VLAConfig(TransformersPolicyConfig):
     action_norm: Literal["env_bounds", "model_stats"] = "env_bounds"  # [-1, 1] <-> env actions: the action space's bounds, or q01/q99 of <model_path>/action_stats.json
     image_size: int | None = None  # pixels per side the images are resized to (null: the family's default)
     max_instruction_tokens: int = 32  # instruction tokens kept in the fixed-length prompt (longer is an error)
+    instruction_template: str = "{task}"  # the instruction as the prompt writes it; {task} is the env's task (e.g. π0.5's "Task: {task}, State: ;\nAction: ")
     temperature: float = 1.0  # sampling temperature of the token heads during training (eval is greedy)
     init_log_std: float = -1.0  # gaussian head: initial log standard deviation (normalized action units)
     flow_steps: int = 10  # flow head: Euler denoising steps per chunk (πRL trains with 3-4)
@@ -70,6 +71,14 @@ class VLAConfig(TransformersPolicyConfig):
             p.append(f"policy.image_size: must be >= 8 pixels, got {self.image_size}")
         if self.max_instruction_tokens < 1:
             p.append(f"policy.max_instruction_tokens: must be >= 1, got {self.max_instruction_tokens}")
+        try:
+            written = self.instruction_template.format(task="")
+        except (KeyError, IndexError, ValueError) as exc:
+            written = None
+            p.append(f"policy.instruction_template: {self.instruction_template!r} is not a template with {{task}} "
+                     f"as its only field ({type(exc).__name__}: {exc}); write literal braces as {{{{ and }}}}")
+        if written is not None and "{task}" not in self.instruction_template:
+            p.append(f"policy.instruction_template: {self.instruction_template!r} never writes the task ({{task}})")
         if not self.temperature > 0:
             p.append(f"policy.temperature: must be > 0, got {self.temperature}")
         if self.freeze_backbone and self.lora_rank > 0:

@@ -68,7 +68,8 @@ class VLAPolicy(TransformersPolicy):
         self.processor = VLAProcessor(self.tokenizer, backbone.config, self.model_dir, image_size=config.image_size,
                                       env_image_size=spec.image_shape[0], num_images=1 + int(self.use_wrist),
                                       use_states=config.use_states,
-                                      max_instruction_tokens=config.max_instruction_tokens)
+                                      max_instruction_tokens=config.max_instruction_tokens,
+                                      instruction_template=config.instruction_template)
         hidden = int(backbone.config.get_text_config().hidden_size)
         self.head: ActionHead = make_head(config, self.chunk, self.action_dim, self.processor.pad_id, hidden)
         self.logprob_granularity = self.head.granularity  # per instance: it depends on the head

@@ -59,11 +59,13 @@ class VLAProcessor:
     """Builds fixed-length prompts and the backbone's pixel inputs from uint8 images."""
 
     def __init__(self, tokenizer: Any, model_config: Any, model_dir: Path, *, image_size: int | None,
-                 env_image_size: int, num_images: int, use_states: bool, max_instruction_tokens: int) -> None:
+                 env_image_size: int, num_images: int, use_states: bool, max_instruction_tokens: int,
+                 instruction_template: str = "{task}") -> None:
         self.family = family_of(model_config)
         self.config = model_config
         self.num_images, self.use_states = num_images, use_states
         self.max_instruction_tokens = max_instruction_tokens
+        self.instruction_template = instruction_template
         self.pad_id = _pad_id(tokenizer)
         self.tokenizer = tokenizer
         vision = model_config.vision_config
@@ -135,9 +137,10 @@ class VLAProcessor:
     def _row(self, text: str) -> tuple[torch.Tensor, torch.Tensor]:
         """``(input_ids [L], attention_mask [L])`` of one instruction, cached."""
         if text not in self._cache:
-            ids = self._ids(text)
+            written = self.instruction_template.format(task=text)
+            ids = self._ids(written)
             if len(ids) > self.max_instruction_tokens:
-                raise ValueError(f"policy.max_instruction_tokens: the instruction {text!r} is {len(ids)} tokens, "
+                raise ValueError(f"policy.max_instruction_tokens: the instruction {written!r} is {len(ids)} tokens, "
                                  f"more than {self.max_instruction_tokens}; raise the limit")
             row = self._prefix + ids + [self.pad_id] * int(self.use_states) + self._suffix
             pad = self.length - len(row)

@@ -222,6 +222,18 @@ def test_lora_trains_only_adapters_and_heads():
 # -- bad input --------------------------------------------------------------------------------
 
 
+def test_the_instruction_template_writes_the_task_into_the_prompt():
+    plain = make("paligemma-tiny").processor
+    templated = make("paligemma-tiny", instruction_template="Task: {task}, State: ;\nAction: ").processor
+    ids = templated.prompts(["pick up the red cube"]).input_ids[0]
+    kept = ids[templated.prompts(["pick up the red cube"]).attention_mask[0].bool()].tolist()
+    words = templated._ids("Task: pick up the red cube, State: ;\nAction: ")
+    assert kept == templated._prefix + words + templated._suffix  # PaliGemma's: images, <bos>, the text, "\n"
+    assert plain.prompts(["pick up the red cube"]).attention_mask.sum() < len(kept)
+    with pytest.raises(ValueError, match="policy.max_instruction_tokens: the instruction 'Task: "):
+        templated.prompts(["pick up the red cube " * 8])
+
+
 def vla_config_errors(*overrides: str) -> str:
     with pytest.raises(ConfigError) as info:
         load_config(None, ["env.id=PickColor-v0", "env.obs_mode=rgb", "policy.type=vla", *overrides])
@@ -244,6 +256,8 @@ def test_numeric_fields_and_cuda_are_checked_before_any_worker(monkeypatch):
     for field in ("policy.device", "policy.action_bins", "policy.temperature", "policy.lora_rank"):
         assert field in msg
     assert "no CUDA device" in msg
+    assert "never writes the task" in vla_config_errors("policy.instruction_template=Task")
+    assert "{task} as its only field (KeyError" in vla_config_errors("policy.instruction_template='{goal} {task}'")
 
 
 def test_action_statistics_of_another_dimension_name_both_numbers(tmp_path):
