@@ -29,6 +29,7 @@ from embodied.policies.pi05.configuration import TINY_NAMES, pi05_folder_problem
 from embodied.policies.transformers_base import folders
 from embodied.policies.transformers_base.tiny import save_tiny, train_tokenizer
 
+TINY_CACHE = "tiny-pi05-v2"  # v2: the adaRMS gates open (build_tiny_pi05); v1 folders hold LeRobot's init
 VLM_EMBED = "model.vlm.language_model.embed_tokens.weight"
 RENAMES = [
     (r"^model\.", ""),  # LeRobot saves some folders with the policy's own "model." prefix
@@ -123,8 +124,9 @@ def load_pi05(path: Path, dtype: torch.dtype, tokenizer_path: str | None) -> tup
 
 
 def build_tiny_pi05(out_dir: str | Path, seed: int = 0) -> Path:
-    """Tokenizer trained on the task texts + random-weight tiny π0.5 (π0-tiny's sizes), saved atomically."""
-    from embodied.policies.pi05.model import PI05ForConditionalGeneration
+    """Tokenizer trained on the task texts + random-weight tiny π0.5 (π0-tiny's sizes), saved atomically. Its
+    adaRMS gates start open (``open_adaptive_gates``): it is built to be trained from scratch."""
+    from embodied.policies.pi05.model import PI05ForConditionalGeneration, open_adaptive_gates
 
     folders.quiet_transformers()
     tokenizer = train_tokenizer("paligemma")
@@ -132,12 +134,13 @@ def build_tiny_pi05(out_dir: str | Path, seed: int = 0) -> Path:
     with torch.random.fork_rng(devices=[]):  # building on first use leaves the caller's random stream as it was
         torch.manual_seed(seed)
         model = PI05ForConditionalGeneration(as_pi05_config(tiny_pi0_config(tokenizer)))
+    open_adaptive_gates(model)
     return save_tiny(out_dir, model, tokenizer)
 
 
 def resolve_model_path(model_path: str) -> Path:
     """A local folder for ``policy.model_path``; ``tiny:pi05-tiny`` is built into the cache once."""
-    return folders.resolve_model_path(model_path, "tiny-pi05", TINY_NAMES, lambda path, _: build_tiny_pi05(path),
+    return folders.resolve_model_path(model_path, TINY_CACHE, TINY_NAMES, lambda path, _: build_tiny_pi05(path),
                                       "π0.5")
 
 
