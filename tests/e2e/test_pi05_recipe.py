@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from embodied.config import load_config
-from embodied.policies.vla.tiny import resolve_model_path as vla_path
 from embodied.runs.collect import collect
 from embodied.runs.sft import sft
 from tests.e2e.test_dsrl_recipe import check_checkpoint, dsrl_run
@@ -21,6 +20,8 @@ from tests.e2e.test_vla_recipe import SHORT
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 PPO, GRPO, SFT, DSRL = (CONFIGS / f"pick_color_pi05tiny_{name}.yaml" for name in ("ppo", "grpo", "sft", "dsrl"))
 SMALL = ("policy.flow_steps=3", "policy.max_instruction_tokens=24")
+TOKENS_SFT = CONFIGS / "pick_color_tinyvla_sft.yaml"
+PI05_PROMPT = 'policy.instruction_template="Task: {task}, State: ;\\nAction: "'  # YAML's "\n": a newline
 pytestmark = pytest.mark.filterwarnings("ignore:policy.type=pi05.*no normalization statistics")
 
 
@@ -40,10 +41,15 @@ def test_ppo_with_critic_warmup_trains_pi05(tmp_path):
 def test_sft_fits_quantiles_and_its_checkpoint_starts_grpo(tmp_path):
     demos = tmp_path / "demos"
     collect(load_config(SFT, ["env.num_envs=2", "eval_env.num_envs=2"]), episodes=2, out=demos, data_format="arrow")
-    vlm = vla_path("tiny:paligemma-tiny")  # as the recipe: the VLM from a tokens-head PaliGemma folder
-    result = sft(load_config(SFT, [*SHORT, *SMALL, f"policy.init_vlm_from={vlm}", f"sft.dataset={demos}",
-                                   "sft.epochs=1", "sft.batch_size=8",
-                                   "sft.log_every=1", "sft.val_fraction=0", "sft.eval_every=0",
+    short_sft = [f"sft.dataset={demos}", "sft.epochs=1", "sft.batch_size=8", "sft.log_every=1", "sft.val_fraction=0",
+                 "sft.eval_every=0"]
+    # As the recipe: the VLM from a tokens-head SFT of tiny PaliGemma on π0.5's prompt, then π0.5 seeded from it.
+    tokens = sft(load_config(TOKENS_SFT, [*SHORT, *short_sft, "policy.model_path=tiny:paligemma-tiny", PI05_PROMPT,
+                                          f"experiment.output_dir={tmp_path / 'vlm'}"]))
+    meta = json.loads((tokens.checkpoint / "policy" / "embodied_policy.json").read_text())
+    assert meta["config"]["instruction_template"] == "Task: {task}, State: ;\nAction: "
+    vlm = tokens.checkpoint / "policy" / "backbone"
+    result = sft(load_config(SFT, [*SHORT, *SMALL, *short_sft, f"policy.init_vlm_from={vlm}",
                                    f"experiment.output_dir={tmp_path}"]))
     assert all(math.isfinite(m["sft/train_loss"]) for m in result.history)
     stats = json.loads((result.checkpoint / "policy" / "norm_stats.json").read_text())
