@@ -43,7 +43,8 @@ def test_sft_fits_quantiles_and_its_checkpoint_starts_grpo(tmp_path):
     collect(load_config(SFT, ["env.num_envs=2", "eval_env.num_envs=2"]), episodes=2, out=demos, data_format="arrow")
     short_sft = [f"sft.dataset={demos}", "sft.epochs=1", "sft.batch_size=8", "sft.log_every=1", "sft.val_fraction=0",
                  "sft.eval_every=0"]
-    # As the recipe: the VLM from a tokens-head SFT of tiny PaliGemma on π0.5's prompt, then π0.5 seeded from it.
+    # The VLM from a tokens-head SFT of tiny PaliGemma on π0.5's prompt (policy.instruction_template), then π0.5
+    # seeded from it: the chain docs/sft_then_rl.md measured beside the recipe's (which seeds from π0's VLM).
     tokens = sft(load_config(TOKENS_SFT, [*SHORT, *short_sft, "policy.model_path=tiny:paligemma-tiny", PI05_PROMPT,
                                           f"experiment.output_dir={tmp_path / 'vlm'}"]))
     meta = json.loads((tokens.checkpoint / "policy" / "embodied_policy.json").read_text())
