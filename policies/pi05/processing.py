@@ -46,7 +46,7 @@ class PI05Stats:
 
     @classmethod
     def from_bounds(cls, low: tuple[float, ...], high: tuple[float, ...], state_dim: int,
-                    mode: str = "quantiles") -> PI05Stats:
+                    mode: str) -> PI05Stats:
         """Actions: the env's bounds onto [-1, 1] (as q01/q99, or as mean/std = centre/half-range), in ``mode``,
         so SFT then fits the demonstrations' statistics in the mode the policy was asked for; states: as they are."""
         if not all(np.isfinite(lo) and np.isfinite(hi) and hi > lo for lo, hi in zip(low, high)):

@@ -72,13 +72,13 @@ class VLAConfig(TransformersPolicyConfig):
         if self.max_instruction_tokens < 1:
             p.append(f"policy.max_instruction_tokens: must be >= 1, got {self.max_instruction_tokens}")
         try:
-            written = self.instruction_template.format(task="")
+            self.instruction_template.format(task="")
+            if "{task}" not in self.instruction_template:
+                p.append(f"policy.instruction_template: {self.instruction_template!r} never writes the task "
+                         "({task})")
         except (KeyError, IndexError, ValueError) as exc:
-            written = None
             p.append(f"policy.instruction_template: {self.instruction_template!r} is not a template with {{task}} "
                      f"as its only field ({type(exc).__name__}: {exc}); write literal braces as {{{{ and }}}}")
-        if written is not None and "{task}" not in self.instruction_template:
-            p.append(f"policy.instruction_template: {self.instruction_template!r} never writes the task ({{task}})")
         if not self.temperature > 0:
             p.append(f"policy.temperature: must be > 0, got {self.temperature}")
         if self.freeze_backbone and self.lora_rank > 0:

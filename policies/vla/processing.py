@@ -60,7 +60,7 @@ class VLAProcessor:
 
     def __init__(self, tokenizer: Any, model_config: Any, model_dir: Path, *, image_size: int | None,
                  env_image_size: int, num_images: int, use_states: bool, max_instruction_tokens: int,
-                 instruction_template: str = "{task}") -> None:
+                 instruction_template: str) -> None:
         self.family = family_of(model_config)
         self.config = model_config
         self.num_images, self.use_states = num_images, use_states
