@@ -31,7 +31,7 @@ if __package__ in (None, ""):  # run as a script: the repository root is the imp
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from embodied.checkpoint.store import find_checkpoint, load_checkpoint, load_policy_state  # noqa: E402
-from embodied.config import load_config  # noqa: E402
+from embodied.config import Config, load_config  # noqa: E402
 from embodied.core.types import MAIN_IMAGES, WRIST_IMAGES  # noqa: E402
 from embodied.data import DemoDataset, collate  # noqa: E402
 from embodied.data.format import Meta  # noqa: E402
@@ -39,19 +39,33 @@ from embodied.policy.base import Policy, PolicySpec, build_policy  # noqa: E402
 from embodied.runs.sft import bc_loss, split_by_episode  # noqa: E402
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def probe_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments every dataset probe here takes: a recipe, its overrides, a dataset, a checkpoint, threads."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("config", help="recipe YAML whose policy section is probed")
-    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. policy.action_head=gaussian")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. policy.flow_steps=4")
     p.add_argument("--dataset", required=True, help="folder written by `embodied collect`")
-    p.add_argument("--checkpoint", help="start from this checkpoint's policy (folder or run dir)")
+    p.add_argument("--checkpoint", help="probe this checkpoint's policy (folder or run dir); else a fresh one")
+    p.add_argument("--threads", type=int, default=2)
+    return p
+
+
+def probed_policy(cfg: Config, data: DemoDataset, checkpoint: str | None) -> Policy:
+    """The recipe's policy for the dataset's env, with the checkpoint's weights (and statistics) when given."""
+    policy = build_policy(cfg.policy, spec_of(data.meta))
+    if checkpoint:
+        load_policy_state(policy, load_checkpoint(find_checkpoint(checkpoint))["actor"])
+    return policy
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = probe_parser(__doc__.split("\n")[0])
     p.add_argument("--train-steps", type=int, default=0, help="gradient steps on first chunk steps only")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--report-every", type=int, default=50)
     p.add_argument("--rows", type=int, default=300, help="rows per chunk step in the report (most)")
     p.add_argument("--task-contains", default="", help="keep only episodes whose instruction contains this")
-    p.add_argument("--threads", type=int, default=2)
     return p.parse_args(argv)
 
 
@@ -89,9 +103,7 @@ def main(argv: list[str] | None = None) -> dict[str, list]:
     cfg = load_config(args.config, args.overrides)
     torch.manual_seed(cfg.experiment.seed)
     data = DemoDataset(args.dataset)
-    policy = build_policy(cfg.policy, spec_of(data.meta))
-    if args.checkpoint:
-        load_policy_state(policy, load_checkpoint(find_checkpoint(args.checkpoint))["actor"])
+    policy = probed_policy(cfg, data, args.checkpoint)
     train_set, val_set = split_by_episode(data, cfg.sft.val_fraction, cfg.experiment.seed)
     keep = np.array([args.task_contains in t for t in data.tasks])
     train = np.asarray(train_set.indices)[keep[train_set.indices]]

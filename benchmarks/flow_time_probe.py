@@ -26,11 +26,10 @@ from torch.utils.data import DataLoader
 if __package__ in (None, ""):  # run as a script: the repository root is the import root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.first_chunk_probe import spec_of  # noqa: E402
-from embodied.checkpoint.store import find_checkpoint, load_checkpoint, load_policy_state  # noqa: E402
+from benchmarks.first_chunk_probe import probe_parser, probed_policy  # noqa: E402
 from embodied.config import load_config  # noqa: E402
 from embodied.data import DemoDataset, collate  # noqa: E402
-from embodied.policy.base import Policy, build_policy  # noqa: E402
+from embodied.policy.base import Policy  # noqa: E402
 from embodied.runs.sft import split_by_episode  # noqa: E402
 
 TIMES = (0.05, 0.2, 0.4, 0.6, 0.8, 0.95, 0.999)
@@ -38,14 +37,9 @@ TOLD = ("true t", "told 0.5", "told a random t")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("config", help="recipe YAML whose policy section is probed (policy.type pi0 or pi05)")
-    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. policy.flow_steps=4")
-    p.add_argument("--dataset", required=True, help="folder written by `embodied collect`")
-    p.add_argument("--checkpoint", help="probe this checkpoint's policy (folder or run dir); else a fresh one")
+    p = probe_parser(__doc__.split("\n")[0])
     p.add_argument("--rows", type=int, default=256, help="held-out rows probed (most)")
     p.add_argument("--times", type=float, nargs="+", default=list(TIMES), help="flow times, 0 (data) to 1 (noise)")
-    p.add_argument("--threads", type=int, default=2)
     return p.parse_args(argv)
 
 
@@ -62,15 +56,16 @@ def flow_loss_at(policy: Policy, batches: list, t: float, told: str, seed: int) 
             n = len(actions)
             true = torch.full((n,), t)
             shown = {"true t": true, "told 0.5": torch.full((n,), 0.5),
-                     "told a random t": torch.rand(n, generator=lies)}
+                     "told a random t": torch.rand(n, generator=lies)}[told]
+            # Instance attributes shadow the methods for this batch: x_t is mixed at `true`, the time read is `shown`
             model.forward = lambda *a, _t=true, **k: forward(*a, timestep=_t.to(policy.device_), **k)
-            embed.forward = lambda state, x, _, _s=shown[told]: embed_forward(state, x, _s.to(x.device))
+            embed.forward = lambda state, x, _, _s=shown: embed_forward(state, x, _s.to(x.device))
             torch.manual_seed(seed)  # the same noise whatever the model is told
             total += float(policy.supervised_loss(policy.forward_inputs(obs), actions, executed)) * n
             count += n
             seed += 1
     finally:
-        model.forward, embed.forward = forward, embed_forward
+        vars(model).pop("forward", None), vars(embed).pop("forward", None)  # the class's methods again
     return total / count
 
 
@@ -79,12 +74,10 @@ def main(argv: list[str] | None = None) -> dict[float, dict[str, float]]:
     torch.set_num_threads(args.threads)
     cfg = load_config(args.config, args.overrides)
     data = DemoDataset(args.dataset)
-    policy = build_policy(cfg.policy, spec_of(data.meta))
+    policy = probed_policy(cfg, data, args.checkpoint)
     if not hasattr(getattr(policy, "model", None), "embed_action_time"):
         raise SystemExit(f"{args.config}: policy.type {cfg.policy.type!r} has no π0-family flow model "
                          "(the probe reads policy.type pi0 or pi05)")
-    if args.checkpoint:
-        load_policy_state(policy, load_checkpoint(find_checkpoint(args.checkpoint))["actor"])
     policy.eval()
     _, held = split_by_episode(data, cfg.sft.val_fraction, cfg.experiment.seed)
     rows = list(held.indices)[: args.rows] or list(range(min(len(data), args.rows)))  # no split: every row
