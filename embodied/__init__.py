@@ -1,7 +1,8 @@
 """embodied: reinforcement-learning fine-tuning of robot policies coupled to simulators.
 
 Importing this package loads neither a simulator nor a model library; those are found through
-``embodied.core.registry`` when a config names them.
+``embodied.core.registry`` when a config names them. What users import is ``embodied.api`` (the stable surface);
+the old paths of modules that moved keep working for a release, with a warning (``embodied.core.moved``).
 """
 
 from __future__ import annotations
@@ -48,3 +49,7 @@ def _run_the_runs_copy() -> None:
 
 
 _run_the_runs_copy()
+
+from embodied.core import moved as _moved  # noqa: E402 - after the hand-over above: the hook of the package in use
+
+_moved.install()

@@ -268,6 +268,8 @@ def _eval(args: argparse.Namespace) -> int:
         out = Path(args.out)
     else:  # a sampled eval never overwrites the greedy one
         out = run_dir_of(checkpoint) / "eval" / (checkpoint.stem + ("-sampled" if args.sample else ""))
+    if not args.suites and len(cfg.eval_members()) > 1:  # a mixture: one eval (and table row) a member
+        args.suites = ",".join(cfg.eval_members())
     if args.suites:
         return _eval_suites(cfg, checkpoint, args, episodes, out.with_name(out.name + "-suites") if not args.out else out)
     try:
@@ -343,6 +345,11 @@ def _list(what: str) -> int:
 
         print(format_env_table([describe_env(name) for name in ENVS.names()]))
         print("Any gymnasium id (e.g. HalfCheetah-v5) and any 'package.module:Class' work as env.id too.")
+        from embodied.core.registry import ENV_SETS
+
+        sets = [f"{name} ({len(ENV_SETS.resolve(name))} ids)" for name in ENV_SETS.names()]
+        if sets:
+            print(f"Named sets (env.id: a mixture of their ids; eval --suites; runner.extra_evals): {', '.join(sets)}")
         return 0
     registry = POLICIES if what == "policies" else ALGORITHMS  # each name: its config class
     for name in registry.names():

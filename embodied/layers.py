@@ -19,4 +19,5 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("evaluation: what an eval measures, and the eval runs", ["embodied.evaluation"]),
     ("runs: training, resume, SFT, collection, benchmarks", ["embodied.runs", "embodied.bench"]),
     ("entry point", ["embodied.cli"]),
+    ("public API: what users import", ["embodied.api"]),
 ]

@@ -117,12 +117,16 @@ class ChunkedVectorEnv:
     batched: ClassVar[bool] = True  # implements embodied.envs.batched.BatchedEnv
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, auto_reset: bool = True, name: str = "env",
-                 build_threads: int = 1, progress: bool = False) -> None:
+                 build_threads: int = 1, progress: bool = False, env_ids: Sequence[str] | None = None) -> None:
         """``build_threads > 1`` builds envs concurrently (simulators that take seconds to build spend
-        much of it outside the GIL: XML parsing, MuJoCo's compiler); ``progress`` shows a bar."""
+        much of it outside the GIL: XML parsing, MuJoCo's compiler); ``progress`` shows a bar. ``env_ids``
+        (an env mixture) names each env's member, carried by its episodes' ``EpisodeStats.env_id``."""
         if len(env_fns) < 1:
             raise ValueError(f"{name}: a ChunkedVectorEnv needs at least one env, got {len(env_fns)}")
+        if env_ids is not None and len(env_ids) != len(env_fns):
+            raise ValueError(f"{name}: {len(env_ids)} env ids for {len(env_fns)} envs")
         self.name = name
+        self.env_ids = list(env_ids) if env_ids is not None else [""] * len(env_fns)
         self.auto_reset = auto_reset
         self.envs = self._build(env_fns, build_threads, progress)
         self.single_observation_space = self.envs[0].observation_space
@@ -401,7 +405,8 @@ class ChunkedVectorEnv:
 
     def _close_episode(self, i: int) -> EpisodeStats:
         ep = self._episodes[i]
-        return EpisodeStats(i, ep.ret, ep.length, ep.success_once, ep.success_last, ep.task, ep.sim_unstable)
+        return EpisodeStats(i, ep.ret, ep.length, ep.success_once, ep.success_last, ep.task, ep.sim_unstable,
+                            self.env_ids[i])
 
     def _batch(self, per_env: list[dict]) -> Obs:
         out: Obs = {key: np.stack([o[key] for o in per_env]) for key in per_env[0]}

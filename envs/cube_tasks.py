@@ -6,7 +6,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from embodied.envs.mujoco_base import TableTopEnv, check_positive, uniform
+from embodied.envs.layout import Region, swapped
+from embodied.envs.mujoco_base import TableTopEnv, check_positive
 from embodied.envs.mujoco_batched import TableTopBatchedEnv, free_pos, free_quat, robot_state
 
 
@@ -21,6 +22,8 @@ class SingleCubeTask(TableTopEnv):
     goal - cube (3); metres, table top at z = 0.
     A subclass defines :attr:`goal_pos`, ``_reset_task`` (drawing the start and the goal with
     :meth:`_sample_cube_and_goal_xy`), ``_dense_reward`` and ``_is_success``.
+    ``layout_shift_x/y`` move the cube's and the goal's regions (one offset each); ``layout_swap`` exchanges
+    the cube's start and the goal's x-y.
     """
 
     STATE_DIM: ClassVar[int] = 20
@@ -31,6 +34,9 @@ class SingleCubeTask(TableTopEnv):
     goal_low: ClassVar[np.ndarray] = np.array([-0.15, -0.15])
     goal_high: ClassVar[np.ndarray] = np.array([0.15, 0.15])
     min_goal_distance: ClassVar[float] = 0.1  # metres (x-y) between the cube's start and the goal
+    # How far inside the workspace (x-y) the cube's start must stay when the layout moves it (envs/layout.py).
+    cube_margin: ClassVar[float] = 0.0
+    LAYOUT_SWAP: ClassVar[str | None] = "the cube's start and the goal"
 
     def __init__(
         self,
@@ -41,6 +47,9 @@ class SingleCubeTask(TableTopEnv):
         reward_type: str,
         terminate_on_success: bool,
         success_threshold: float,
+        layout_shift_x: float = 0.0,
+        layout_shift_y: float = 0.0,
+        layout_swap: float = 0.0,
     ) -> None:
         """Check ``success_threshold``, build the env (see :class:`TableTopEnv`), bind cube and goal."""
         check_positive("success_threshold", success_threshold)
@@ -52,6 +61,9 @@ class SingleCubeTask(TableTopEnv):
             render_mode=render_mode,
             reward_type=reward_type,
             terminate_on_success=terminate_on_success,
+            layout_shift_x=layout_shift_x,
+            layout_shift_y=layout_shift_y,
+            layout_swap=layout_swap,
         )
         m = self.model
         self._cube_joint = m.joint("cube_joint").id
@@ -76,11 +88,17 @@ class SingleCubeTask(TableTopEnv):
         """Draw the cube's start x-y, then the goal's x-y (in that order from ``self.np_random``).
 
         The start is uniform in ``cube_low .. cube_high``; the goal uniform in
-        ``goal_low .. goal_high`` and at least ``min_goal_distance`` from the start.
+        ``goal_low .. goal_high`` and at least ``min_goal_distance`` from the start (each region moved by
+        its own layout offset); then, with probability ``layout_swap``, the two exchange places.
         """
-        cube_xy = uniform(self.np_random, self.cube_low, self.cube_high)
+        cube_xy = self.layout.place(self.np_random, self.cube_low, self.cube_high)
         goal_xy = self._sample_apart(1, self.goal_low, self.goal_high, self.min_goal_distance, (cube_xy,))[0]
+        cube_xy, goal_xy = swapped(np.array([cube_xy, goal_xy]), self._swap_pair(2))
         return cube_xy, goal_xy
+
+    def _layout_regions(self) -> dict[str, Region]:
+        return {"cube": Region(self.cube_low, self.cube_high, self.cube_margin),
+                "goal": Region(self.goal_low, self.goal_high)}
 
     def _task_state(self) -> np.ndarray:
         tcp, cube, goal = self.data.site_xpos[self._tcp], self.data.xpos[self._cube_body], self.goal_pos

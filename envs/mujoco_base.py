@@ -21,6 +21,7 @@ import numpy as np
 from gymnasium import spaces
 
 from embodied.core.types import MAIN_IMAGES, OBS_MODES, STATES, WRIST_IMAGES, Obs
+from embodied.envs.layout import Layout, Region
 from embodied.envs.mujoco_render import OffscreenRenderer
 from embodied.envs.mujoco_state import MjDataState, mujoco_unstable
 
@@ -61,6 +62,10 @@ class TableTopEnv(gym.Env):
     ``main_images`` and ``wrist_images`` uint8 [image_size, image_size, 3] (``rgb`` modes) from
     the fixed camera ``MAIN_CAMERA`` names and the gripper's ``wrist`` camera. ``info["success"]`` is set on
     every reset and step; episodes are truncated after ``max_episode_steps`` steps.
+
+    ``layout_shift_x``, ``layout_shift_y`` (metres) and ``layout_swap`` (a probability) move the scene at every
+    reset (``envs/layout.py``): each object's placement region is shifted by its own uniform offset, and two
+    objects may exchange places. All 0 (the default) draws exactly what the task drew before they existed.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 20}
@@ -77,6 +82,8 @@ class TableTopEnv(gym.Env):
     gripper_init_high: ClassVar[np.ndarray] = np.array([0.15, 0.15, 0.3])
     # The class's batched twin for state observations (envs/mujoco_batched.py), set in the task's file.
     _batched_twin: ClassVar[type | None] = None
+    # What ``layout_swap`` exchanges, for its messages; None: a task with one object refuses layout_swap > 0.
+    LAYOUT_SWAP: ClassVar[str | None] = None
 
     @classmethod
     def batched_twin(cls, obs_mode: str) -> type | None:
@@ -112,6 +119,9 @@ class TableTopEnv(gym.Env):
         terminate_on_success: bool = True,
         frame_skip: int = FRAME_SKIP,
         max_step: float = 0.05,
+        layout_shift_x: float = 0.0,
+        layout_shift_y: float = 0.0,
+        layout_swap: float = 0.0,
     ) -> None:
         _check_choice("obs_mode", obs_mode, OBS_MODES)
         _check_choice("reward_type", reward_type, REWARD_TYPES)
@@ -131,6 +141,9 @@ class TableTopEnv(gym.Env):
         self.terminate_on_success = terminate_on_success
         self.frame_skip = int(frame_skip)
         self.max_step = float(max_step)
+        self.layout = Layout.make(type(self).__name__, layout_shift_x, layout_shift_y, layout_swap,
+                                  self._layout_regions(), (self.workspace_low, self.workspace_high), self.LAYOUT_SWAP)
+        self.layout_swapped: tuple[int, int] | None = None  # the pair the last reset swapped (tests, experts)
 
         self.model = load_model(self.XML_FILE)
         self.data = mujoco.MjData(self.model)
@@ -188,6 +201,10 @@ class TableTopEnv(gym.Env):
 
     def _task_info(self) -> dict[str, Any]:
         """Extra ``info`` entries of every reset and step (none by default)."""
+        return {}
+
+    def _layout_regions(self) -> dict[str, Region]:
+        """The placement regions ``layout_shift_*`` moves, by name (x-y first): none by default."""
         return {}
 
     # --- robot ------------------------------------------------------------------------------
@@ -261,17 +278,14 @@ class TableTopEnv(gym.Env):
 
     def _sample_apart(self, n: int, low: np.ndarray, high: np.ndarray, min_dist: float,
                       avoid: tuple[np.ndarray, ...] = ()) -> np.ndarray:
-        """``n`` points uniform in ``low .. high``, each ``min_dist`` from the others and from ``avoid``."""
-        points: list[np.ndarray] = []
-        for _ in range(n):
-            for _ in range(1000):  # rejection sampling; the tasks' boxes leave plenty of room
-                p = uniform(self.np_random, low, high)
-                if all(np.linalg.norm(p - q) >= min_dist for q in (*points, *avoid)):
-                    break
-            else:
-                raise RuntimeError(f"could not place {n} points {min_dist} apart in {low}..{high}")
-            points.append(p)
-        return np.array(points)
+        """``n`` points uniform in ``low .. high`` (moved by the layout's shift, one offset each), each
+        ``min_dist`` from the others and from ``avoid`` (:meth:`Layout.apart`)."""
+        return self.layout.apart(self.np_random, n, low, high, min_dist, avoid)
+
+    def _swap_pair(self, n: int) -> tuple[int, int] | None:
+        """Which two of the task's ``n`` objects exchange places this reset (``layout_swap``), or None."""
+        self.layout_swapped = self.layout.swap_pair(self.np_random, n)
+        return self.layout_swapped
 
     # --- gymnasium API ----------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from embodied.envs import mujoco_batched as vec
+from embodied.envs.layout import Region, swapped
 from embodied.envs.mujoco_base import TableTopEnv, check_positive, staged_reward
 
 # Colour names of the instruction and the cubes' RGBA (chosen to stay apart under table light).
@@ -35,6 +36,8 @@ class PickColorEnv(TableTopEnv):
     ``lift_height`` above its resting height. Dense reward: :func:`staged_reward` of
     ``(reach + grasp + 2 lift) / 4``: closeness of the TCP to the target, both fingers touching
     it, and the fraction of ``lift_height`` it is lifted while grasped.
+    ``layout_shift_x/y`` move each cube's region by its own offset; ``layout_swap`` exchanges the places of
+    two cubes drawn at random.
     """
 
     XML_FILE: ClassVar[str] = "pick_color.xml"
@@ -48,6 +51,7 @@ class PickColorEnv(TableTopEnv):
     cube_high: ClassVar[np.ndarray] = np.array([0.15, 0.15])
     # Clears the open fingers of a neighbour's corner when the gripper comes down on a cube.
     min_cube_distance: ClassVar[float] = 0.1
+    LAYOUT_SWAP: ClassVar[str | None] = "two of the cubes"
 
     def __init__(
         self,
@@ -58,6 +62,9 @@ class PickColorEnv(TableTopEnv):
         reward_type: str = "dense",
         terminate_on_success: bool = True,
         lift_height: float = 0.1,
+        layout_shift_x: float = 0.0,
+        layout_shift_y: float = 0.0,
+        layout_swap: float = 0.0,
     ) -> None:
         check_positive("lift_height", lift_height)
         if lift_height > self.workspace_high[2] - 0.05:
@@ -70,6 +77,9 @@ class PickColorEnv(TableTopEnv):
             render_mode=render_mode,
             reward_type=reward_type,
             terminate_on_success=terminate_on_success,
+            layout_shift_x=layout_shift_x,
+            layout_shift_y=layout_shift_y,
+            layout_swap=layout_swap,
         )
         m = self.model
         names = [f"cube{i}" for i in range(self.NUM_CUBES)]
@@ -117,8 +127,12 @@ class PickColorEnv(TableTopEnv):
         self.model.geom_rgba[self._geoms] = self._rgba[order]
         self._target = int(self.np_random.integers(self.NUM_CUBES))
         xys = self._sample_apart(self.NUM_CUBES, self.cube_low, self.cube_high, self.min_cube_distance)
+        xys = swapped(xys, self._swap_pair(self.NUM_CUBES))
         for joint, xy in zip(self._joints, xys):
             self._place_on_table(joint, xy, self.cube_half)
+
+    def _layout_regions(self) -> dict[str, Region]:
+        return {"cube": Region(self.cube_low, self.cube_high)}
 
     def _task_info(self) -> dict[str, Any]:
         return {"target_index": self._target}

@@ -37,6 +37,9 @@ class PickPlaceEnv(SingleCubeTask):
         terminate_on_success: bool = True,
         success_threshold: float = 0.03,
         table_goal_prob: float = 0.3,
+        layout_shift_x: float = 0.0,
+        layout_shift_y: float = 0.0,
+        layout_swap: float = 0.0,
     ) -> None:
         if not 0.0 <= table_goal_prob <= 1.0:
             raise ValueError(f"table_goal_prob must be in [0, 1], got {table_goal_prob!r}")
@@ -49,6 +52,9 @@ class PickPlaceEnv(SingleCubeTask):
             reward_type=reward_type,
             terminate_on_success=terminate_on_success,
             success_threshold=success_threshold,
+            layout_shift_x=layout_shift_x,
+            layout_shift_y=layout_shift_y,
+            layout_swap=layout_swap,
         )
         self._shadow_mocap = int(self.model.body_mocapid[self.model.body("goal_shadow").id])
 

@@ -24,6 +24,9 @@ class PushEnv(SingleCubeTask):
     """
 
     XML_FILE: ClassVar[str] = "push.xml"
+    # A moved cube keeps room behind it for a push toward any goal: the closed fingers touch it 0.037 m from its
+    # centre and come down a little further back, so a start nearer the workspace's edge cannot be pushed inwards.
+    cube_margin: ClassVar[float] = 0.06
 
     def __init__(
         self,
@@ -34,6 +37,9 @@ class PushEnv(SingleCubeTask):
         reward_type: str = "dense",
         terminate_on_success: bool = True,
         success_threshold: float = 0.04,
+        layout_shift_x: float = 0.0,
+        layout_shift_y: float = 0.0,
+        layout_swap: float = 0.0,
     ) -> None:
         super().__init__(
             obs_mode=obs_mode,
@@ -43,6 +49,9 @@ class PushEnv(SingleCubeTask):
             reward_type=reward_type,
             terminate_on_success=terminate_on_success,
             success_threshold=success_threshold,
+            layout_shift_x=layout_shift_x,
+            layout_shift_y=layout_shift_y,
+            layout_swap=layout_swap,
         )
 
     @property

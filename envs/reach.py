@@ -6,7 +6,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from embodied.envs.mujoco_base import TableTopEnv, check_positive, uniform
+from embodied.envs.layout import Region
+from embodied.envs.mujoco_base import TableTopEnv, check_positive
 from embodied.envs.mujoco_batched import TableTopBatchedEnv, distance, robot_state
 
 
@@ -16,6 +17,7 @@ class ReachEnv(TableTopEnv):
     ``states`` (float32 [10]): TCP position (3), finger opening in metres (1), target position (3),
     target - TCP (3); positions in metres, table top at z = 0. Dense reward: ``-distance`` (metres,
     so about [-0.6, 0]); sparse reward: ``float(success)``. Success: distance < ``success_threshold``.
+    ``layout_shift_x/y`` move the target's region; the target is the only object, so ``layout_swap`` is refused.
     """
 
     XML_FILE: ClassVar[str] = "reach.xml"
@@ -32,6 +34,9 @@ class ReachEnv(TableTopEnv):
         reward_type: str = "dense",
         terminate_on_success: bool = True,
         success_threshold: float = 0.05,
+        layout_shift_x: float = 0.0,
+        layout_shift_y: float = 0.0,
+        layout_swap: float = 0.0,
     ) -> None:
         check_positive("success_threshold", success_threshold)
         self.success_threshold = float(success_threshold)
@@ -42,6 +47,9 @@ class ReachEnv(TableTopEnv):
             render_mode=render_mode,
             reward_type=reward_type,
             terminate_on_success=terminate_on_success,
+            layout_shift_x=layout_shift_x,
+            layout_shift_y=layout_shift_y,
+            layout_swap=layout_swap,
         )
         self._target_mocap = int(self.model.body_mocapid[self.model.body("target").id])
         self._shadow_mocap = int(self.model.body_mocapid[self.model.body("target_shadow").id])
@@ -60,11 +68,14 @@ class ReachEnv(TableTopEnv):
         # Resample until the target is clearly away from the start, so no episode is won at reset.
         tcp = self.data.mocap_pos[self._mocap]
         for _ in range(100):
-            target = uniform(self.np_random, self.target_low, self.target_high)
+            target = self.layout.place(self.np_random, self.target_low, self.target_high)
             if np.linalg.norm(target - tcp) > 2 * self.success_threshold:
                 break
         self.data.mocap_pos[self._target_mocap] = target
         self.data.mocap_pos[self._shadow_mocap] = (target[0], target[1], 0.001)
+
+    def _layout_regions(self) -> dict[str, Region]:
+        return {"target": Region(self.target_low[:2], self.target_high[:2])}
 
     def _distance(self) -> float:
         return float(np.linalg.norm(self.data.mocap_pos[self._target_mocap] - self.data.site_xpos[self._tcp]))

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from embodied.envs import mujoco_batched as vec
+from embodied.envs.layout import Region, swapped
 from embodied.envs.mujoco_base import TableTopEnv, check_positive, closeness, staged_reward
 
 
@@ -20,6 +21,7 @@ class StackEnv(TableTopEnv):
     cube height +- 5 mm apart in z) and neither finger touches it.
     Dense reward: :func:`staged_reward` of ``(reach + grasp + 2 place) / 4``: closeness of the TCP
     to the red cube, both fingers touching it, closeness of the red cube to the stacking spot.
+    ``layout_shift_x/y`` move each cube's region by its own offset; ``layout_swap`` exchanges the cubes' places.
     """
 
     XML_FILE: ClassVar[str] = "stack.xml"
@@ -28,6 +30,7 @@ class StackEnv(TableTopEnv):
     cube_high: ClassVar[np.ndarray] = np.array([0.12, 0.12])
     min_cube_distance: ClassVar[float] = 0.1  # metres between the cubes' starts
     z_tolerance: ClassVar[float] = 0.005
+    LAYOUT_SWAP: ClassVar[str | None] = "the two cubes"
 
     def __init__(
         self,
@@ -38,6 +41,9 @@ class StackEnv(TableTopEnv):
         reward_type: str = "dense",
         terminate_on_success: bool = True,
         xy_tolerance: float = 0.02,
+        layout_shift_x: float = 0.0,
+        layout_shift_y: float = 0.0,
+        layout_swap: float = 0.0,
     ) -> None:
         check_positive("xy_tolerance", xy_tolerance)
         self.xy_tolerance = float(xy_tolerance)
@@ -48,6 +54,9 @@ class StackEnv(TableTopEnv):
             render_mode=render_mode,
             reward_type=reward_type,
             terminate_on_success=terminate_on_success,
+            layout_shift_x=layout_shift_x,
+            layout_shift_y=layout_shift_y,
+            layout_swap=layout_swap,
         )
         m = self.model
         self._top_joint, self._base_joint = m.joint("cube_top_joint").id, m.joint("cube_base_joint").id
@@ -84,9 +93,13 @@ class StackEnv(TableTopEnv):
         return self._is_grasped(self._top_geom)
 
     def _reset_task(self) -> None:
-        top_xy, base_xy = self._sample_apart(2, self.cube_low, self.cube_high, self.min_cube_distance)
+        xys = self._sample_apart(2, self.cube_low, self.cube_high, self.min_cube_distance)
+        top_xy, base_xy = swapped(xys, self._swap_pair(2))
         for joint, xy in ((self._top_joint, top_xy), (self._base_joint, base_xy)):
             self._place_on_table(joint, xy, self.cube_half)
+
+    def _layout_regions(self) -> dict[str, Region]:
+        return {"cube": Region(self.cube_low, self.cube_high)}
 
     def _task_state(self) -> np.ndarray:
         tcp, top, base = self.data.site_xpos[self._tcp], self.data.xpos[self._top_body], self.data.xpos[self._base_body]

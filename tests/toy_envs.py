@@ -306,3 +306,11 @@ class EpisodeSetEnv(CountingEnv):
             self.first_seed = 100 * options["task_id"] + options["init_state"]
         self.task_description = f"task {self.task}"
         return self._obs(), info
+
+
+class FaultyTwinEnv(FaultyEnv):
+    """``FaultyEnv`` under another class and task: a second member of an env mixture with the same spaces."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.task_description = "count twin"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,9 @@ class RayBackend:
     """Each worker a Ray actor; starts a local Ray for the run unless one is running or an address is given.
 
     Every actor runs the code of ``embodied`` as it was when the backend started (``snapshot.py``): an edit
-    of the source tree during the run never reaches a worker started or replaced later.
+    of the source tree during the run never reaches a worker started or replaced later. ``user_code``, the
+    folders (or ``.py`` files) of the user's own modules that the config names (``user_code.py``), is uploaded
+    beside it, so a cluster's nodes import them too.
 
     Waits are sliced (``POLL_S``): while nothing is done, the cluster's GCS port is checked between slices,
     so a cluster that goes away is noticed within seconds (``ClusterLostError``) instead of when Ray's
@@ -75,7 +78,7 @@ class RayBackend:
 
     POLL_S = 5.0  # seconds between two checks that the cluster is still there, while waiting
 
-    def __init__(self, cluster: ClusterConfig) -> None:
+    def __init__(self, cluster: ClusterConfig, user_code: Sequence[Path] = ()) -> None:
         import ray
 
         self.ray = ray
@@ -102,7 +105,8 @@ class RayBackend:
         self._directory: Any = None  # the one directory actor of this backend's channels, started with the first
         self._placement_groups: list[Any] = []
         self.code = snapshot_package()  # the package every actor of the run imports
-        self.runtime_env = {**uploaded_py_modules(self.code.package), "env_vars": {CODE_ENV_VAR: self.code.digest}}
+        self.runtime_env = {**uploaded_py_modules(self.code.package, *user_code),
+                            "env_vars": {CODE_ENV_VAR: self.code.digest}}
 
     def create(self, cls: type, args_per_rank: list[tuple], resources: Resources | None = None) -> RayGroup:
         from embodied.channels.mailbox import mailbox_actor
@@ -225,15 +229,16 @@ class RayBackend:
             self.ray.shutdown()
 
 
-def uploaded_py_modules(package: Path) -> dict[str, list[str]]:
-    """A ``runtime_env`` whose ``py_modules`` is ``package``, uploaded to the cluster now (its ``gcs://`` URI).
+def uploaded_py_modules(package: Path, *more: Path) -> dict[str, list[str]]:
+    """A ``runtime_env`` whose ``py_modules`` are ``package`` and ``more``, uploaded to the cluster now (their
+    ``gcs://`` URIs).
 
     Ray takes a local folder in ``py_modules`` only at ``ray.init``, and then hashes and uploads it again for
     every actor: an edit in between would reach the later ones. Uploaded once, the URI names this content
     for the rest of the run, also when Ray was started by someone else (a test session, the user)."""
     from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
 
-    return upload_py_modules_if_needed({"py_modules": [str(package)]}, include_gitignore=False,
+    return upload_py_modules_if_needed({"py_modules": [str(p) for p in (package, *more)]}, include_gitignore=False,
                                        scratch_dir=str(package.parent))
 
 

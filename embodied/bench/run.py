@@ -212,12 +212,12 @@ def weight_sync(report: Report, sizes: Sizes) -> None:
 
 def _sync_case(name: str, recipe: Path, extra: list[str], iterations: int) -> dict[str, Any]:
     from embodied.config import load_config
-    from embodied.backends import make_backend
+    from embodied.backends import make_backend, user_packages
     from embodied.runs.train import train_iteration
     from embodied.workers.group import Workers
 
     cfg = load_config(recipe, [*extra, "cluster.backend=ray", "logger.backends=[console]", "env.preflight=false"])
-    backend = make_backend(cfg.cluster)
+    backend = make_backend(cfg.cluster, user_packages(cfg))
     try:
         workers = Workers.start(cfg, backend)
         try:

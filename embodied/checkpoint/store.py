@@ -360,16 +360,25 @@ def trained_env_ids(state: dict[str, Any]) -> set[str]:
     config = state.get("config") or {}
     env_id = (config.get("env") or {}).get("id")
     eval_id = (config.get("eval_env") or {}).get("id") or env_id
-    return {i for i in (env_id, eval_id) if i}
+    return env_ids(env_id) | env_ids(eval_id)
 
 
-def check_env_fits(state: dict[str, Any], env_id: str, spec: Any, where: str, same_id: bool = True) -> None:
+def env_ids(value: str | list[str] | None) -> set[str]:
+    """The env ids an ``env.id`` value names: one id, a mixture's list, a named set's ids."""
+    from embodied.core.registry import ENV_SETS
+
+    names = [] if not value else [value] if isinstance(value, str) else list(value)
+    return {i for n in names for i in (ENV_SETS.resolve(n) if n in ENV_SETS else [n])}
+
+
+def check_env_fits(state: dict[str, Any], env_id: str | list[str], spec: Any, where: str,
+                   same_id: bool = True) -> None:
     """Refuse (``CheckpointError``) a checkpoint trained on another env (unless not ``same_id``: an eval over
     other suites), or whose policy's spaces differ from the env's (``spec``: a ``PolicySpec``, or None to check
     the id alone); names what differs."""
     problems = []
     trained = trained_env_ids(state)
-    if same_id and trained and env_id not in trained:
+    if same_id and trained and not env_ids(env_id) <= trained:
         problems.append(f"it was trained on {' and '.join(sorted(trained))}, this config's env is {env_id}")
     saved = state.get("policy_spec")
     if saved and spec is not None:

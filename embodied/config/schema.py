@@ -6,6 +6,8 @@ YAML files in ``configs/`` hold values only; ``embodied.config.loader`` turns th
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -54,8 +56,11 @@ class ClusterConfig:
 
 @dataclass
 class EnvConfig:
-    id: str = "Reach-v0"  # registered env id or 'package.module:attr' (see `embodied list envs`)
+    # A registered env id or 'package.module:attr' (see `embodied list envs`); or a mixture: a list of ids, or a
+    # named set (e.g. libero-pro-object), whose members share observation and action spaces and split num_envs.
+    id: str | list[str] = "Reach-v0"
     num_envs: int = 32  # N: parallel envs in the training batch
+    weights: list[float] | None = None  # a mixture's relative share of num_envs per member (null: equal shares)
     obs_mode: Literal["state", "rgb", "state+rgb"] = "state"  # which observation keys the env produces
     # Env steps (sub-steps, not chunks) before truncation; null: the env's own cap (a built-in task's, a LIBERO
     # suite's published one, a gymnasium id's registered limit), or 50 for an env that declares none.
@@ -71,12 +76,53 @@ class EnvConfig:
     build_retries: int = 2  # an env constructor that raises is tried again this often (EGL, a model compile, a file lock)
     build_backoff_s: float = 1.0  # seconds before the first retry of a constructor, doubled for each next one
 
+    def members(self) -> list[str]:
+        """The env ids of this config, each once, in order: ``[id]`` for one env; a list's ids and each named
+        set's (``ENV_SETS``) for a mixture."""
+        from embodied.core.registry import ENV_SETS
+
+        names = [self.id] if isinstance(self.id, str) else list(self.id)
+        ids = [i for name in names for i in (ENV_SETS.resolve(name) if name in ENV_SETS else [name])]
+        return list(dict.fromkeys(ids))
+
+    def member(self, env_id: str) -> EnvConfig:
+        """This config with one member's id: what builds, checks and evaluates that member."""
+        return dataclasses.replace(self, id=env_id, weights=None)
+
+    def first_member(self) -> EnvConfig:
+        """The first member's config: members share spaces, so it stands for all where only spaces matter."""
+        return self.member(self.members()[0])
+
+    def member_counts(self, num_envs: int | None = None) -> list[int]:
+        """Envs of each member in a batch of ``num_envs`` (default ``self.num_envs``): shares by ``weights``
+        (equal without), each member at least one env, rounded by largest remainder so they sum to the batch."""
+        ids, total = self.members(), self.num_envs if num_envs is None else num_envs
+        weights = self.weights if self.weights is not None else [1.0] * len(ids)
+        return split_counts(total, weights)
+
+
+def split_counts(total: int, weights: list[float]) -> list[int]:
+    """``total`` items over ``len(weights)`` parts in proportion to ``weights``: each part its share rounded down
+    (at least one), then the items left to the parts furthest below their share (ties: the earlier part).
+    Raises ``ValueError`` when there are fewer items than parts or a weight is not positive."""
+    if total < len(weights):
+        raise ValueError(f"{total} envs cannot give each of {len(weights)} members one")
+    if not weights or min(weights) <= 0 or not all(map(math.isfinite, weights)):
+        raise ValueError(f"weights must be positive numbers, got {weights}")
+    ideal = [total * w / sum(weights) for w in weights]
+    counts = [max(1, math.floor(x)) for x in ideal]
+    while sum(counts) < total:
+        counts[max(range(len(counts)), key=lambda i: (ideal[i] - counts[i], -i))] += 1
+    while sum(counts) > total:  # the minimum of one took envs from the others
+        counts[min((i for i in range(len(counts)) if counts[i] > 1), key=lambda i: (ideal[i] - counts[i], i))] -= 1
+    return counts
+
 
 @dataclass
 class EvalEnvConfig:
     """Eval envs; a field left null takes the training env's value. Eval never auto-resets."""
 
-    id: str | None = None  # env id; null = env.id
+    id: str | list[str] | None = None  # env id, or a mixture (a list or a named set: one eval a member); null = env.id
     num_envs: int | None = None  # parallel eval envs; null = env.num_envs
     obs_mode: Literal["state", "rgb", "state+rgb"] | None = None  # null = env.obs_mode
     max_episode_steps: int | None = None  # null = env.max_episode_steps (both null: the eval env's own cap)
@@ -350,11 +396,20 @@ class Config:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
 
+    def eval_members(self) -> list[str]:
+        """The env ids the eval env evaluates: one, or each member of a mixture (each its own eval)."""
+        return self.resolved_eval_env().members()
+
+    def member_eval(self, env_id: str) -> Config:
+        """This config evaluating one member of a mixture eval env (its own fixed eval set and episode cap)."""
+        return dataclasses.replace(self, eval_env=dataclasses.replace(self.eval_env, id=env_id))
+
     def resolved_eval_env(self) -> EnvConfig:
         """The eval env: eval_env's fields over env's, with auto_reset off."""
         e, o = self.env, self.eval_env
         return EnvConfig(
             id=o.id if o.id is not None else e.id,
+            weights=e.weights if o.id is None else None,
             num_envs=o.num_envs if o.num_envs is not None else e.num_envs,
             obs_mode=o.obs_mode if o.obs_mode is not None else e.obs_mode,
             max_episode_steps=o.max_episode_steps if o.max_episode_steps is not None else e.max_episode_steps,

@@ -11,8 +11,8 @@ import math
 from typing import Any
 
 from embodied.config.algorithm import OffPolicyConfig, OnPolicyConfig, whole_episode_problems
-from embodied.config.schema import Config, RunnerConfig
-from embodied.core.registry import ENVS, UnknownNameError
+from embodied.config.schema import Config, EnvConfig, RunnerConfig
+from embodied.core.registry import ENV_SETS, ENVS, UnknownNameError
 
 
 OBS_MODE_GIVES = {"state": {"states"}, "rgb": {"images"}, "state+rgb": {"states", "images"}}
@@ -139,10 +139,10 @@ def validate(cfg: Config) -> list[str]:
         if env.max_episode_steps is not None:
             need(env.max_episode_steps >= 1, f"{section}.max_episode_steps: must be >= 1, got {env.max_episode_steps}")
         try:
-            if env.id is not None:
-                ENVS.entry_point(env.id)
+            for env_id in (EnvConfig(id=env.id).members() if env.id is not None else []):
+                ENVS.entry_point(env_id)
         except UnknownNameError as exc:
-            p.append(f"{section}.id: {exc}")
+            p.append(f"{section}.id: {exc} Named sets: {', '.join(ENV_SETS.names()) or '(none)'}")
     need(cfg.policy.action_chunk >= 1, f"policy.action_chunk: chunk size must be >= 1, got {cfg.policy.action_chunk}")
     for where, path in (("policy.init_from", cfg.policy.init_from), ("runner.resume_from", cfg.runner.resume_from)):
         # `policy.init_from=$RUN` with $RUN unset would otherwise train from scratch without a word.

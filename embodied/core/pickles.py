@@ -2,7 +2,8 @@
 
 Env snapshots in a checkpoint (``envs/<rank>.pkl``) are pickles, which name each object's class by its module. A
 checkpoint written before the move (a0acb30) names ``embodied.types`` where the class now lives in
-``embodied.core.types``; ``loads`` finds such a class at its new home, so those checkpoints still resume.
+``embodied.core.types``; ``loads`` finds such a class at its new home (the table of moves is
+``embodied.core.moved``'s), so those checkpoints still resume, without the old path's warning.
 """
 
 from __future__ import annotations
@@ -11,39 +12,13 @@ import io
 import pickle
 from typing import Any
 
-# Modules of embodied before the layer subpackages -> where they are now (only those a pickle can name).
-MOVED_MODULES = {
-    "embodied.types": "embodied.core.types",
-    "embodied.registry": "embodied.core.registry",
-    "embodied.numerics": "embodied.core.numerics",
-    "embodied.process_memory": "embodied.core.process_memory",
-    "embodied.atomic": "embodied.core.atomic",
-    "embodied.policy_config": "embodied.policy.config",
-    "embodied.q_functions": "embodied.policy.q_functions",
-    "embodied.checkpoint": "embodied.checkpoint.store",
-    "embodied.trust": "embodied.checkpoint.trust",
-    "embodied.logger": "embodied.logging.logger",
-    "embodied.video": "embodied.logging.video",
-    "embodied.eval_plan": "embodied.workers.eval_plan",
-    "embodied.replay": "embodied.replay.buffer",
-    "embodied.demo_replay": "embodied.replay.demos",
-    "embodied.env_factory": "embodied.env_runtime.factory",
-    "embodied.env_catalog": "embodied.env_runtime.catalog",
-    "embodied.preflight": "embodied.env_runtime.preflight",
-    "embodied.stop": "embodied.runs.stop",
-}
-
-
-# Packages that moved whole: their modules keep their names below the new package.
-MOVED_PACKAGES = {"embodied.placement": "embodied.backends", "embodied.check_env": "embodied.env_runtime.check_env"}
+from embodied.core.moved import current_home
 
 
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        package = next((p for p in MOVED_PACKAGES if module == p or module.startswith(p + ".")), None)
-        if package is not None:
-            module = MOVED_PACKAGES[package] + module[len(package):]
-        return super().find_class(MOVED_MODULES.get(module, module), name)
+        # Straight to the new home: through an old module name the class would come with the alias's warning.
+        return super().find_class(current_home(module, name), name)
 
 
 def loads(data: bytes) -> Any:

@@ -64,6 +64,7 @@ class EpisodeStats:
     success_at_end: bool  # ... and at the last one
     task: str = ""  # the env's task description at the episode's start (per-task eval breakdown)
     sim_unstable: bool = False  # the simulator went unstable (e.g. MuJoCo's bad-QACC reset): truncated there
+    env_id: str = ""  # the member of an env mixture the episode ran in ("" outside a mixture)
 
 
 @dataclass(frozen=True)

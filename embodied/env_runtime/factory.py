@@ -11,14 +11,13 @@ containers) before any worker starts, naming the field path.
 
 from __future__ import annotations
 
-import collections.abc
+import dataclasses
 import inspect
 import os
 import sys
 import time
-import types
-import typing
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -28,7 +27,9 @@ import numpy as np
 from embodied.config import ConfigError, EnvConfig
 from embodied.core.registry import ENVS, PluginError
 from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES, footprint_of
-from embodied.envs.adapters.gymnasium_env import ADAPTER_OPTIONS, GymnasiumEnv, adapted_target, describe
+from embodied.env_runtime.mixture import ConcatBatchedEnv, check_same_spaces, member_slices
+from embodied.env_runtime.signature import check_signature, check_twin_signature, parameters
+from embodied.envs.adapters.gymnasium_env import GymnasiumEnv, adapted_target, describe
 from embodied.envs.batched import BatchedEnv, is_batched
 from embodied.envs.chunked import ChunkedVectorEnv
 from embodied.policy.config import PolicySpec
@@ -58,18 +59,37 @@ own refusals: raised as they are, not as a crash inside the env).
     its envs built on threads, with a progress bar. A constructor that raises is tried again with
     backoff (``build_with_retries``: ``env.build_retries``, ``env.build_backoff_s``).
     """
+    if len(cfg.members()) > 1:
+        return _make_mixture(cfg, num_envs, section, render_mode, name or f"{section} mixture", first_index)
+    built = _native_or_per_env(cfg, num_envs, section, render_mode, name, first_index)
+    if not isinstance(built, _PerEnv):
+        return built
+    return _chunked(built.fns, cfg, name or cfg.id, built.heavy)
+
+
+@dataclass
+class _PerEnv:
+    """The constructors of envs built one by one (then wrapped in a ``ChunkedVectorEnv``)."""
+
+    fns: list[Callable[[], Any]]
+    heavy: bool  # built on threads, with a progress bar
+
+
+def _native_or_per_env(cfg: EnvConfig, num_envs: int, section: str, render_mode: str | None, name: str | None,
+                       first_index: int) -> BatchedEnv | _PerEnv:
+    """A natively batched env (a twin or a ``BatchedEnv`` class), built; else each env's constructor, not called."""
     target = ENVS.resolve(cfg.id)
     kwargs = _call_kwargs(cfg, render_mode, target)
     twin = batched_twin(target, cfg)
     if twin is not None:
-        _check_twin_signature(target, twin, kwargs, cfg, section)
+        check_twin_signature(target, twin, kwargs, cfg, section)
         kwargs |= {"num_envs": num_envs, "auto_reset": cfg.auto_reset}
         return build_with_retries(partial(twin, **kwargs), cfg, section, f"{name or cfg.id} ({num_envs} envs)")
     if is_batched(target):
         kwargs |= {"num_envs": num_envs, "auto_reset": cfg.auto_reset}
-        _check_signature(target, kwargs, cfg, section)
+        check_signature(target, kwargs, cfg, section)
         return build_with_retries(partial(target, **kwargs), cfg, section, f"{name or cfg.id} ({num_envs} envs)")
-    _check_signature(target, kwargs, cfg, section)
+    check_signature(target, kwargs, cfg, section)
     indexed = takes_env_index(target)
     per_env = [kwargs | ({"env_index": first_index + i} if indexed else {}) for i in range(num_envs)]
     if adapted_target(target) is None and not (isinstance(target, type) and issubclass(target, GymnasiumEnv)):
@@ -78,14 +98,42 @@ own refusals: raised as they are, not as a crash inside the env).
         builds = [partial(target, **k) for k in per_env]
     fns = [partial(build_with_retries, b, cfg, section, f"{name or cfg.id} env {i}") for i, b in enumerate(builds)]
     footprint = footprint_of(target)
-    heavy = footprint is not None and footprint.heavy
+    return _PerEnv(fns, footprint is not None and footprint.heavy)
+
+
+def _chunked(fns: list[Callable[[], Any]], cfg: EnvConfig, name: str, heavy: bool,
+             env_ids: list[str] | None = None) -> ChunkedVectorEnv:
     try:
-        return ChunkedVectorEnv(fns, auto_reset=cfg.auto_reset, name=name or cfg.id,
-                                build_threads=min(num_envs, os.cpu_count() or 1) if heavy else 1, progress=heavy)
+        return ChunkedVectorEnv(fns, auto_reset=cfg.auto_reset, name=name, env_ids=env_ids,
+                                build_threads=min(len(fns), os.cpu_count() or 1) if heavy else 1, progress=heavy)
     except Exception as exc:
         if isinstance(exc.__cause__, PluginError):  # the framework's own finding, not a crash in the env's code
             raise exc.__cause__ from None
         raise
+
+
+def _make_mixture(cfg: EnvConfig, num_envs: int, section: str, render_mode: str | None, name: str,
+                  first_index: int) -> BatchedEnv:
+    """The members of envs ``first_index ..`` of a mixture's batch (``embodied.env_runtime.mixture``): one
+    ``ChunkedVectorEnv`` over every member's envs when each is built env by env (so expert labels, videos and
+    snapshots work as for one env id), else the members' batched envs side by side (``ConcatBatchedEnv``)."""
+    parts = member_slices(cfg, first_index, num_envs)
+    built = [_native_or_per_env(cfg.member(p.env_id), p.num_envs, section, render_mode, f"{name}: {p.env_id}",
+                                p.first_index) for p in parts]
+    if all(isinstance(b, _PerEnv) for b in built):
+        ids = [p.env_id for p in parts for _ in range(p.num_envs)]
+        venv = _chunked([f for b in built for f in b.fns], cfg, name, any(b.heavy for b in built), ids)
+        try:
+            check_same_spaces(ids, [e.observation_space for e in venv.envs], [e.action_space for e in venv.envs],
+                              f"{section}.id")
+        except ValueError:
+            venv.close()
+            raise
+        return venv
+    parts_built = [b if not isinstance(b, _PerEnv) else _chunked(b.fns, cfg.member(p.env_id), f"{name}: {p.env_id}",
+                                                                 b.heavy, [p.env_id] * p.num_envs)
+                   for p, b in zip(parts, built)]
+    return ConcatBatchedEnv(parts_built, [p.env_id for p in parts], name)
 
 
 def build_with_retries(build: Callable[[], Any], cfg: EnvConfig, section: str, what: str) -> Any:
@@ -123,8 +171,7 @@ def control_frequency(cfg: EnvConfig) -> float | None:
     MuJoCo envs set to 1 / (timestep x frame_skip) and adapters copy from the env they wrap; it can depend on
     ``env.kwargs``, so one env is built (and closed) to read it.
     """
-    import dataclasses
-
+    cfg = cfg.first_member()  # a mixture's members act at one rate: one policy's actions drive them all
     target = ENVS.resolve(cfg.id)
     declared = getattr(target, "control_frequency", None) if isinstance(target, type) else None
     if callable(declared):
@@ -145,8 +192,14 @@ def check_env_config(cfg: EnvConfig, section: str = "env", render_mode: str | No
 
     The runner calls this before any worker starts or any run directory is made, so a
     misspelt ``env.kwargs`` key, a value of the wrong type or a class that is not a gymnasium env
-    fails in the driver with its field path.
+    fails in the driver with its field path. A mixture (``env.id`` a list or a named set) has each member checked,
+    its weights, and its members' spaces against each other (``check_mixture``).
     """
+    if not isinstance(cfg.id, str) or len(cfg.members()) > 1:
+        check_mixture(cfg, section, render_mode)
+        return
+    if cfg.weights is not None:
+        raise ConfigError(f"{section}.weights: shares of a mixture's members, but {section}.id {cfg.id!r} is one env")
     try:
         target = ENVS.resolve(cfg.id)
     except (ImportError, PluginError) as exc:
@@ -154,11 +207,54 @@ def check_env_config(cfg: EnvConfig, section: str = "env", render_mode: str | No
     kwargs = _call_kwargs(cfg, render_mode, target)
     twin = batched_twin(target, cfg)
     if twin is not None:
-        _check_twin_signature(target, twin, kwargs, cfg, section)
+        check_twin_signature(target, twin, kwargs, cfg, section)
         return
     if is_batched(target):
         kwargs |= {"num_envs": 1, "auto_reset": cfg.auto_reset}
-    _check_signature(target, kwargs, cfg, section)
+    check_signature(target, kwargs, cfg, section)
+
+
+def check_mixture(cfg: EnvConfig, section: str, render_mode: str | None = None) -> None:
+    """A mixture's config before any worker starts: known members, one weight each, an env for each member, each
+    member's own config, and the members' spaces alike (``ConfigError`` naming the field, the members and the key).
+
+    Spaces are read from each member's class where it tells them without building (``observation_shapes`` and an
+    ``action_space`` class attribute: LIBERO, whose envs take seconds and a GB each), else from one env built here."""
+    try:
+        ids = cfg.members()
+    except (KeyError, ImportError) as exc:
+        raise ConfigError(f"{section}.id: {exc}") from None
+    if not ids:
+        raise ConfigError(f"{section}.id: an empty mixture; give one env id or several")
+    if cfg.weights is not None and len(cfg.weights) != len(ids):
+        raise ConfigError(f"{section}.weights: {len(cfg.weights)} weights for the {len(ids)} members "
+                          f"({', '.join(ids)})")
+    try:
+        cfg.member_counts()
+    except ValueError as exc:
+        raise ConfigError(f"{section}.num_envs / {section}.weights: {exc} ({', '.join(ids)})") from None
+    for env_id in ids:
+        check_env_config(cfg.member(env_id), section, render_mode)
+    spaces = [_declared_spaces(cfg.member(env_id)) for env_id in ids]
+    try:
+        check_same_spaces(ids, [o for o, _ in spaces], [a for _, a in spaces], f"{section}.id")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _declared_spaces(cfg: EnvConfig) -> tuple[gym.spaces.Dict, gym.spaces.Space]:
+    """The observation and action spaces of ``cfg``'s env: from its class when it declares them (shapes, as
+    ``observation_shapes`` gives them, with the dtype the contract fixes), else from one env built and closed."""
+    target = ENVS.resolve(cfg.id)
+    shapes_of, action = getattr(target, "observation_shapes", None), getattr(target, "action_space", None)
+    if callable(shapes_of) and isinstance(action, gym.spaces.Box):
+        shapes = shapes_of(obs_mode=cfg.obs_mode, **cfg.kwargs)
+        return gym.spaces.Dict({k: gym.spaces.Box(-np.inf, np.inf, tuple(v)) for k, v in shapes.items()}), action
+    venv = make_vector_env(dataclasses.replace(cfg, num_envs=1, auto_reset=False), 1)
+    try:
+        return venv.single_observation_space, venv.single_action_space
+    finally:
+        venv.close()
 
 
 def batched_twin(target: Any, cfg: EnvConfig) -> type | None:
@@ -172,15 +268,6 @@ def batched_twin(target: Any, cfg: EnvConfig) -> type | None:
     if cfg.vectorization != "native" or not callable(offer):
         return None
     return offer(cfg.obs_mode)
-
-
-def _check_twin_signature(target: Any, twin: type, kwargs: dict, cfg: EnvConfig, section: str) -> None:
-    """``env.kwargs`` of a twin: its own options (e.g. ``nthread``) against it, the task's against ``target``."""
-    twin_params = inspect.signature(twin).parameters
-    task_params = inspect.signature(target).parameters
-    own = [k for k, p in twin_params.items() if k not in task_params and p.kind is not inspect.Parameter.VAR_KEYWORD]
-    _check_types(twin, twin_params, cfg, section, only={k: v for k, v in cfg.kwargs.items() if k in own})
-    _check_signature(target, {k: v for k, v in kwargs.items() if k not in own}, cfg, section)
 
 
 def takes_env_index(target: Any) -> bool:
@@ -197,7 +284,9 @@ def episode_steps(cfg: EnvConfig, target: Any = None) -> int:
     """The episode cap the envs of ``cfg`` run with, in env steps: ``max_episode_steps`` when the config sets it,
     else the env's own (``declared_episode_steps`` of ``target``, ``cfg.id``'s entry point by default), else
     ``DEFAULT_EPISODE_STEPS``. Every env of ``cfg`` is built with this value, and whatever sizes chunks to
-    whole episodes (eval rounds, collect, GRPO's check) reads it."""
+    whole episodes (eval rounds, collect, GRPO's check) reads it. A mixture: the longest of its members' caps."""
+    if len(cfg.members()) > 1:
+        return max(episode_steps(cfg.member(env_id)) for env_id in cfg.members())
     if cfg.max_episode_steps is not None:
         return cfg.max_episode_steps
     return declared_episode_steps(ENVS.resolve(cfg.id) if target is None else target) or DEFAULT_EPISODE_STEPS
@@ -216,7 +305,7 @@ def declared_episode_steps(target: Any) -> int | None:
             return gym.spec(wrapped).max_episode_steps
         except gym.error.Error:
             return None  # an id gymnasium does not know: gymnasium.make names it when the env is built
-    params = _parameters(target) or {}
+    params = parameters(target) or {}
     default = getattr(params.get("max_episode_steps"), "default", None)
     positive = isinstance(default, int) and not isinstance(default, bool) and default > 0
     return default if positive else None
@@ -230,136 +319,6 @@ def _call_kwargs(cfg: EnvConfig, render_mode: str | None, target: Any) -> dict[s
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     return kwargs
-
-
-# -- constructor arguments ----------------------------------------------------------------------
-
-
-def _check_signature(target: Callable, kwargs: dict, cfg: EnvConfig, section: str) -> None:
-    wrapped = adapted_target(target)
-    if wrapped is not None:
-        _check_adapted(wrapped, cfg, section)
-        return
-    try:
-        params = inspect.signature(target).parameters
-    except (TypeError, ValueError):
-        return  # builtins and C extensions: let the call itself fail
-    _check_types(target, params, cfg, section)
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
-    unknown = [k for k in kwargs if k not in params]
-    if unknown:
-        where = [f"{section}.kwargs.{k}" if k in cfg.kwargs else f"{section}.{k}" for k in unknown]
-        options = [k for k in unknown if k in ADAPTER_OPTIONS]
-        note = (f" ({', '.join(options)}: options of the gymnasium adapter, which a class following embodied's "
-                f"constructor convention does not go through; such a class reports info['success'] and its "
-                f"task_description itself)") if options else ""
-        raise ConfigError(f"{', '.join(where)}: env {cfg.id!r} ({describe(target)}) "
-                          f"does not accept {unknown}; it takes {list(params)}{note}")
-
-
-def _check_adapted(wrapped: str | type, cfg: EnvConfig, section: str) -> None:
-    """``env.kwargs`` of a plain gymnasium class or id: the adapter's options plus its constructor's arguments."""
-    creator = wrapped if isinstance(wrapped, type) else _gymnasium_creator(wrapped)
-    params = _parameters(creator) if creator is not None else None
-    adapter_params = inspect.signature(GymnasiumEnv).parameters
-    options = {k: v for k, v in cfg.kwargs.items() if k in ADAPTER_OPTIONS}
-    _check_types(GymnasiumEnv, adapter_params, cfg, section, only=options)
-    if params is None:
-        return
-    passed = {k: v for k, v in cfg.kwargs.items() if k not in ADAPTER_OPTIONS or k in params}
-    _check_types(creator, params, cfg, section, only=passed)
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
-    make_own = [] if isinstance(wrapped, type) else [k for k in inspect.signature(gym.make).parameters if k != "id"]
-    unknown = [k for k in passed if k not in params and k not in make_own]
-    if unknown:
-        what = describe(creator)
-        raise ConfigError(
-            f"{', '.join(f'{section}.kwargs.{k}' for k in unknown)}: env {cfg.id!r} ({what}) does not accept "
-            f"{unknown}; its constructor takes {[p for p in params if p != 'self']}, and the gymnasium adapter "
-            f"takes {list(ADAPTER_OPTIONS)}")
-
-
-def _gymnasium_creator(env_id: str) -> Callable | None:
-    """The entry point gymnasium would call for ``env_id``, or None when it cannot be loaded here."""
-    try:
-        from gymnasium.envs.registration import load_env_creator
-
-        entry = gym.spec(env_id).entry_point
-        return load_env_creator(entry) if isinstance(entry, str) else entry
-    except Exception:  # noqa: BLE001 - the check is a courtesy; gymnasium.make reports the real error
-        return None
-
-
-def _parameters(fn: Callable) -> dict[str, inspect.Parameter] | None:
-    try:
-        return dict(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return None
-
-
-def _check_types(target: Callable, params: typing.Mapping[str, inspect.Parameter], cfg: EnvConfig, section: str,
-                 only: dict[str, Any] | None = None) -> None:
-    """Values of ``env.kwargs`` (or ``only``) against the constructor's annotations, where they are simple."""
-    values = cfg.kwargs if only is None else only
-    hints = _hints(target)
-    for key, value in values.items():
-        param = params.get(key)
-        if param is None:
-            continue
-        hint = hints.get(key, param.annotation)
-        if hint is inspect.Parameter.empty or isinstance(hint, str) or _matches(value, hint):
-            continue
-        raise ConfigError(
-            f"{section}.kwargs.{key}: env {cfg.id!r} ({describe(target)}) takes {key}: {_type_name(hint)}, got "
-            f"{type(value).__name__} {value!r}. Fix: give a {_type_name(hint)} (in YAML, numbers and booleans "
-            f"are written without quotes)")
-
-
-def _hints(target: Callable) -> dict[str, Any]:
-    fn = target.__init__ if isinstance(target, type) else target
-    try:
-        return typing.get_type_hints(fn)
-    except Exception:  # noqa: BLE001 - unresolvable annotations are not checked
-        return {}
-
-
-def _matches(value: Any, hint: Any) -> bool:
-    """Whether ``value`` (from YAML) fits ``hint``; True for anything this check does not understand."""
-    if hint is Any or hint is object:
-        return True
-    if hint is None or hint is type(None):
-        return value is None
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is typing.Union or (hasattr(types, "UnionType") and origin is types.UnionType):
-        return any(_matches(value, a) for a in args)
-    if origin is typing.Literal:
-        return value in args
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str)
-    container = origin or hint
-    if container in (list, tuple, collections.abc.Sequence):
-        if not isinstance(value, (list, tuple)):
-            return False
-        item = args[0] if args and (container is not tuple or len(args) == 2 and args[1] is Ellipsis) else None
-        return item is None or all(_matches(v, item) for v in value)
-    if container in (dict, collections.abc.Mapping):
-        return isinstance(value, dict)
-    return True  # classes, arrays, callables...: not judged here
-
-
-def _type_name(hint: Any) -> str:
-    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
-
-
-# -- spaces of an env written to embodied's convention -----------------------------------------
 
 
 def _build_checked(target: Callable, kwargs: dict, env_id: str) -> gym.Env:
@@ -405,8 +364,8 @@ def check_convention_spaces(env: gym.Env, where: str) -> None:
 
 def env_spec(cfg: EnvConfig) -> PolicySpec:
     """The spec of ``cfg``'s env from one env built here (what a run checks demonstrations against before any
-    worker starts)."""
-    venv = make_vector_env(cfg, 1)
+    worker starts); a mixture's members share it (``check_mixture``), so its first member's."""
+    venv = make_vector_env(cfg.first_member(), 1)
     try:
         return policy_spec(venv.single_observation_space, venv.single_action_space)
     finally:

@@ -32,7 +32,12 @@ def preflight(cfg: EnvConfig, section: str, video: bool,
 
     With ``video``, frames are checked on the path the eval envs record them through: the eval section's
     ``vectorization`` (``video_vectorization``), which for a built-in task picks its batched twin or not.
+    A mixture has each member checked (one env of each).
     """
+    if len(cfg.members()) > 1:
+        for env_id in cfg.members():
+            preflight(cfg.member(env_id), section, video, video_vectorization)
+        return
     results = check_env(cfg, fast=True, render="require" if video else "skip", render_path=video_vectorization)
     who = _who(cfg, section)
     failed = [r for r in results if r.severity == "error"]

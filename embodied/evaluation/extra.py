@@ -62,21 +62,30 @@ def extra_config(cfg: Config, suite: ExtraSuite) -> Config:
 class ExtraEvals:
     """The extra evals of a training run (``Workers``: the run's actor group and backend)."""
 
-    def __init__(self, workers: Any, cfg: Config) -> None:
+    def __init__(self, workers: Any, cfg: Config, plan: list[ExtraSuite] | None = None) -> None:
+        """``plan``: the envs to evaluate (default: ``runner.extra_evals``'s; a mixture eval env's other members)."""
         self.workers, self.cfg = workers, cfg
-        self.plan = extra_eval_plan(cfg)
+        self.plan = extra_eval_plan(cfg) if plan is None else plan
         self.evaluators: dict[str, Any] = {}
         self.failed: set[str] = set()
 
     def __call__(self, iteration: int) -> dict[str, float]:
         """The ``eval/<env id>/*`` metrics of the actor's current weights ({} without extra evals)."""
+        metrics: dict[str, float] = {}
+        for name, found in self.episodes(iteration).items():
+            metrics |= suite_metrics(name, found) if found is not None else {f"eval/{name}/failed": 1.0}
+        return metrics
+
+    def episodes(self, iteration: int) -> dict[str, list[EpisodeStats] | None]:
+        """Each planned env's episodes with the actor's current weights (None: it failed now, and is switched off;
+        one switched off before is left out)."""
         if not self.plan:
             return {}
         from embodied.workers.evaluator import Evaluator
 
         backend = self.workers.backend
         weights = self.workers.actor_group.call("weights", False)[0]  # tensors, even where rollouts share the module
-        metrics: dict[str, float] = {}
+        results: dict[str, list[EpisodeStats] | None] = {}
         for suite in self.plan:
             if suite.name in self.failed:
                 continue
@@ -92,10 +101,10 @@ class ExtraEvals:
                               f"{type(exc).__name__}: {exc}", stacklevel=2)
                 self.failed.add(suite.name)
                 self._release(suite.name)
-                metrics[f"eval/{suite.name}/failed"] = 1.0
+                results[suite.name] = None
                 continue
-            metrics |= suite_metrics(suite.name, found)
-        return metrics
+            results[suite.name] = found
+        return results
 
     def close(self) -> None:
         for evaluator in self.evaluators.values():

@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from embodied.backends import ClusterLostError, make_backend
+from embodied.backends import ClusterLostError, make_backend, user_packages
 from embodied.checkpoint.store import CheckpointError, load_checkpoint
 from embodied.config import Config, EnvConfig
 from embodied.core.registry import ENVS
@@ -73,7 +73,7 @@ def evaluate_suites(cfg: Config, checkpoint: Path | None, suites: str | list[str
     check_suites(state, configs, checkpoint)
     axes = {env_id: suite_axis(env_id) for env_id in ids}
     results, reports, skipped = {}, {}, {}
-    backend = make_backend(cfg.cluster)  # one for every suite: a Ray instance starts once
+    backend = make_backend(cfg.cluster, user_packages(cfg))  # one for every suite: a Ray instance starts once
     try:
         for env_id in ids:
             try:

@@ -21,12 +21,12 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from embodied.backends import Backend, ClusterLostError, make_backend
+from embodied.backends import Backend, ClusterLostError, make_backend, user_packages
 from embodied.checkpoint.store import check_env_fits, load_checkpoint
 from embodied.config import Config
 from embodied.core.types import EpisodeStats
 from embodied.env_runtime.preflight import check_policy_fits, preflight
-from embodied.evaluation.extra import ExtraEvals
+from embodied.evaluation.extra import ExtraEvals, ExtraSuite, suite_metrics
 from embodied.evaluation.stats import EvalReport, EvalSummary, eval_metrics, per_task, write_json
 from embodied.workers.eval_plan import env_eval_episodes
 from embodied.workers.evaluator import Evaluator
@@ -78,6 +78,10 @@ class PeriodicEval:
         self.workers, self.cfg, self.run_dir = workers, cfg, run_dir
         self.failed = False
         self.extra = ExtraEvals(workers, cfg)  # runner.extra_evals: built at the first eval, kept till close()
+        # A mixture eval env: the run's evaluator plays its first member, these the others (each its own eval set).
+        members = cfg.eval_members()
+        self.members = ExtraEvals(workers, cfg, [ExtraSuite(m, m, cfg.runner.eval_episodes) for m in members[1:]])
+        self.first = members[0] if len(members) > 1 else None
 
     def __call__(self, iteration: int) -> dict[str, float]:
         """``eval/*`` metrics of the weights just trained ({} once eval has failed)."""
@@ -95,6 +99,7 @@ class PeriodicEval:
                 with self.progress_bar(iteration, n) as progress:
                     episodes = [e for e in self.workers.evaluator.run(n, video_dir, progress=progress)
                                 if e.env_index < n]
+                others = self.members.episodes(iteration)
                 extra = self.extra(iteration)  # eval/<env id>/*: the same weights (the average, with ema_decay)
             finally:
                 wait(actor.call("use_average", False))  # the next iteration publishes the live weights again
@@ -106,12 +111,19 @@ class PeriodicEval:
             self.failed = True
             return {"eval/failed": 1.0, "eval/episodes_dropped": float(n)}  # none of its episodes has a result
         dropped = len(self.workers.evaluator.dropped)  # left out: their env's fault replayed (Evaluator.run)
+        if self.first is not None:  # a mixture: pooled eval/* over its members, and each member's eval/<id>/*
+            by_member = {self.first: episodes, **others}
+            extra |= {k: v for name, found in by_member.items()
+                      for k, v in (suite_metrics(name, found) if found is not None
+                                   else {f"eval/{name}/failed": 1.0}).items()}
+            episodes = [e for found in by_member.values() if found is not None for e in found]
         return eval_metrics(episodes) | extra | {"eval/episodes_dropped": float(dropped),
                                                  "time/eval": time.perf_counter() - t0}
 
     def close(self) -> None:
         """Shut the extra evals' workers down (the run's own eval workers close with the run's)."""
         self.extra.close()
+        self.members.close()
 
     def progress_bar(self, iteration: int, episodes: int) -> EvalProgress:
         """The eval's bar under training's own (console logger with its bar on), shown once it takes seconds."""
@@ -186,7 +198,7 @@ def evaluate_checkpoint(cfg: Config, checkpoint: Path | None, episodes: int | No
         episodes = len(fixed) if fixed is not None else cfg.runner.eval_episodes
     torch.manual_seed(cfg.experiment.seed)
     own = backend is None
-    backend = make_backend(cfg.cluster) if backend is None else backend
+    backend = make_backend(cfg.cluster, user_packages(cfg)) if backend is None else backend
     try:
         evaluator = Evaluator.start(cfg, backend, cfg.logger.video if video else None)
         try:

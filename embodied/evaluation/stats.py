@@ -64,9 +64,22 @@ def per_task(episodes: list[EpisodeStats]) -> dict[str, EvalSummary]:
 
 def episode_metrics(prefix: str, episodes: list[EpisodeStats]) -> dict[str, float]:
     """Success rate, mean return and length of finished episodes (NaN when none finished), and how many
-    of them the simulator cut short by going unstable."""
-    return _summary_metrics(prefix, EvalSummary.of(episodes)) | {
+    of them the simulator cut short by going unstable; with an env mixture, the same of each member that finished
+    episodes, as ``<prefix>/<env id>/*``, beside the pooled figures."""
+    metrics = _summary_metrics(prefix, EvalSummary.of(episodes)) | {
         f"{prefix}/sim_unstable": float(sum(e.sim_unstable for e in episodes))}
+    for env_id, mine in per_member(episodes).items():
+        metrics |= _summary_metrics(f"{prefix}/{env_id}", EvalSummary.of(mine))
+    return metrics
+
+
+def per_member(episodes: list[EpisodeStats]) -> dict[str, list[EpisodeStats]]:
+    """The episodes of each env mixture member, in first-seen order ({} outside a mixture)."""
+    members: dict[str, list[EpisodeStats]] = {}
+    for e in episodes:
+        if e.env_id:
+            members.setdefault(e.env_id, []).append(e)
+    return members
 
 
 def _summary_metrics(prefix: str, s: EvalSummary) -> dict[str, float]:

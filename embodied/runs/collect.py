@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from embodied import __version__
-from embodied.backends import make_backend
+from embodied.backends import make_backend, user_packages
 from embodied.config import Config, ConfigError, EnvConfig
 from embodied.core.atomic import remove_stale_temps
 from embodied.core.registry import ENVS
@@ -89,9 +89,10 @@ def check_expert(cfg: Config) -> None:
     """Fail before any worker starts when ``env.id`` has no scripted expert, listing the tasks that do."""
     from embodied.envs.experts import has_expert
 
-    if not has_expert(ENVS.resolve(cfg.env.id)):
-        raise ConfigError(f"env.id: {cfg.env.id!r} has no scripted expert to collect demonstrations from; "
-                          f"tasks with one: {', '.join(expert_tasks())}")
+    for env_id in cfg.env.members():  # every member of a mixture
+        if not has_expert(ENVS.resolve(env_id)):
+            raise ConfigError(f"env.id: {env_id!r} has no scripted expert to collect demonstrations from; "
+                              f"tasks with one: {', '.join(expert_tasks())}")
 
 
 def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False,
@@ -129,7 +130,7 @@ def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False,
     fps = lerobot_fps(env_cfg) if data_format == "lerobot" else None
     chunk = cfg.policy.action_chunk if fps is None else 1  # LeRobot rows are control steps
     chunk_steps = math.ceil(env_cfg.max_episode_steps / chunk)
-    backend = make_backend(cfg.cluster)
+    backend = make_backend(cfg.cluster, user_packages(cfg))
     attempted = successes = 0
     with contextlib.ExitStack() as stack:  # the dataset writer, opened on the first kept episode
         writer: DatasetWriter | LeRobotWriter | None = None

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Subset, WeightedRandomSampler
 
-from embodied.backends import make_backend
+from embodied.backends import make_backend, user_packages
 from embodied.checkpoint.store import (check_init_from, check_policy_spec, find_checkpoint, load_checkpoint,
                                        load_policy_state, save_policy_checkpoint)
 from embodied.config import Config, ConfigError, EnvConfig, to_dict
@@ -64,7 +64,7 @@ def sft(cfg: Config) -> SFTResult:
     train_set, val_set = split_by_episode(data, cfg.sft.val_fraction, cfg.experiment.seed)
     loader = train_loader(data, train_set, cfg.sft.batch_size, cfg.sft.first_step_weight, cfg.experiment.seed)
     total = cfg.sft.epochs * len(loader)
-    backend = make_backend(cfg.cluster)
+    backend = make_backend(cfg.cluster, user_packages(cfg))
     logger: MetricLogger | None = None
     history: list[dict[str, float]] = []
     try:

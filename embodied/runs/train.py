@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import yaml
 
-from embodied.backends import ActorLostError, ClusterLostError, make_backend
+from embodied.backends import ActorLostError, ClusterLostError, make_backend, user_packages
 from embodied.checkpoint.store import check_init_from, prune_checkpoints, remove_partial
 from embodied.checkpoint.trust import signing_key
 from embodied.config import Config, ConfigError, OffPolicyConfig, to_dict
@@ -126,7 +126,7 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
     check_before_start(cfg)
     resume = resume_point(cfg)
     signing_key()  # checkpoints sign their env snapshots: an unsafe key file fails here, before anything starts
-    backend = make_backend(cfg.cluster)  # joins cluster.address (or fails) before a run dir exists
+    backend = make_backend(cfg.cluster, user_packages(cfg))  # joins cluster.address (or fails) before a run dir exists
     try:
         run_dir = resume.run_dir if resume else make_run_dir(cfg)
         remove_partial(run_dir)  # temp folders of a checkpoint write that a killed run left

@@ -184,7 +184,10 @@ def is_hang(exc: BaseException) -> EnvStepTimeoutError | None:
 
 
 def check_env_command(env: EnvConfig, steps: int = 1000) -> str:
-    """The ``embodied check-env`` command line that builds and steps ``env``'s env as the env workers do."""
+    """The ``embodied check-env`` command line that builds and steps ``env``'s env as the env workers do (a
+    mixture: one for each member, joined by ``;``)."""
+    if len(env.members()) > 1:
+        return "; ".join(check_env_command(env.member(env_id), steps) for env_id in env.members())
     parts = ["embodied", "check-env", env.id, "--obs-mode", env.obs_mode, "--max-episode-steps",
              str(env.max_episode_steps), "--steps", str(steps)]
     if env.kwargs:

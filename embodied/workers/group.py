@@ -61,7 +61,9 @@ class Workers:
         labels = cfg.algorithm.expert_labels()  # an algorithm that trains on the scripted experts' actions
         train = start_env_group(cfg, backend, cfg.env, "env", cfg.experiment.seed, stages=cfg.rollout.pipeline_stages,
                                 expert=None if labels is None else dataclasses.replace(labels, seed=cfg.experiment.seed))
-        evaluation = start_eval_envs(cfg, backend, cfg.logger.video if cfg.runner.eval_video != "none" else None)
+        # A mixture eval env: this evaluator plays its first member; PeriodicEval adds the others beside it.
+        eval_cfg = cfg.member_eval(cfg.eval_members()[0])
+        evaluation = start_eval_envs(eval_cfg, backend, cfg.logger.video if cfg.runner.eval_video != "none" else None)
         spec = backend.wait(train.group.call("spec"))[0]
         actor = start_actor_group(cfg, backend, spec)
         # Colocated needs the actor in this process: the local backend (the config loader refuses
@@ -72,7 +74,7 @@ class Workers:
         inbox = backend.channel("weights") if cfg.runner.mode == "async" else None
         rollout = start_rollout_group(cfg, backend, spec, train, evaluation, shared, inbox)
         restarts = RestartBudget.of(cfg.runner)
-        return cls(cfg, backend, train.group, rollout, actor, Evaluator(cfg, backend, evaluation, rollout, restarts),
+        return cls(cfg, backend, train.group, rollout, actor, Evaluator(eval_cfg, backend, evaluation, rollout, restarts),
                    spec, colocated, on_policy_algorithm(cfg), train, restarts, inbox,
                    backend.channel("trajectories"))
 

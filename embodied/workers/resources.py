@@ -8,6 +8,7 @@ with the backend's CPUs and GPUs, then ``check_memory`` the memory the envs need
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 from embodied.backends import Backend
@@ -65,6 +66,14 @@ class _EnvMemory(NamedTuple):
         return self.env.num_envs * self.per_env + self.processes * self.per_process
 
 
+def _members(env: EnvConfig, section: str) -> list[EnvConfig]:
+    """Each member of ``env`` with the envs it runs: a training mixture splits ``num_envs``; a mixture eval env
+    evaluates each member with ``num_envs`` envs of its own, all kept built between evals."""
+    ids = env.members()
+    counts = env.member_counts() if section == "env" else [env.num_envs] * len(ids)
+    return [dataclasses.replace(env.member(i), num_envs=n) for i, n in zip(ids, counts)]
+
+
 def check_memory(cfg: Config, available_mib: float, training: bool) -> None:
     """Fail when the envs a run builds need more memory than there is: for each env class that declares a
     ``footprint`` (e.g. LIBERO's), its envs x ``rss_mib`` plus the processes that build them x ``process_mib``
@@ -72,8 +81,10 @@ def check_memory(cfg: Config, available_mib: float, training: bool) -> None:
     eval envs together."""
     sections = ([("env", cfg.env)] if training else []) + [("eval_env", cfg.resolved_eval_env())]
     workers = cfg.cluster.num_env_workers if cfg.cluster.backend == "ray" else 0
-    needs = [_EnvMemory(section, env_cfg, fp.rss_mib, fp.process_mib, workers)
-             for section, env_cfg in sections if (fp := footprint_of(ENVS.resolve(env_cfg.id))) is not None]
+    # A mixture's members share their section's env worker processes: counted with its first member.
+    needs = [_EnvMemory(section, env_cfg, fp.rss_mib, fp.process_mib, 0 if k else workers)
+             for section, mixed in sections for k, env_cfg in enumerate(_members(mixed, section))
+             if (fp := footprint_of(ENVS.resolve(env_cfg.id))) is not None]
     if not needs:
         return
     driver_mib = max(n.per_process for n in needs)  # the driver (preflight, local workers) loads the libraries once

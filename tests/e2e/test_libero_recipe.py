@@ -11,7 +11,7 @@ import pytest
 from embodied.cli import main
 from embodied.config import ConfigError, EnvConfig, config_from_dict, load_config, to_dict
 from embodied.env_runtime.check_env import check_env
-from embodied.env_runtime.factory import check_env_config
+from embodied.env_runtime.factory import check_env_config, episode_steps
 from embodied.runs.train import train
 
 pytest.importorskip("libero.libero", reason="pip install 'embodied[libero]'")
@@ -106,9 +106,12 @@ def test_pi0_gpu_recipe_loads_and_validates_with_a_pi0_folder(tmp_path):
     folder = build_tiny_pi0(tmp_path / "pi0")
     cfg = load_config(PI0_GPU, [f"policy.model_path={folder}", "policy.device=auto", "policy.action_chunk=4"])
     assert (cfg.env.id, cfg.policy.type, cfg.policy.flow_logprob, cfg.policy.flow_steps) == (
-        "LIBERO-Spatial-v0", "pi0", "noise", 4)
-    assert cfg.rollout.chunk_steps * 5 >= cfg.env.max_episode_steps  # whole episodes with RLinf's 5-action chunks
-    check_env_config(cfg.env)
+        ["LIBERO-Spatial-v0", "LIBERO-Object-v0", "LIBERO-Goal-v0", "LIBERO-10-v0"], "pi0", "noise", 4)
+    # whole episodes of the longest member (LIBERO-10's 520 steps) with RLinf's 5-action chunks
+    assert cfg.rollout.chunk_steps * 5 >= episode_steps(cfg.env) == 520
+    assert cfg.env.member_counts() == [16, 16, 16, 16]
+    check_env_config(cfg.env)  # the four suites' spaces alike, from their classes (nothing built)
+    assert [e.id for e in cfg.runner.extra_evals] == ["LIBERO-Object-Swap-v0", "LIBERO-Object-TempX0.1-v0"]
     assert config_from_dict(to_dict(cfg)) == cfg
     with pytest.raises(ConfigError, match="policy.action_chunk: 5 executed actions, but the checkpoint predicts "
                                           "chunks of 4"):

@@ -78,7 +78,8 @@ def test_the_libero_gpu_recipe_loads_and_validates_with_a_pi05_folder(tmp_path):
     folder = build_tiny_pi05(tmp_path / "pi05")
     cfg = load_config(recipe, [f"policy.model_path={folder}", "policy.device=auto", "policy.action_chunk=4"])
     assert (cfg.env.id, cfg.policy.type, cfg.policy.flow_logprob, cfg.policy.use_states) == (
-        "LIBERO-Spatial-v0", "pi05", "noise", True)
+        ["LIBERO-Spatial-v0", "LIBERO-Object-v0", "LIBERO-Goal-v0", "LIBERO-10-v0"], "pi05", "noise", True)
+    assert [e.id for e in cfg.runner.extra_evals] == ["LIBERO-Object-Swap-v0", "LIBERO-Object-TempX0.1-v0"]
     assert config_from_dict(to_dict(cfg)) == cfg
     with pytest.raises(ConfigError, match="policy.action_chunk: 5 executed actions, but the checkpoint predicts "
                                           "chunks of 4"):

@@ -7,10 +7,8 @@ from typing import ClassVar
 
 import torch
 
-from embodied.algorithms.base import RolloutReset, UpdateContext, expand_mask, flatten
-from embodied.algorithms.batch import expand_rows, take, to_device
-from embodied.algorithms.ppo import learning_rate
-from embodied.core.types import Trajectory
+from embodied.api import (RolloutReset, Trajectory, UpdateContext, expand_mask, expand_rows, flatten, learning_rate,
+                          take, to_device)
 from my_algo.reinforce_config import ReinforceConfig
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from embodied.config.algorithm import OnPolicyConfig
+from embodied.api import OnPolicyConfig
 
 if TYPE_CHECKING:
-    from embodied.config.schema import Config
+    from embodied.api import Config
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from embodied.policy.config import PolicyConfig, PolicySpec
+from embodied.api import PolicyConfig, PolicySpec
 
 
 @dataclass

@@ -7,8 +7,7 @@ import torch
 from torch import nn
 from torch.distributions import Normal
 
-from embodied.policy.base import Policy, PolicySpec
-from embodied.core.types import Obs, PolicyOutput
+from embodied.api import Obs, Policy, PolicyOutput, PolicySpec
 from my_policy.configuration import LinearConfig
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from embodied.core.types import ChunkStepResult, EpisodeStats
+from embodied.api import ChunkStepResult, EpisodeStats
 
 
 class PointBatchEnv:

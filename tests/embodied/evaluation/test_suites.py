@@ -169,7 +169,7 @@ def test_eval_suites_writes_one_table_one_eval_json_and_a_plot(tmp_path, capsys,
             live_at_create.append(len(self._groups))
             return super().create(cls, args_per_rank, resources)
 
-    monkeypatch.setattr("embodied.evaluation.multi.make_backend", lambda cluster: Spy())
+    monkeypatch.setattr("embodied.evaluation.multi.make_backend", lambda cluster, user_code=(): Spy())
     out = tmp_path / "out"
     assert main(["eval", "configs/reach_mlp_ppo.yaml", "--checkpoint", str(checkpoint), "--suites",
                  "Reach-v0,toy-reach-far", "--episodes", "3", "--out", str(out), "eval_env.num_envs=3",
