@@ -32,6 +32,10 @@ What the env gives, and why:
   placements from the task's own distribution, from this env's seeded RNG, so no training episode
   starts from a test state; ``fixed`` draws one of the 50 published states, as RLinf and
   SimpleVLA-RL train (their reported numbers are then on states seen in training).
+- **Layout randomization** (``layout_shift_x``, ``layout_shift_y``: half-ranges in metres; ``layout_swap``: a
+  probability) moves the placed objects at each ``sampled`` training reset, each by its own offset, the target
+  perhaps first trading places with a distractor; never overlapping, never off the workspace (``layout``).
+  Eval resets on fixed init states are untouched. ``last_layout`` holds the last layout (docs/libero.md).
 - **Resets** are soft (robosuite ``hard_reset=False``) with MuJoCo's ``qacc_warmstart`` cleared
   after the state is set, which matches a hard reset; ``hard_reset: true`` rebuilds the model at
   every reset (1.97 s instead of 0.11 s, measured by ``benchmarks/libero_throughput.py``; docs/libero.md).
@@ -59,6 +63,8 @@ import gymnasium as gym
 import numpy as np
 
 from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES, EnvFootprint, EvalEpisode, Obs
+from embodied.envs.adapters.libero.layout import Arrangement, LayoutSettings, SceneLayout
+from embodied.envs.adapters.libero.observations import OBJECT_STATE_DIM, mat_to_quat_xyzw, obs_shapes, robot_state
 from embodied.envs.adapters.libero.render import gl_strings, release_gl, render_cameras
 from embodied.envs.adapters.libero.shaping import SHAPED_SUITES, PickPlaceShaping
 from embodied.envs.adapters.libero.suites import (
@@ -68,8 +74,6 @@ from embodied.envs.adapters.libero.suites import (
 CAMERAS: tuple[str, str] = ("agentview", "robot0_eye_in_hand")
 _NP_RANDOM = threading.Lock()  # held while an env's RandomState stands in for np.random's global one
 SETTLE_ACTION = np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float64)
-ROBOT_STATE_DIM = 8
-OBJECT_STATE_DIM = 10  # position 3, quaternion 4, position relative to the end effector 3
 MIN_IMAGE, MAX_IMAGE = 16, 1024  # what one EGL pbuffer-backed offscreen buffer gives reliably
 INTERNAL_HORIZON = 1000  # LIBERO's own horizon: robosuite refuses to step further
 PLACEMENT_TRIES = 20  # resets retried when robosuite's sampler cannot place the objects
@@ -134,6 +138,9 @@ class LiberoEnv(gym.Env):
         env_index: int = 0,
         envs_per_task: int = 1,
         reward_type: Literal["sparse", "dense"] = "sparse",
+        layout_shift_x: float = 0.0,
+        layout_shift_y: float = 0.0,
+        layout_swap: float = 0.0,
     ) -> None:
         self.suite: Suite = suite_for(self.suite_id)
         max_episode_steps = self.suite.max_steps if max_episode_steps is None else max_episode_steps
@@ -144,6 +151,10 @@ class LiberoEnv(gym.Env):
                              f"{MIN_IMAGE}..{MAX_IMAGE} px, got {image_size!r}")
         if train_init_states not in ("sampled", "fixed"):
             raise ValueError(f"env.kwargs.train_init_states: 'sampled' or 'fixed', got {train_init_states!r}")
+        self.layout = LayoutSettings.parse(layout_shift_x, layout_shift_y, layout_swap, self.suite.env_id)
+        if self.layout.active and train_init_states != "sampled":
+            raise ValueError(f"env.kwargs.layout_*: {self.suite.env_id}'s layout randomization moves sampled "
+                             f"placements, but train_init_states is {train_init_states!r} ({self.layout.describe()})")
         if reward_type not in ("sparse", "dense"):
             raise ValueError(f"env.kwargs.reward_type: 'sparse' or 'dense', got {reward_type!r}")
         if reward_type == "dense" and self.suite.base not in SHAPED_SUITES:
@@ -172,7 +183,14 @@ class LiberoEnv(gym.Env):
         self._objects: list[str] = []
         self._steps = 0
         self._frames: dict[str, np.ndarray] = {}  # rendered at the current state (render() reuses them)
+        self.last_layout: Arrangement | None = None  # what the last randomized training reset did
         self._build(home)
+        if self.layout.active:  # refused now, not at the first reset, if the scene cannot take the ranges
+            try:
+                self._scene_layout()
+            except ValueError:
+                self.close()
+                raise
 
     # -- the gymnasium API ---------------------------------------------------------------------
 
@@ -199,6 +217,8 @@ class LiberoEnv(gym.Env):
             self._place_objects()
             if episode.init_state is not None:
                 raw.set_init_state(self._init_states[episode.init_state])
+        if episode.init_state is None and self.layout.active:
+            self.last_layout = self._scene_layout().apply(self._rng)
         # A soft reset keeps two things a hard one rebuilds: MuJoCo's warm start and the gripper's
         # integrated command (robosuite integrates gripper actions); cleared, the two resets match.
         raw.env.sim.data.qacc_warmstart[:] = 0
@@ -309,7 +329,7 @@ class LiberoEnv(gym.Env):
                 f"they were made for another model or another version of the assets")
         if not raw.env.obj_of_interest and task.interest_from:  # LIBERO-PRO distractor scenes declare none:
             raw.env.obj_of_interest = objects_of_interest(task)  # the base task's (the expert, shaping, states)
-        self._raw, self.task, self._init_states = raw, task, init_states
+        self._raw, self.task, self._init_states, self._layout = raw, task, init_states, None
         self._objects = objects_of_interest(task) if self.obs_mode == "state" else []
         release_gl()  # built on this thread, perhaps stepped on another
 
@@ -329,6 +349,13 @@ class LiberoEnv(gym.Env):
                 last = err
         raise RuntimeError(f"{self.suite.env_id} task {self.task.index} ({self.task.name}): the object placement "
                            f"failed {PLACEMENT_TRIES} times in a row ({last})")
+
+    def _scene_layout(self) -> SceneLayout:
+        """The layout randomization of the current scene, read from it once per build."""
+        if self._layout is None:
+            label = f"{self.suite.env_id} task {self.task.index} ({self.task.name})"
+            self._layout = SceneLayout.of(self._raw.env, self.layout, label)
+        return self._layout
 
     @contextlib.contextmanager
     def _global_rng(self) -> Iterator[None]:
@@ -380,44 +407,6 @@ class LiberoEnv(gym.Env):
     def _gl_strings(self) -> dict[str, str | None]:
         ctx = self._raw.env.sim._render_context_offscreen if self._raw is not None else None
         return gl_strings(ctx)
-
-
-def obs_shapes(obs_mode: str, num_objects: int, image_size: int) -> dict[str, tuple[int, ...]]:
-    """Each observation key's shape: the one rule behind an env's spaces and ``LiberoEnv.observation_shapes``.
-    ``state``: the robot and ``num_objects`` object slots; ``state+rgb``: the robot and both cameras; ``rgb``: the
-    cameras."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    if obs_mode == "state":
-        shapes[STATES] = (ROBOT_STATE_DIM + OBJECT_STATE_DIM * num_objects,)
-    elif obs_mode == "state+rgb":
-        shapes[STATES] = (ROBOT_STATE_DIM,)
-    if obs_mode != "state":
-        shapes[MAIN_IMAGES] = shapes[WRIST_IMAGES] = (image_size, image_size, 3)
-    return shapes
-
-
-def robot_state(raw_obs: dict[str, Any]) -> np.ndarray:
-    """float32 [8]: end-effector position, axis-angle of its quaternion (xyzw), gripper finger qpos."""
-    quat = np.asarray(raw_obs["robot0_eef_quat"], dtype=np.float64)
-    return np.concatenate([raw_obs["robot0_eef_pos"], quat_to_axis_angle(quat),
-                           raw_obs["robot0_gripper_qpos"]]).astype(np.float32)
-
-
-def quat_to_axis_angle(quat_xyzw: np.ndarray) -> np.ndarray:
-    """Axis times angle of a unit quaternion (x, y, z, w), as robosuite's ``quat2axisangle``."""
-    w = float(np.clip(quat_xyzw[3], -1.0, 1.0))
-    den = np.sqrt(1.0 - w * w)
-    if np.isclose(den, 0.0):
-        return np.zeros(3)
-    return quat_xyzw[:3] * 2.0 * np.arccos(w) / den
-
-
-def mat_to_quat_xyzw(mat: np.ndarray) -> np.ndarray:
-    import mujoco
-
-    quat = np.zeros(4)
-    mujoco.mju_mat2Quat(quat, np.asarray(mat, dtype=np.float64).reshape(9))
-    return quat[[1, 2, 3, 0]]
 
 
 class LiberoSpatial(LiberoEnv):
