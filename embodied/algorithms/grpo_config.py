@@ -50,12 +50,24 @@ class GRPOConfig(OnPolicyConfig):
         elif cfg.env.num_envs % self.group_size:
             p.append(f"algorithm.group_size: env.num_envs={cfg.env.num_envs} is not a multiple of "
                      f"group_size={self.group_size}")
+        elif any(n % self.group_size for n in self._member_counts(cfg)):
+            p.append(f"algorithm.group_size: a group shares one reset, so it must sit in one member of the mixture "
+                     f"env.id, but the members' shares of env.num_envs are {self._member_counts(cfg)}, not all "
+                     f"multiples of group_size={self.group_size}; set env.weights (or env.num_envs) so they are")
         elif self._split_over_ranks(cfg):
             p.append(f"algorithm.group_size: with actor.num_ranks={cfg.actor.num_ranks}, a GRPO group must sit on one "
                      f"rollout rank (its advantages are computed where its trajectories go), but env.num_envs / "
                      f"cluster.num_rollout_workers = {cfg.env.num_envs // cfg.cluster.num_rollout_workers} envs per "
                      f"rank is not a multiple of group_size={self.group_size}")
         return p
+
+    @staticmethod
+    def _member_counts(cfg: Config) -> list[int]:
+        """The envs of each member of a mixture env ([] for one env id, or a split the env checks refuse)."""
+        try:
+            return cfg.env.member_counts() if len(cfg.env.members()) > 1 else []
+        except (ValueError, KeyError):
+            return []
 
     def _split_over_ranks(self, cfg: Config) -> bool:
         """Several actor ranks, and a group would straddle two rollout ranks."""

@@ -128,7 +128,8 @@ def mixture_run(tmp_path, *overrides):
     ("algorithm.name=sac", "policy.type=mlp", "algorithm.learning_starts=8", "algorithm.batch_size=8"),
     ("algorithm.name=dagger", "env.vectorization=per_env", "policy.action_chunk=1", "algorithm.learning_starts=8",
      "algorithm.batch_size=8", "algorithm.demos=null"),
-], ids=["ppo", "sac", "dagger"])
+    ("algorithm.name=grpo", "algorithm.group_size=2", "env.auto_reset=false", "algorithm.num_minibatches=1"),
+], ids=["ppo", "sac", "dagger", "grpo"])
 def test_every_algorithm_trains_on_a_mixture_and_logs_each_member(tmp_path, algorithm):
     result = mixture_run(tmp_path, *algorithm)
     last = result.history[-1]
@@ -172,3 +173,13 @@ def test_a_mixture_trains_on_ray_with_the_same_members(tmp_path, ray_session):
     episodes = {m: sum(r.get(f"env/{m}/episodes", 0) for r in result.history) for m in (PUSH, PICK)}
     assert episodes[PUSH] == 2 * episodes[PICK] > 0
     assert result.history[-1][f"eval/{PICK}/episodes"] == 3
+
+
+def test_grpo_groups_must_sit_in_one_member():
+    with pytest.raises(ConfigError, match=r"the members' shares of env.num_envs are \[12, 4\], not all multiples of "
+                                          r"group_size=8"):
+        load_config(None, ["algorithm.name=grpo", "algorithm.group_size=8", f"env.id=[{PUSH},{PICK}]",
+                           "env.num_envs=16", "env.weights=[3,1]", "env.auto_reset=false"])
+    cfg = load_config(None, ["algorithm.name=grpo", "algorithm.group_size=8", f"env.id=[{PUSH},{PICK}]",
+                             "env.num_envs=16", "env.auto_reset=false"])
+    assert cfg.env.member_counts() == [8, 8]
