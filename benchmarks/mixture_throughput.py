@@ -38,7 +38,8 @@ def steps_per_s(venv, chunks: int, chunk: int, seed: int) -> float:
     return executed / (time.perf_counter() - t0)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Print the figures; return the medians and their ratio."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--members", default="LIBERO-Object-v0,LIBERO-Spatial-v0")
     parser.add_argument("--obs-mode", default="state+rgb", choices=["state", "rgb", "state+rgb"])
@@ -47,14 +48,16 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=4, help="sub-steps a chunk")
     parser.add_argument("--rounds", type=int, default=3, help="measurements of each, alternating")
     parser.add_argument("--max-episode-steps", type=int, default=100)
-    args = parser.parse_args()
+    parser.add_argument("--kwargs", default='{"task_ids": [0]}', help="env.kwargs of every member, as JSON")
+    args = parser.parse_args(argv)
+    import json
 
     from embodied.config.schema import EnvConfig
     from embodied.env_runtime.factory import check_env_config, make_vector_env
 
     members = [m.strip() for m in args.members.split(",")]
     common = dict(num_envs=args.num_envs, obs_mode=args.obs_mode, max_episode_steps=args.max_episode_steps,
-                  kwargs={"task_ids": [0]}, vectorization="per_env")
+                  kwargs=json.loads(args.kwargs), vectorization="per_env")
     one, mixture = EnvConfig(id=members[0], **common), EnvConfig(id=members, **common)
     check_env_config(mixture)  # members with other spaces are named here
     venvs = {"one suite": make_vector_env(one, args.num_envs), "mixture": make_vector_env(mixture, args.num_envs)}
@@ -73,6 +76,7 @@ def main() -> None:
               f"(min {min(values):.1f}, max {max(values):.1f})")
     ratio = statistics.median(figures["mixture"]) / statistics.median(figures["one suite"])
     print(f"  mixture / one suite: {ratio:.3f} (goal >= 0.95)")
+    return {name: statistics.median(values) for name, values in figures.items()} | {"ratio": ratio}
 
 
 if __name__ == "__main__":
