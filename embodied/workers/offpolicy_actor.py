@@ -222,6 +222,8 @@ class OffPolicyActorWorker(ActorWorker):
                              f"has {self.ranks.size})")
         mine = shares[self.ranks.rank] if len(shares) == self.ranks.size else shares[0]
         self._load_policy(self.policy, state)
+        if "optimizer" in state:  # the learner's policy optimizer: a learner that keeps no copy of its own needs it
+            self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
         if "generator" in mine:
             self.generator.set_state(mine["generator"])
