@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from embodied.core import seeds
 from embodied.algorithms.base import Averages, LossOutput, RolloutReset, flatten
 from embodied.algorithms.ppo import PPO
 from embodied.core.types import Trajectory
@@ -25,7 +26,6 @@ from embodied.core.types import Trajectory
 if TYPE_CHECKING:
     from embodied.algorithms.grpo_config import GRPOConfig
 
-GRPO_SEED_STRIDE = 1_000  # training seeds of iteration k start at seed + k * stride (far below eval's offset)
 
 
 def group_advantages(scores: torch.Tensor, group_size: int, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
@@ -98,7 +98,7 @@ class GRPO(PPO):
         super().__init__(cfg, seed)  # type: ignore[arg-type]
 
     def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset:
-        return RolloutReset(seed + iteration * GRPO_SEED_STRIDE, self.cfg.group_size)
+        return RolloutReset(seeds.iteration_seed(seed, iteration), self.cfg.group_size)
 
     def prepare(self, trajectories: list[Trajectory]) -> tuple[dict[str, Any], dict[str, float]]:
         """The flat batch with each env's group-relative advantage on its steps (returns unused: zeros), its dropped

@@ -6,7 +6,7 @@ table; what is measured and reported is ``embodied.evaluation.stats``).
     print(format_table(report))
 
 Eval is greedy (``deterministic=True``) on a fixed set of initial states: episode ``k`` starts
-from seed ``experiment.seed + EVAL_SEED_OFFSET + k``, apart from every training seed, so the
+from seed ``embodied.core.seeds.eval_seed(experiment.seed, k)``, apart from every training seed, so the
 same checkpoint gives the same numbers every time. ``embodied eval --sample`` samples the actions
 instead, from an RNG seeded by those seeds, so it repeats itself as well.
 """

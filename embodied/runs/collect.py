@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from embodied import __version__
+from embodied.core import seeds
 from embodied.backends import make_backend, user_packages
 from embodied.config import Config, ConfigError, EnvConfig
 from embodied.core.atomic import remove_stale_temps
@@ -142,7 +143,7 @@ def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False,
                 kept = 0
                 while kept < episodes and attempted < MAX_ATTEMPTS_PER_EPISODE * episodes:
                     parts = backend.wait(group.call("collect_round", chunk, chunk_steps,
-                                                      cfg.experiment.seed + attempted, noise))
+                                                      seeds.collect_seed(cfg.experiment.seed, attempted), noise))
                     found = [ep for part in parts for ep in part]  # env order = seed order
                     attempted += env_cfg.num_envs
                     successes += sum(ep.success for ep in found)

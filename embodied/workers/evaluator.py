@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from embodied.core import seeds
 from embodied.backends import Backend, WorkerGroup, without_frames
 from embodied.checkpoint.store import PACKAGES, package_version
 from embodied.config import Config
@@ -25,7 +26,7 @@ from embodied.logging.video import VideoReport
 from embodied.workers.env_group import EnvGroup, exchange
 from embodied.workers.eval_plan import EvalPlan, env_eval_episodes
 from embodied.workers.faults import WorkerFailure
-from embodied.workers.launch import (EVAL_SEED_OFFSET, dropped_envs, fresh_seed, restart_or_raise, start_eval_envs,
+from embodied.workers.launch import (dropped_envs, fresh_seed, restart_or_raise, start_eval_envs,
                                      start_rollout_group)
 from embodied.workers.resources import check_resources
 from embodied.workers.restarts import RestartBudget
@@ -35,7 +36,7 @@ from embodied.workers.restarts import RestartBudget
 class Evaluator:
     """Greedy episodes on the eval envs from a fixed, reproducible set of seeds.
 
-    Eval episode ``k`` starts from seed ``experiment.seed + EVAL_SEED_OFFSET + k``, apart from
+    Eval episode ``k`` starts from seed ``seeds.eval_seed(experiment.seed, k)``, apart from
     every training seed, or, for an env that publishes a fixed eval set (``eval_episodes``), from
     its ``k``-th chosen episode (``embodied.workers.eval_plan``); ``eval_env.num_envs`` episodes run at a
     time (one round).
@@ -159,7 +160,7 @@ class Evaluator:
 
     def eval_seed(self, k: int) -> int:
         """The reset seed of eval episode ``k``."""
-        return self.cfg.experiment.seed + EVAL_SEED_OFFSET + k
+        return seeds.eval_seed(self.cfg.experiment.seed, k)
 
     def provenance(self) -> dict[str, Any]:
         """What can move the eval's numbers: the versions of the framework's stack (``stack``) and of the

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from embodied.core import seeds
 from embodied.algorithms import OnPolicyLearner, RolloutReset
 from embodied.backends import (ActorLostError, Backend, ClusterLostError, LocalBackend, WorkerGroup, process_rss_mib,
                                without_frames)
@@ -109,9 +110,9 @@ class Workers:
         fresh: dict[int, int] = {}  # env ranks whose envs restart from fresh seeds (a fault replayed) -> the seed
         last = None  # the signature of this epoch's last failure
         while True:
-            seeds = [fresh.get(rank, seed) if seed is not None else None for rank in range(len(self.env_group))]
+            bases = [fresh.get(rank, seed) if seed is not None else None for rank in range(len(self.env_group))]
             with self.evaluator.submit:
-                env_handles = self.env_group.call_each("run_epoch", [(chunk_steps, s, iteration, group) for s in seeds])
+                env_handles = self.env_group.call_each("run_epoch", [(chunk_steps, s, iteration, group) for s in bases])
                 handles = self.rollout_group.call("rollout_epoch", chunk_steps, epoch)
             try:
                 return exchange(self.backend, handles, self.train_envs, env_handles)
@@ -127,7 +128,7 @@ class Workers:
                     fresh |= dict.fromkeys(failure.ranks, new_seed)
                 states, rngs = snapshot
                 self.train_envs.replace(self.backend, self.rollout_group, failure, states,
-                                        self.cfg.experiment.seed + 1_000_003 * self.restarts.used, fresh)
+                                        seeds.restart_seed(self.cfg.experiment.seed, self.restarts.used), fresh)
                 self.backend.wait(self.rollout_group.call_each("set_rng_state", [(r,) for r in rngs]))
 
     def _restart(self, failure: WorkerFailure, iteration: int, replayed: bool, snapshot: tuple[Any, Any]) -> Restart:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 
+from embodied.core import seeds
 from embodied.backends import Backend, WorkerGroup
 from embodied.channels import Channel, route, shards_for_rollout_rank
 from embodied.config import Config, EnvConfig, ExpertLabels, OffPolicyConfig
@@ -24,15 +25,14 @@ from embodied.workers.restarts import Restart, RestartBudget
 from embodied.workers.rollout_worker import MultiStepRolloutWorker
 
 
-EVAL_SEED_OFFSET = 1_000_000  # eval initial states never coincide with training ones
-FRESH_SEED_OFFSET = 1_000_000_000  # nor do those of envs rebuilt after a replayed fault (``Workers.fresh_seed``)
+EVAL_SEED_OFFSET = seeds.EVAL  # eval episode k starts from experiment.seed + this + k (embodied.core.seeds)
 HOLD_EPOCHS = 3  # epochs' trajectories a rollout worker keeps for the actor, without staleness correction
 
 
 def fresh_seed(seed: int, restart: int) -> int:
     """The reset seed (of global env 0) of envs rebuilt after a replayed fault at the ``restart``-th restart of a
     run of ``experiment.seed`` ``seed``: apart from the training and eval seeds, the same in every run of the seed."""
-    return seed + FRESH_SEED_OFFSET + 1_000_000 * restart
+    return seeds.fresh_seed(seed, restart)
 
 
 def restart_or_raise(restarts: RestartBudget, envs: EnvGroup, failure: WorkerFailure, iteration: int,
@@ -82,7 +82,7 @@ def start_env_group(cfg: Config, backend: Backend, env_cfg: EnvConfig, section: 
 
 
 def start_eval_envs(cfg: Config, backend: Backend, video: VideoConfig | None) -> EnvGroup:
-    return start_env_group(cfg, backend, cfg.resolved_eval_env(), "eval_env", cfg.experiment.seed + EVAL_SEED_OFFSET,
+    return start_env_group(cfg, backend, cfg.resolved_eval_env(), "eval_env", seeds.eval_seed(cfg.experiment.seed, 0),
                            video)
 
 

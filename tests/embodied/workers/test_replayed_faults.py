@@ -20,7 +20,7 @@ from embodied.config import ConfigError, load_config
 from embodied.core.types import EnvError
 from embodied.workers.faults import WorkerFailure
 from embodied.workers.group import Workers
-from embodied.workers.launch import FRESH_SEED_OFFSET
+from embodied.core import seeds
 from embodied.workers.restarts import RestartBudget, RestartRateError
 
 REPLAY = "tests.toy_envs:ReplayFaultEnv"
@@ -83,12 +83,11 @@ def test_a_fault_that_replays_rebuilds_the_workers_envs_from_fresh_seeds_ray(tmp
 
 
 def test_under_grpo_the_failed_workers_groups_are_reset_from_the_fresh_seed(tmp_path, capfd):
-    """GRPO resets every env before each epoch (iteration 2: seed 2000 for group 0, envs 0-1); the redone
+    """GRPO resets every env before each epoch (iteration 2: seeds.iteration_seed(0, 2) for group 0, envs 0-1); the redone
     epoch resets the failed worker's envs from the fresh seed instead, group by group."""
-    from embodied.algorithms.grpo import GRPO_SEED_STRIDE
 
     result = runner.train(replay_config(
-        tmp_path, f"env.kwargs={{fail_seed: {2 * GRPO_SEED_STRIDE}, fail_at: 3}}", "algorithm.name=grpo",
+        tmp_path, f"env.kwargs={{fail_seed: {seeds.iteration_seed(0, 2)}, fail_at: 3}}", "algorithm.name=grpo",
         "algorithm.group_size=2", "env.auto_reset=false", "algorithm.num_minibatches=1"))
     assert [(m["workers/restarts"], m["env/episodes_dropped"]) for m in result.history] == [(0, 0), (2, 2), (2, 2)]
     assert "again on the exact replay" in capfd.readouterr().err
@@ -128,7 +127,7 @@ def test_the_redone_epoch_keeps_the_other_workers_exact_and_starts_the_failed_on
     assert torch.equal(faulted1, clean1)
     assert torch.equal(faulted2[:, 2:], clean2[:, 2:])  # [T, N, (t, episode, first seed)]
     fresh = workers.fresh_seed(2)
-    assert fresh == FRESH_SEED_OFFSET + 2_000_000
+    assert fresh == seeds.fresh_seed(0, 2)
     assert faulted2[0, :2, 0].tolist() == [0.0, 0.0]  # step 0 of new episodes
     # Seeded afresh (the state holds the first reset seed, as float32): the worker's envs 0 and 1.
     assert torch.equal(faulted2[0, :2, 2], torch.tensor([fresh, fresh + 1], dtype=torch.float32))
