@@ -351,9 +351,15 @@ def _list(what: str) -> int:
         if sets:
             print(f"Named sets (env.id: a mixture of their ids; eval --suites; runner.extra_evals): {', '.join(sets)}")
         return 0
+    from embodied.env_runtime.catalog import summary
+
     registry = POLICIES if what == "policies" else ALGORITHMS  # each name: its config class
     for name in registry.names():
-        print(f"{name:24s} {registry.entry_point(name)}")
+        try:
+            about = summary(registry.resolve(name)) or "(no docstring)"
+        except Exception as exc:  # noqa: BLE001 - a missing extra or a broken plug-in: listed, not fatal
+            about = f"unavailable: {exc}"
+        print(f"{name:12s} {about}  ({registry.entry_point(name)})")
     return 0
 
 

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class PPOConfig(OnPolicyConfig):
-    """The ``algorithm:`` section of a PPO run (the on-policy update's fields are ``OnPolicyConfig``'s)."""
+    """The ``algorithm:`` section of a PPO run (Schulman et al. 2017), the default: clipped policy gradient with
+    GAE and a value head (the on-policy update's fields are ``OnPolicyConfig``'s)."""
 
     algorithm_class: ClassVar[str] = "embodied.algorithms.ppo:PPO"
     staleness_correction: ClassVar[bool] = True  # decoupled PPO: runner.mode=async trains on older weights' data

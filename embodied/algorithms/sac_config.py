@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class SACConfig(TDConfig):
-    """The ``algorithm:`` section of a SAC run. A chunk [C, A] is the action; ``gamma`` is per *sub-step*. Its three
+    """The ``algorithm:`` section of a SAC run (Haarnoja et al. 2018; RLPD with demonstrations): off-policy
+    actor-critic with an entropy bonus, over action chunks. A chunk [C, A] is the action; ``gamma`` is per *sub-step*. Its three
     Adam optimizers (policy, critics, temperature) take ``actor.lr`` (the critics: ``critic_lr`` if set) and Adam's
     own epsilon, with no schedule and no gradient clip. The policy it trains is the ``policy:`` section's type with a
     tanh-squashed Gaussian head (``policy.type: mlp`` or ``cnn``); the critics are its own."""

@@ -48,6 +48,8 @@ class CNNEncoderConfig(PolicyConfig):
 
 @dataclass
 class CNNConfig(CNNEncoderConfig):
+    """A Gaussian policy over a small CNN of the cameras (and the state), with a value head."""
+
     type: str = "cnn"  # registered policy name
     hidden_sizes: list[int] = field(default_factory=lambda: [256])  # widths of the actor and critic heads
     init_log_std: float = -0.5  # initial log standard deviation of every action dimension

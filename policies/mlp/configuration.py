@@ -11,6 +11,8 @@ from embodied.policy.config import PolicyConfig
 
 @dataclass
 class MLPConfig(PolicyConfig):
+    """A Gaussian MLP over the state vector, with a value head (PPO, GRPO, SFT, DAgger; SAC squashes it)."""
+
     type: str = "mlp"  # registered policy name
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # widths of actor and critic layers
     activation: Literal["tanh", "relu"] = "tanh"  # hidden activation

@@ -119,3 +119,41 @@ def test_make_tiny_vla_writes_a_folder_transformers_reads(tmp_path, capsys):
     assert "not empty" in capsys.readouterr().err
     assert main(["make-tiny-vla", str(tmp_path / "x"), "--backbone", "gpt-5"]) == 2
     assert "smolvlm-tiny" in capsys.readouterr().err
+
+
+def test_list_says_what_each_entry_is_from_its_docstring(capsys):
+    assert main(["list", "algorithms"]) == 0
+    out = capsys.readouterr().out
+    dagger = next(line for line in out.splitlines() if line.startswith("dagger"))
+    assert "(Ross et al. 2011): the policy acts" in dagger and "dagger_config:DAggerConfig" in dagger
+    assert main(["list", "policies"]) == 0
+    mlp = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("mlp "))
+    assert "A Gaussian MLP over the state vector" in mlp
+
+
+def test_list_envs_groups_ids_by_family(capsys):
+    from embodied.core.registry import ENVS
+
+    ENVS.register("MyToy-v0", "tests.toy_envs:CountingEnv", overwrite=True)
+    assert main(["list", "envs"]) == 0
+    out = capsys.readouterr().out
+    headers = [line for line in out.splitlines() if line.startswith("== ")]
+    assert headers[0] == "== built-in MuJoCo tasks" and "== plug-ins (your packages)" in headers
+    toy = next(line for line in out.splitlines() if line.startswith("MyToy-v0"))
+    assert "State = [step count, episode index, first reset seed]" in toy
+    assert out.index("== plug-ins (your packages)") < out.index("MyToy-v0")
+
+
+def test_a_summary_is_the_docstrings_first_sentence():
+    from embodied.env_runtime.catalog import summary
+
+    class Documented:
+        """Does a thing (Someone et al. 2020), e.g. well.
+
+        More."""
+
+    class Plain:
+        pass
+
+    assert summary(Documented) == "Does a thing (Someone et al. 2020), e.g. well"
+    assert summary(Plain) == ""
