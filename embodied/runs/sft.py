@@ -34,6 +34,7 @@ from embodied.config import Config, ConfigError, EnvConfig, to_dict
 from embodied.data import Demonstrations, ReadOptions, collate, open_demonstrations
 from embodied.env_runtime.factory import control_frequency
 from embodied.env_runtime.preflight import check_policy_fits
+from embodied.evaluation.extra import suite_metrics
 from embodied.evaluation.stats import eval_metrics
 from embodied.logging.logger import MetricLogger
 from embodied.policy.base import Policy, build_policy
@@ -68,7 +69,9 @@ def sft(cfg: Config) -> SFTResult:
     logger: MetricLogger | None = None
     history: list[dict[str, float]] = []
     try:
-        evaluator = Evaluator.start(cfg, backend)
+        # one evaluator a member of a mixture eval env (each its own eval set), built at start and kept
+        evaluators = {m: Evaluator.start(cfg.member_eval(m), backend) for m in cfg.eval_members()}
+        evaluator = next(iter(evaluators.values()))
         spec = backend.wait(evaluator.envs.group.call("spec"))[0]
         policy = build_policy(cfg.algorithm.trained_policy(cfg.policy), spec)  # SFT pre-trains what RL trains
         print(policy.describe())
@@ -108,13 +111,14 @@ def sft(cfg: Config) -> SFTResult:
                     if len(val_set):
                         metrics["sft/val_loss"] = validation_loss(policy, val_set, cfg.sft.batch_size)
                     if evaluating:
-                        metrics |= evaluate(evaluator, policy, step, cfg.runner.eval_episodes)
+                        metrics |= evaluate(evaluators, policy, step, cfg.runner.eval_episodes)
                     logger.log(metrics, step=step)
                     history.append(metrics)
                 if evaluating and step < total:  # a long SFT that is stopped keeps what it learned so far
                     save(step)
         checkpoint = save(step)
-        evaluator.close()
+        for each in evaluators.values():
+            each.close()
     finally:
         if logger is not None:
             logger.close()
@@ -210,7 +214,12 @@ def validation_loss(policy: Policy, val_set: Subset, batch_size: int) -> float:
     return total / max(count, 1)
 
 
-def evaluate(evaluator: Evaluator, policy: Policy, step: int, episodes: int) -> dict[str, float]:
-    """Greedy success of the current weights on the fixed eval seeds (the RL runner's ``eval/*`` metrics)."""
-    evaluator.backend.wait(evaluator.rollout_group.call("sync_weights", (step, policy.trainable_state())))
-    return eval_metrics([e for e in evaluator.run(episodes) if e.env_index < episodes])
+def evaluate(evaluators: dict[str, Evaluator], policy: Policy, step: int, episodes: int) -> dict[str, float]:
+    """Greedy success of the current weights on the fixed eval seeds (the RL runner's ``eval/*`` metrics); with a
+    mixture eval env, ``episodes`` on each member, pooled, and each member's as ``eval/<id>/*``."""
+    found = {}
+    for member, evaluator in evaluators.items():
+        evaluator.backend.wait(evaluator.rollout_group.call("sync_weights", (step, policy.trainable_state())))
+        found[member] = [e for e in evaluator.run(episodes) if e.env_index < episodes]
+    members = {k: v for m, eps in found.items() for k, v in suite_metrics(m, eps).items()} if len(found) > 1 else {}
+    return eval_metrics([e for eps in found.values() for e in eps]) | members

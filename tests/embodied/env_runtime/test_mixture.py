@@ -183,3 +183,20 @@ def test_grpo_groups_must_sit_in_one_member():
     cfg = load_config(None, ["algorithm.name=grpo", "algorithm.group_size=8", f"env.id=[{PUSH},{PICK}]",
                              "env.num_envs=16", "env.auto_reset=false"])
     assert cfg.env.member_counts() == [8, 8]
+
+
+@pytest.mark.slow
+def test_collect_and_sft_on_a_mixture_evaluate_each_member(tmp_path):
+    from embodied.runs.collect import collect
+    from embodied.runs.sft import sft
+
+    overrides = [f"env.id=[{PUSH},{PICK}]", "env.num_envs=4", "env.max_episode_steps=60", "env.vectorization=per_env",
+                 "env.auto_reset=false", "eval_env.num_envs=2", "policy.type=mlp", "policy.hidden_sizes=[16]",
+                 "runner.eval_episodes=2", "logger.backends=[console]", "logger.progress_bar=false",
+                 "runner.plot=false", f"experiment.output_dir={tmp_path}", "sft.epochs=1", "sft.batch_size=8",
+                 "sft.val_fraction=0", f"sft.dataset={tmp_path / 'demos'}"]
+    cfg = load_config(None, overrides)
+    collect(cfg, episodes=4, out=tmp_path / "demos", keep_failed=True)  # each member's expert, two envs each
+    result = sft(load_config(None, overrides))
+    assert result.final_eval["eval/episodes"] == 4
+    assert result.final_eval[f"eval/{PUSH}/episodes"] == result.final_eval[f"eval/{PICK}/episodes"] == 2
