@@ -76,6 +76,10 @@ def shipped_paths(named: Iterable[tuple[str, str]], remote: bool) -> list[Path]:
         if top in OWN:
             continue
         spec = None if top == "__main__" else _find(top)  # a script's own class: no module a worker could import
+        portions = _namespace_portions(spec) if spec is not None else []
+        if portions:
+            paths += [p for p in portions if p not in paths]
+            continue
         if spec is not None and _installed(spec):
             continue
         path = _shippable(spec) if spec is not None else None
@@ -100,14 +104,30 @@ def _find(name: str) -> ModuleSpec | None:
 
 
 def _shippable(spec: ModuleSpec) -> Path | None:
-    """What ships a top-level module: its package's one folder, or its ``.py`` file; None for anything else (a
-    namespace package over several folders, a compiled extension, a module inside an archive)."""
+    """What ships a top-level module: its package's folder, or its ``.py`` file; None for anything else (a compiled
+    extension, a module inside an archive)."""
     folders = list(spec.submodule_search_locations or [])
     if len(folders) == 1 and Path(folders[0]).is_dir():
         return Path(folders[0]).resolve()
     if not folders and spec.origin and spec.origin.endswith(".py") and Path(spec.origin).is_file():
         return Path(spec.origin).resolve()
     return None
+
+
+def _namespace_portions(spec: ModuleSpec) -> list[Path]:
+    """The folders of a namespace package (no ``__init__.py``; e.g. a ``tests`` folder found both as the working
+    directory's and by its absolute path, or beside a same-named folder elsewhere) that are source here, each once:
+    Ray unpacks each on the workers' path, where they make the same namespace package again."""
+    if spec.origin is not None or not spec.submodule_search_locations:
+        return []
+    folders = dict.fromkeys(Path(f).resolve() for f in spec.submodule_search_locations if Path(f).is_dir())
+    return [f for f in folders if not _installed_path(f)]
+
+
+def _installed_path(path: Path) -> bool:
+    roots = _install_roots()
+    return any(part in ("site-packages", "dist-packages") for part in path.parts) or \
+        any(path.is_relative_to(root) for root in roots)
 
 
 def _installed(spec: ModuleSpec) -> bool:

@@ -60,7 +60,12 @@ def test_installed_standard_and_embodied_modules_are_not_shipped(sources):
     assert shipped_paths(named, remote=True) == []
 
 
-@pytest.mark.parametrize("module", ["usr_ns.a", "__main__"])
+def test_a_namespace_package_ships_each_of_its_source_folders(sources):
+    assert shipped_paths([("env.id", "usr_ns.a")], remote=True) == [(sources / "usr_ns").resolve(),
+                                                                      (sources.parent / "other" / "usr_ns").resolve()]
+
+
+@pytest.mark.parametrize("module", ["__main__"])
 def test_what_cannot_be_shipped_is_refused_for_a_cluster_naming_field_module_and_fix(sources, module):
     assert shipped_paths([("env.id", module)], remote=False) == []  # a Ray on this machine may find it as we do
     with pytest.raises(ConfigError) as error:
@@ -114,3 +119,13 @@ def test_ray_workers_import_the_shipped_package_and_file(ray_session, sources):
         backend.shutdown()
     assert files[0].endswith("/usr_pkg/sim.py") and files[1].endswith("/usr_single.py")
     assert not any(f.startswith(str(sources)) for f in files)  # Ray's unpacked copies, not the driver's files
+
+
+def test_a_namespace_package_found_twice_on_the_path_ships_once(tmp_path, monkeypatch):
+    """A folder without __init__.py on the path both as the working directory ('') and by its absolute path: one
+    portion, shipped once (the test suite's own ``tests`` folder, run from the repository root)."""
+    write(tmp_path / "nspkg_here" / "sim.py", "class Sim: ...\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend("")
+    assert shipped_paths([("env.id", "nspkg_here.sim")], remote=True) == [(tmp_path / "nspkg_here").resolve()]
