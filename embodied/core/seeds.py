@@ -40,11 +40,6 @@ def _index(value: int, limit: int, what: str) -> int:
     return value
 
 
-def train_seed(seed: int) -> int:
-    """The base of the run's first training reset (env ``i``: ``+ i``)."""
-    return seed
-
-
 def eval_seed(seed: int, episode: int) -> int:
     """The reset seed of eval episode ``episode``."""
     return seed + EVAL + _index(episode, EVAL_EPISODES, "eval episode")

@@ -17,6 +17,7 @@ its member's id (``EpisodeStats.env_id``), which the run logs as ``env/<id>/*`` 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -102,7 +103,7 @@ class ConcatBatchedEnv:
 
     def _joined(self, results: list[ChunkStepResult]) -> ChunkStepResult:
         for part, env_id in zip(results, self.env_ids):
-            part.episodes[:] = [_tagged(e, env_id) for e in part.episodes]
+            part.episodes[:] = [dataclasses.replace(e, env_id=env_id) for e in part.episodes]
         return ChunkStepResult.concat(results)
 
     def reset(self, seed: int | None = None, seeds: Sequence[int] | None = None,
@@ -155,9 +156,3 @@ class ConcatBatchedEnv:
         for part in self.parts:
             with contextlib.suppress(Exception):
                 part.close()
-
-
-def _tagged(episode: Any, env_id: str) -> Any:
-    import dataclasses
-
-    return dataclasses.replace(episode, env_id=env_id)
