@@ -34,7 +34,8 @@ What the env gives, and why:
   SimpleVLA-RL train (their reported numbers are then on states seen in training).
 - **Layout randomization** (``layout_shift_x``, ``layout_shift_y``: half-ranges in metres; ``layout_swap``: a
   probability) moves the placed objects at each ``sampled`` training reset, each by its own offset, the target
-  perhaps first trading places with a distractor; never overlapping, never off the workspace (``layout``).
+  perhaps first trading places with a distractor (``layout_target_alone``: the probability that the target alone
+  moves); never overlapping, never off the workspace (``layout``).
   Eval resets on fixed init states are untouched. ``last_layout`` holds the last layout (docs/libero.md).
 - **Resets** are soft (robosuite ``hard_reset=False``) with MuJoCo's ``qacc_warmstart`` cleared
   after the state is set, which matches a hard reset; ``hard_reset: true`` rebuilds the model at
@@ -141,6 +142,7 @@ class LiberoEnv(gym.Env):
         layout_shift_x: float = 0.0,
         layout_shift_y: float = 0.0,
         layout_swap: float = 0.0,
+        layout_target_alone: float = 0.0,
     ) -> None:
         self.suite: Suite = suite_for(self.suite_id)
         max_episode_steps = self.suite.max_steps if max_episode_steps is None else max_episode_steps
@@ -151,7 +153,8 @@ class LiberoEnv(gym.Env):
                              f"{MIN_IMAGE}..{MAX_IMAGE} px, got {image_size!r}")
         if train_init_states not in ("sampled", "fixed"):
             raise ValueError(f"env.kwargs.train_init_states: 'sampled' or 'fixed', got {train_init_states!r}")
-        self.layout = LayoutSettings.parse(layout_shift_x, layout_shift_y, layout_swap, self.suite.env_id)
+        self.layout = LayoutSettings.parse(layout_shift_x, layout_shift_y, layout_swap, self.suite.env_id,
+                                           layout_target_alone)
         if self.layout.active and train_init_states != "sampled":
             raise ValueError(f"env.kwargs.layout_*: {self.suite.env_id}'s layout randomization moves sampled "
                              f"placements, but train_init_states is {train_init_states!r} ({self.layout.describe()})")

@@ -10,6 +10,9 @@ covers the target moving relative to the rest in every direction:
 
 - **Shift.** After robosuite has placed the scene, every object standing on the workspace moves by its own
   offset, uniform in ``[-shift_x, shift_x] x [-shift_y, shift_y]``; objects resting on it move with it.
+- **Target alone.** With probability ``layout_target_alone`` a reset shifts the target only and the other objects
+  keep robosuite's placement, as LIBERO-PRO's layout axes move a scene. Independent shifts put the target at
+  every place, but rarely near a given other object (the basket): their difference spreads twice as wide.
 - **Swap.** With probability ``layout_swap`` the target (the task's first object of interest) first trades
   places with another object, drawn uniformly: a distractor, as LIBERO-PRO's Swap does, or in a scene with no
   distractor another object of interest.
@@ -53,26 +56,30 @@ class LayoutSettings:
 
     shift: tuple[float, float] = (0.0, 0.0)
     swap: float = 0.0
+    target_alone: float = 0.0  # probability that a reset shifts the target only
 
     @classmethod
-    def parse(cls, shift_x: Any, shift_y: Any, swap: Any, where: str) -> LayoutSettings:
+    def parse(cls, shift_x: Any, shift_y: Any, swap: Any, where: str, target_alone: Any = 0.0) -> LayoutSettings:
         """ValueError naming ``env.kwargs.<kwarg>`` and ``where`` (the env) for a value that is not a finite number
-        >= 0 (the swap: also <= 1)."""
-        values = {"layout_shift_x": shift_x, "layout_shift_y": shift_y, "layout_swap": swap}
+        >= 0 (the probabilities: also <= 1)."""
+        values = {"layout_shift_x": shift_x, "layout_shift_y": shift_y, "layout_swap": swap,
+                  "layout_target_alone": target_alone}
         for kwarg, value in values.items():
-            top = 1.0 if kwarg == "layout_swap" else math.inf
+            top = 1.0 if kwarg in ("layout_swap", "layout_target_alone") else math.inf
             number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
             if not number or not 0.0 <= float(value) <= top or not math.isfinite(float(value)):
                 wanted = "a probability in [0, 1]" if top == 1.0 else "a half-range in metres, finite and >= 0"
                 raise ValueError(f"env.kwargs.{kwarg}: {wanted}, got {value!r} ({where})")
-        return cls((float(shift_x), float(shift_y)), float(swap))
+        return cls((float(shift_x), float(shift_y)), float(swap), float(target_alone))
 
     @property
     def active(self) -> bool:
         return self.swap > 0.0 or self.shift != (0.0, 0.0)
 
     def describe(self) -> str:
-        return f"layout_shift_x={self.shift[0]:g}, layout_shift_y={self.shift[1]:g}, layout_swap={self.swap:g}"
+        alone = f", layout_target_alone={self.target_alone:g}" if self.target_alone else ""
+        return (f"layout_shift_x={self.shift[0]:g}, layout_shift_y={self.shift[1]:g}, layout_swap={self.swap:g}"
+                f"{alone}")
 
 
 @dataclass(frozen=True)
@@ -232,7 +239,8 @@ class SceneLayout:
             start = dict(before)
             if swapped is not None:
                 start[swapped[0]], start[swapped[1]] = before[swapped[1]], before[swapped[0]]
-            after = self._draw_places(rng, start, shapes, fixed)
+            alone = self._draw_alone(rng)
+            after = self._draw_places(rng, start, shapes, fixed, alone)
             if after is not None:
                 self._write(before, after)
                 offsets = {n: after[n] - start[n] for n in after}
@@ -246,14 +254,22 @@ class SceneLayout:
         assert self.target is not None
         return self.target, self.partners[rng.randint(len(self.partners))]
 
+    def _draw_alone(self, rng: np.random.RandomState) -> bool:
+        if self.settings.target_alone == 0.0 or self.target is None:
+            return False  # no draw at all: settings without it draw what they drew before it existed
+        return bool(rng.random_sample() < self.settings.target_alone)
+
     def _draw_places(self, rng: np.random.RandomState, start: dict[str, np.ndarray],
-                     shapes: dict[str, tuple[np.ndarray, np.ndarray]], fixed: list[Box]) -> dict[str, np.ndarray] | None:
+                     shapes: dict[str, tuple[np.ndarray, np.ndarray]], fixed: list[Box],
+                     alone: bool = False) -> dict[str, np.ndarray] | None:
         """Each mover's new x-y, in order (the target first, so its offset is the least cut), or None if one
-        finds no valid place."""
-        shift = np.array(self.settings.shift)
-        tries = MAX_TRIES if shift.any() else 1
+        finds no valid place; ``alone``: only the target moves."""
         taken, after = list(fixed), {}
-        for m in self.movers:
+        # alone: the others stay, so they are placed first and the target's draws go round them
+        order = sorted(self.movers, key=lambda m: m.name == self.target) if alone else self.movers
+        for m in order:
+            shift = np.array(self.settings.shift) if not alone or m.name == self.target else np.zeros(2)
+            tries = MAX_TRIES if shift.any() else 1
             for _ in range(tries):
                 centre = start[m.name] + (rng.uniform(-shift, shift) if shift.any() else 0.0)
                 box = (centre + shapes[m.name][0], centre + shapes[m.name][1])

@@ -211,6 +211,31 @@ def test_a_swap_alone_puts_each_of_the_two_exactly_in_the_other_s_place(randomiz
     assert abs(count / 300 - SWAP) < 0.1
 
 
+def test_target_alone_moves_the_target_only_at_the_configured_rate(randomized):
+    env = randomized
+    env.robosuite_env.reset()
+    sim = env.robosuite_env.sim
+    alone = 0.4
+    layout = SceneLayout.of(env.robosuite_env, LayoutSettings((SHIFT, SHIFT), 0.0, alone), "task 0")
+    placed, rng, lone = sim.data.qpos.copy(), np.random.RandomState(2), []
+    for _ in range(300):
+        sim.data.qpos[:] = placed
+        a = layout.apply(rng)
+        assert not touching(env) and not off_the_floor_s_reach(env)
+        still = [n for n in a.before if n != TARGET and np.array_equal(a.after[n], a.before[n])]
+        if len(still) == len(a.before) - 1:  # every other object kept robosuite's placement
+            lone.append(a.offsets[TARGET])
+    assert abs(len(lone) / 300 - alone) < 0.1
+    lone = np.array(lone)
+    assert np.all(lone.min(axis=0) <= -0.7 * SHIFT) and np.all(lone.max(axis=0) >= 0.7 * SHIFT)
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, "half"])
+def test_target_alone_outside_zero_one_is_refused_naming_the_kwarg(value):
+    with pytest.raises(ValueError, match=r"env\.kwargs\.layout_target_alone: a probability in \[0, 1\].*LIBERO"):
+        LayoutSettings.parse(0.1, 0.1, 0.0, "LIBERO-Object-v0", value)
+
+
 # -- (d) no layout found --------------------------------------------------------------------------------------
 
 
