@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from embodied.core import rng
 from embodied.policies.transformers_base.configuration import FLOW_LOGPROBS
 
 CHAIN = "flow_chain"  # forward_inputs key: the samples x_1 (noise) ... x_0 (action), [B, K + 1, C, A]
@@ -88,7 +89,7 @@ class FlowSDE(FlowLogprob):
         self.noise_level = noise_level
 
     def noisy_steps(self, batch, steps, device):
-        chosen = torch.randint(0, steps, (batch,), device=device)
+        chosen = rng.randint(steps, (batch,), device)
         return F.one_hot(chosen, steps).bool()
 
     def step_std(self, t, delta, features, action_dim):
@@ -206,7 +207,7 @@ def sample_chain(velocity: Velocity, noise: torch.Tensor, steps: int, strategy: 
         if noisy is None:
             x = mean
         else:
-            x = mean + std * torch.randn_like(mean)
+            x = mean + std * rng.randn_like(mean)
             logp = logp + gaussian_logp(x, mean, std)
             entropy = entropy + gaussian_entropy(std)
         chain.append(x)

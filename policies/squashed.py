@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Normal
 
+from embodied.core import rng
 from embodied.core.types import Obs, PolicyOutput
 from embodied.policies.mlp.modeling import _mlp
 from embodied.policy.base import Policy, PolicySpec
@@ -114,7 +115,7 @@ class SquashedGaussianPolicy(Policy):
     def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
         inputs = self.forward_inputs(obs)
         dist = self._dist(self.feature_encoder(inputs))
-        u = dist.mean if deterministic else dist.sample()
+        u = dist.mean if deterministic else rng.sample(dist)
         return PolicyOutput(actions=self._scale(u), logprobs=self._logprob(dist, u), values=torch.zeros(len(u)),
                             forward_inputs=inputs)
 

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from embodied.checkpoint.store import check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state
+from embodied.core import rng
 from embodied.core.types import STATES, NoiseSteering, Obs, PolicyOutput
 from embodied.policy.base import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.policy.config import policy_config_class
@@ -81,8 +82,7 @@ class DSRLPolicyConfig(PolicyConfig):
 def build_frozen(config: PolicyConfig, spec: PolicySpec) -> Policy:
     """The frozen flow policy: built under ``FROZEN_SEED`` (so every copy holds the same weights), loaded from
     ``config.init_from`` when set, with every parameter frozen and in eval mode."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(FROZEN_SEED)
+    with rng.seeded(FROZEN_SEED):  # one thread at a time, the actor's stream untouched (embodied.core.rng)
         policy = build_policy(config, spec)
     if config.init_from:  # the driver checked its type, chunk and architecture already (check_init_from)
         state = load_checkpoint(find_checkpoint(config.init_from))

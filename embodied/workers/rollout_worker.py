@@ -12,6 +12,7 @@ import torch
 
 from embodied.channels import Channel, ChannelTimeout, Shard
 from embodied.checkpoint.store import load_policy_state
+from embodied.core import rng
 from embodied.core.numerics import NonFinitePolicyError, non_finite_outputs
 from embodied.core.types import (ChunkStepResult, EpisodeStats, Obs, PeerFailure, PeerFailureError, PolicyOutput,
                                  RolloutSummary, Trajectory, obs_concat, obs_rows, obs_slice)
@@ -36,10 +37,11 @@ class MultiStepRolloutWorker:
                  shared_policy: Policy | None = None, torch_threads: int = 1, seed: int | None = None,
                  weights_inbox: Channel | None = None, hold_epochs: int = 2, record_observations: bool = False) -> None:
         torch.set_num_threads(torch_threads)
-        if seed is not None:
-            # The actions are sampled from this process's torch RNG: seeded per rank, so a run on
-            # Ray (a process per worker) repeats exactly for a fixed experiment.seed.
-            torch.manual_seed(seed + 1_000_003 * (rank + 1))
+        # The actions are sampled from this worker's own stream, seeded per rank (embodied.core.rng): a run
+        # repeats exactly for a fixed experiment.seed on Ray and on the local backend, where the workers are
+        # threads of one process and torch's global generator is the actor's.
+        own_seed = None if seed is None else seed + 1_000_003 * (rank + 1)
+        self.stream = None if own_seed is None else rng.RandomStream(own_seed)
         self.rank, self.train, self.evaluation = rank, train, evaluation
         # Off-policy runs: trajectories carry the observations too (replay stores them; on-policy runs need only
         # the policy's forward_inputs).
@@ -52,7 +54,13 @@ class MultiStepRolloutWorker:
                 weights_inbox.get(self.weights_key, timeout=0)
             except ChannelTimeout:
                 pass
-        self.policy = shared_policy if shared_policy is not None else build_policy(policy_cfg, spec)
+        if shared_policy is not None:
+            self.policy = shared_policy
+        elif own_seed is None:
+            self.policy = build_policy(policy_cfg, spec)
+        else:  # its init under its own seed, not drawn from the actor's stream (the weights come by sync anyway)
+            with rng.seeded(own_seed):
+                self.policy = build_policy(policy_cfg, spec)
         self.version = -1
         # Epochs' trajectories until the actor asks for them (``send_trajectory``): ``hold_epochs`` at most (an
         # async run has up to ``algorithm.max_staleness + 1`` in flight); one never sent (a benchmark's) is
@@ -68,12 +76,17 @@ class MultiStepRolloutWorker:
         if link is not None:
             link.move_to(generation)
 
-    def rng_state(self) -> torch.Tensor:
-        """The torch RNG the actions are sampled from (this process's), for exact resume."""
-        return torch.get_rng_state()
+    def rng_state(self) -> dict[str, torch.Tensor] | torch.Tensor:
+        """The state of the stream the actions are sampled from, for exact resume (without a seed: the global
+        generator's)."""
+        return torch.get_rng_state() if self.stream is None else self.stream.get_state()
 
-    def set_rng_state(self, state: torch.Tensor) -> None:
-        torch.set_rng_state(state)
+    def set_rng_state(self, state: dict[str, torch.Tensor] | torch.Tensor) -> None:
+        """Restore ``rng_state()``; a bare tensor (a checkpoint of before the streams) is the CPU generator's."""
+        if self.stream is None:
+            torch.set_rng_state(state if isinstance(state, torch.Tensor) else state["cpu"])
+        else:
+            self.stream.set_state(state)
 
     def sync_weights(self, weights: tuple[int, dict[str, torch.Tensor] | None], skip_older: bool = False) -> int:
         """Load ``(version, state_dict)``; a None state means the module is shared with the actor.
@@ -139,14 +152,13 @@ class MultiStepRolloutWorker:
         """``chunk_steps`` greedy chunk steps over the eval envs; the episodes that ended.
 
         With ``sample`` the actions are sampled instead (the stochastic policy that RL trains).
-        Either way torch's RNG is seeded with ``seed + rank`` for the round and restored after it, so
+        Either way the round draws from a stream of its own seeded with ``seed + rank`` (embodied.core.rng), so
         a sampled eval repeats itself, a greedy policy that still draws (a flow head's starting
         noise) gives the same numbers for the same checkpoint, and training's draws are untouched.
         """
         if self.evaluation is None:
             raise RuntimeError(f"rollout rank {self.rank} has no eval envs")
-        with self._failure_sent_to_peers(self.evaluation), torch.random.fork_rng(devices=_cuda_devices()):
-            torch.manual_seed(seed + self.rank)
+        with self._failure_sent_to_peers(self.evaluation), rng.drawing(rng.RandomStream(seed + self.rank)):
             steps, _, _ = self._run(self.evaluation, chunk_steps, deterministic=not sample)
         return [e for _, result in steps for e in result.episodes]
 
@@ -203,7 +215,8 @@ class MultiStepRolloutWorker:
             raise
 
     def _act(self, obs: Obs, deterministic: bool) -> PolicyOutput:
-        out = self.policy.act(obs, deterministic=deterministic)
+        with rng.drawing(rng.active_stream() or self.stream):  # eval_epoch's stream, else the worker's own
+            out = self.policy.act(obs, deterministic=deterministic)
         out.version = self.version
         return out
 
@@ -343,7 +356,3 @@ def _obs_in_env_order(stages: list[list[Shard]], obs: list[Obs]) -> Obs:
         return obs[0]
     return obs_concat([obs_slice(obs[i], a, b) for i, a, b in _pieces(stages)])
 
-
-def _cuda_devices() -> list[int]:
-    """The CUDA devices whose RNG an eval round forks (none on a CPU-only machine)."""
-    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []

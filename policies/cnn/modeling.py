@@ -31,6 +31,7 @@ import torch
 from torch import nn
 from torch.distributions import Normal
 
+from embodied.core import rng
 from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES, Obs, PolicyOutput
 from embodied.policies.cnn.configuration import CNNConfig, CNNEncoderConfig
 from embodied.policy.base import Policy, PolicySpec
@@ -211,7 +212,7 @@ class CNNPolicy(CNNObservations, Policy):
     def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
         inputs = self.forward_inputs(obs)
         dist, values = self._heads(inputs)
-        flat = dist.mean if deterministic else dist.sample()
+        flat = dist.mean if deterministic else rng.sample(dist)
         return PolicyOutput(
             actions=flat.view(-1, self.chunk, self.action_dim).cpu(),
             logprobs=dist.log_prob(flat).sum(-1).cpu(),

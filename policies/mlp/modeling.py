@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from torch.distributions import Normal
 
+from embodied.core import rng
 from embodied.core.types import STATES, Obs, PolicyOutput
 from embodied.policies.mlp.configuration import MLPConfig
 from embodied.policy.base import Policy, PolicySpec
@@ -75,7 +76,7 @@ class MLPPolicy(Policy):
     def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
         states = states_tensor(obs)
         dist = self._dist(states)
-        flat = dist.mean if deterministic else dist.sample()
+        flat = dist.mean if deterministic else rng.sample(dist)
         return PolicyOutput(
             actions=flat.view(-1, self.chunk, self.action_dim),
             logprobs=dist.log_prob(flat).sum(-1),

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from embodied.core import rng
 from embodied.core.types import STATES, NoiseSteering, Obs, PolicyOutput
 from embodied.policies.flow_logprob import CHAIN, STEP, Velocity, make_flow_logprob, sample_chain, score_chain
 from embodied.policies.pi0.configuration import PI0PolicyConfig, size_problems
@@ -202,7 +203,7 @@ class PI0Policy(TransformersPolicy):
         inputs = self.forward_inputs(obs)
         prefix = self._prefix(inputs)
         if noise is None:
-            noise = torch.randn(prefix.mask.shape[0], self.chunk_size, self.max_action_dim, device=self.device_)
+            noise = rng.randn((prefix.mask.shape[0], self.chunk_size, self.max_action_dim), self.device_)
         noise = noise.to(self.device_, torch.float32)
         chain = sample_chain(self._velocity(prefix), noise, self.steps, self.logprob, deterministic, self.scored)
         inputs |= {k: v.detach().cpu() for k, v in chain.record.items()}

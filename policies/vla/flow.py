@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Beta
 
+from embodied.core import rng
 from embodied.policies.flow_logprob import (CHAIN, STEP, FlowLogprob, Velocity, make_flow_logprob, sample_chain,
                                             score_chain)
 from embodied.policies.vla.heads import ActionHead, Backbone, HeadOutput, Prefix
@@ -185,7 +186,7 @@ class FlowHead(ActionHead):
 
     def act(self, backbone: Backbone, batch: int, device: torch.device, deterministic: bool) -> HeadOutput:
         prefix = backbone.prefix()
-        noise = torch.randn(batch, self.chunk, self.action_dim, device=device)
+        noise = rng.randn((batch, self.chunk, self.action_dim), device)
         out = sample_chain(self._velocity(self.expert.encode_prefix(prefix)), noise, self.steps, self.logprob,
                            deterministic)
         return HeadOutput(out.actions, out.logprobs, out.entropy, prefix.hidden[-1][:, -1], out.record)

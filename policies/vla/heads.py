@@ -30,6 +30,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+from embodied.core import rng
 from embodied.policy.base import masked_nll
 
 Run = Callable[..., torch.Tensor]  # run(extra_ids [B, k] | None, extra_embeds [k, H] | None) -> hidden
@@ -127,7 +128,7 @@ class TokenHead(SlotHead):
 
     def act(self, backbone, batch, device, deterministic):
         dist, h = self._dist(backbone, batch, device)
-        bins = dist.logits.argmax(-1) if deterministic else dist.sample()
+        bins = dist.logits.argmax(-1) if deterministic else rng.sample(dist)
         shape = (batch, self.chunk, self.action_dim)
         return HeadOutput(bins.view(shape), dist.log_prob(bins).view(shape), dist.entropy().view(shape), h)
 
@@ -148,7 +149,7 @@ class AutoregressiveHead(ActionHead):
         bins, logps, ents = [], [], []
         for k in range(self.size):
             dist = _categorical(backbone.bin_logits(h), backbone.temperature)
-            b = dist.logits.argmax(-1) if deterministic else dist.sample()
+            b = dist.logits.argmax(-1) if deterministic else rng.sample(dist)
             bins.append(b), logps.append(dist.log_prob(b)), ents.append(dist.entropy())
             if k + 1 < self.size:
                 hidden, past = decode(b[:, None], past, k)
@@ -190,7 +191,7 @@ class GaussianHead(SlotHead):
 
     def act(self, backbone, batch, device, deterministic):
         dist, h = self._dist(backbone, batch, device)
-        flat = dist.mean if deterministic else dist.sample()
+        flat = dist.mean if deterministic else rng.sample(dist)
         return HeadOutput(self._shape(flat), self._shape(dist.log_prob(flat)).sum(-1),
                           self._shape(dist.entropy()).sum(-1), h)
 
