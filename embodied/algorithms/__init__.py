@@ -15,7 +15,7 @@ from embodied.core.registry import lazy_attributes
 DEFAULT_NAME = "ppo"  # algorithm.name when a config leaves it out
 
 _WHERE = {
-    "LossOutput": "base", "OffPolicyLearner": "base", "OnPolicyLearner": "base", "RolloutReset": "base",
+    "LearnerSpec": "base", "LossOutput": "base", "OffPolicyLearner": "base", "build_learner": "base", "OnPolicyLearner": "base", "RolloutReset": "base",
     "UpdateContext": "base",
     "compute_gae": "gae", "episode_mean_weights": "grpo", "group_advantages": "grpo", "grpo_loss": "grpo",
     "PPOLossOutput": "ppo", "learning_rate": "ppo", "normalize_advantages": "ppo", "ppo_loss": "ppo",

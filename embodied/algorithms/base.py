@@ -12,16 +12,102 @@ GRPO does so that a group of envs starts from one seed. ``OffPolicyLearner`` is 
 from __future__ import annotations
 
 import functools
+import inspect
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+import gymnasium as gym
+import numpy as np
 import torch
 
 from embodied.core.types import Trajectory
+from embodied.policy.config import PolicySpec
 
 if TYPE_CHECKING:
+    from embodied.config.algorithm import AlgorithmConfig
     from embodied.policy.base import Policy
+
+
+@dataclass(frozen=True)
+class LearnerSpec:
+    """The run as a learner sees it when it is built (``build_learner``), the same for both families: what the
+    policy observes and emits (with the action bounds), how many actions a chunk holds, where the policy computes,
+    how many actor ranks share the batch, and the run's seed and learning rate.
+
+    A learner learns its own rank when the ranks join (``OffPolicyLearner.rank_modules``, the worker reseeds its
+    ``generator``); ``num_ranks`` is how many there will be."""
+
+    policy: PolicySpec  # state_dim, image shapes, action_dim and the action box of one env step
+    action_chunk: int  # C: actions a chunk holds (policy.action_chunk)
+    seed: int  # experiment.seed: the learner's own random stream starts here
+    lr: float  # actor.lr
+    total_iterations: int  # runner.iterations (a schedule decays over them)
+    num_ranks: int = 1  # actor.num_ranks
+    device: torch.device = torch.device("cpu")  # where the policy computes
+
+    @property
+    def action_size(self) -> int:
+        """C * A: the numbers of one action chunk."""
+        return self.action_chunk * self.policy.action_dim
+
+    @property
+    def action_space(self) -> gym.spaces.Box:
+        """One chunk's space [C, A], each action within the env's bounds."""
+        low = np.tile(np.asarray(self.policy.action_low, dtype=np.float32), (self.action_chunk, 1))
+        high = np.tile(np.asarray(self.policy.action_high, dtype=np.float32), (self.action_chunk, 1))
+        return gym.spaces.Box(low, high, dtype=np.float32)
+
+    @property
+    def observation_space(self) -> gym.spaces.Dict:
+        """What the policy is given: ``states`` [S] (when S > 0), ``main_images`` and ``wrist_images`` (uint8,
+        when the env renders them)."""
+        spaces: dict[str, gym.spaces.Space] = {}
+        if self.policy.state_dim:
+            spaces["states"] = gym.spaces.Box(-np.inf, np.inf, (self.policy.state_dim,), np.float32)
+        for key, shape in (("main_images", self.policy.image_shape), ("wrist_images", self.policy.wrist_image_shape)):
+            if shape is not None:
+                spaces[key] = gym.spaces.Box(0, 255, tuple(shape), np.uint8)
+        return gym.spaces.Dict(spaces)
+
+
+def build_learner(cfg: AlgorithmConfig, spec: LearnerSpec, policy: Policy | None = None) -> Any:
+    """The one constructor of a learner, for both families: ``cls(cfg, spec)`` for an ``OnPolicyLearner``,
+    ``cls(policy, cfg, spec)`` for an ``OffPolicyLearner`` (``policy``: the trained one, what it builds around),
+    where ``cls`` is the class ``algorithm.name``'s config names.
+
+    A learner written to the constructors of before (``(cfg, seed)``; ``(policy, cfg, lr, action_size, seed)``)
+    is built through an adapter for this release, with one FutureWarning naming the new constructor."""
+    cls = cfg.algorithm_type()
+    if cfg.off_policy:
+        if policy is None:
+            raise TypeError(f"build_learner: {cls.__name__} is an off-policy learner; it is built around the policy")
+        if _legacy(cls, ("lr", "action_size", "seed")):
+            return cls(policy, cfg, spec.lr, spec.action_size, spec.seed)
+        return cls(policy, cfg, spec)
+    if _legacy(cls, ("seed",)):
+        return cls(cfg, spec.seed)
+    return cls(cfg, spec)
+
+
+_WARNED: set[type] = set()
+
+
+def _legacy(cls: type, old: tuple[str, ...]) -> bool:
+    """Whether ``cls.__init__`` takes the old constructor's arguments (named ``old``) and no ``spec``; warns once
+    per class."""
+    names = set(inspect.signature(cls.__init__).parameters)
+    if "spec" in names or not set(old) <= names:
+        return False
+    if cls not in _WARNED:
+        _WARNED.add(cls)
+        now = "(policy, cfg, spec)" if "lr" in old else "(cfg, spec)"
+        warnings.warn(f"{cls.__module__}.{cls.__qualname__}.__init__ takes ({', '.join(old)}): the learner "
+                      f"constructor of before LearnerSpec. It is built through an adapter for this release; take "
+                      f"{now} instead, spec an embodied.api.LearnerSpec (docs/extending.md, \"The learner's "
+                      f"constructor\")", FutureWarning, stacklevel=3)
+    return True
 
 
 @dataclass
@@ -160,9 +246,9 @@ class OnPolicyLearner(Protocol):
     # metric is a mean over equal shares of the batch, and is averaged.
     summed_metrics: ClassVar[frozenset[str]]
 
-    def __init__(self, cfg: Any, seed: int) -> None:
-        """From its config (an ``OnPolicyConfig``) and the run's seed (its own random stream, the same on every
-        rank)."""
+    def __init__(self, cfg: Any, spec: LearnerSpec) -> None:
+        """From its config (an ``OnPolicyConfig``) and the run's ``LearnerSpec`` (``spec.seed`` starts its own
+        random stream, the same on every rank); built by ``build_learner``."""
 
     def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset | None:
         """Reset envs before this iteration's rollout (None: episodes carry on across epochs)."""
@@ -191,9 +277,10 @@ class OffPolicyLearner(Protocol):
     policy_optimizer: torch.optim.Optimizer  # the policy's optimizer: a checkpoint saves it beside the policy
     generator: torch.Generator  # the learner's random stream (this rank's), saved for exact resume
 
-    def __init__(self, policy: Any, cfg: Any, lr: float, action_size: int, seed: int) -> None:
-        """Around ``policy`` (what the rollout workers act with), with ``cfg`` (its ``OffPolicyConfig``),
-        ``actor.lr``, the size of one action chunk and the run's seed."""
+    def __init__(self, policy: Any, cfg: Any, spec: LearnerSpec) -> None:
+        """Around ``policy`` (what the rollout workers act with), with ``cfg`` (its ``OffPolicyConfig``) and the
+        run's ``LearnerSpec`` (spaces and bounds, chunk, device, ranks, seed, ``actor.lr``); built by
+        ``build_learner``."""
 
     def rank_modules(self) -> list[torch.nn.Module]:
         """Its own modules that must start equal on every actor rank (the policy is the worker's)."""

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from embodied.algorithms.base import LearnerSpec
 from embodied.algorithms.transitions import ReplaySample
 from embodied.core.types import Trajectory
 
@@ -40,11 +41,11 @@ class DAggerLearner:
 
     name: ClassVar[str] = "dagger"  # checkpoint keys and metric prefix
 
-    def __init__(self, policy: Any, cfg: Any, lr: float, action_size: int, seed: int) -> None:
+    def __init__(self, policy: Any, cfg: Any, spec: LearnerSpec) -> None:
         self.policy, self.cfg = policy, cfg
         self.params = [p for p in policy.parameters() if p.requires_grad]
-        self.policy_optimizer = torch.optim.Adam(self.params, lr=lr)
-        self.generator = torch.Generator().manual_seed(seed)  # draws nothing yet; kept for the protocol's resume
+        self.policy_optimizer = torch.optim.Adam(self.params, lr=spec.lr)
+        self.generator = torch.Generator().manual_seed(spec.seed)  # draws nothing yet; kept for the protocol's resume
 
     def rank_modules(self) -> list[torch.nn.Module]:
         """Nothing beside the policy (the worker makes the policy equal on every rank)."""

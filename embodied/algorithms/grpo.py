@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from embodied.core import seeds
-from embodied.algorithms.base import Averages, LossOutput, RolloutReset, flatten
+from embodied.algorithms.base import Averages, LearnerSpec, LossOutput, RolloutReset, flatten
 from embodied.algorithms.ppo import PPO
 from embodied.core.types import Trajectory
 
@@ -94,8 +94,8 @@ class GRPO(PPO):
     summed_metrics: ClassVar[frozenset[str]] = frozenset({"grpo/groups", "grpo/dropped_groups"})
     cfg: GRPOConfig  # type: ignore[assignment]
 
-    def __init__(self, cfg: GRPOConfig, seed: int) -> None:
-        super().__init__(cfg, seed)  # type: ignore[arg-type]
+    def __init__(self, cfg: GRPOConfig, spec: LearnerSpec) -> None:
+        super().__init__(cfg, spec)  # type: ignore[arg-type]
 
     def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset:
         return RolloutReset(seeds.iteration_seed(seed, iteration), self.cfg.group_size)

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 
-from embodied.algorithms.base import (Averages, LossOutput, RankGroup, RolloutReset, UpdateContext, expand_mask,
-                                      flatten)
+from embodied.algorithms.base import (Averages, LearnerSpec, LossOutput, RankGroup, RolloutReset, UpdateContext,
+                                      expand_mask, flatten)
 from embodied.algorithms.batch import expand_rows, take, to_device
 from embodied.algorithms.gae import compute_gae
 from embodied.core.numerics import NonFiniteUpdateError, non_finite_terms
@@ -192,9 +192,9 @@ class PPO:
     uses_values: ClassVar[bool] = True  # the value head trains: explained variance is logged
     summed_metrics: ClassVar[frozenset[str]] = frozenset()  # no batch metrics
 
-    def __init__(self, cfg: PPOConfig, seed: int) -> None:
+    def __init__(self, cfg: PPOConfig, spec: LearnerSpec) -> None:
         self.cfg = cfg
-        self.generator = torch.Generator().manual_seed(seed)  # the minibatch order, the same on every rank
+        self.generator = torch.Generator().manual_seed(spec.seed)  # the minibatch order, the same on every rank
 
     def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset | None:
         return None  # episodes run on across rollout epochs (auto-reset)

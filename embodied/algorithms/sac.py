@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 import torch
 
 from embodied.algorithms.augment import random_shift
+from embodied.algorithms.base import LearnerSpec
 from embodied.algorithms.sac_networks import build_critics
 from embodied.algorithms.transitions import ReplaySample, chunk_reward, n_step_returns
 from embodied.core.types import MAIN_IMAGES, WRIST_IMAGES, Trajectory
@@ -158,8 +159,9 @@ class SACLearner:
     # checkpoint keys and metric prefix, its variants' too (DSRL's, AWAC's: their checkpoints and metrics say "sac")
     name: ClassVar[str] = "sac"
 
-    def __init__(self, policy: Policy, cfg: SACConfig, lr: float, action_size: int, seed: int) -> None:
+    def __init__(self, policy: Policy, cfg: SACConfig, spec: LearnerSpec) -> None:
         self.policy, self.cfg = policy, cfg
+        lr, action_size, seed = spec.lr, spec.action_size, spec.seed
         # The critics are the algorithm's, shaped from the policy's features and chunks (``sac_networks``).
         self.critics = build_critics(policy, cfg.num_critics, cfg.critic_hidden_sizes, cfg.critic_layernorm)
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from embodied.algorithms.base import OnPolicyLearner, UpdateContext
+from embodied.algorithms.base import LearnerSpec, OnPolicyLearner, UpdateContext, build_learner
 from embodied.channels import Channel
 from embodied.checkpoint.store import (check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state,
                                        non_finite_tensors, save_policy_checkpoint)
@@ -57,7 +57,6 @@ class ActorWorker:
         self.policy_cfg = policy_cfg
         self.ranks: Ranks = Ranks()
         self.seed = seed
-        self.algorithm: OnPolicyLearner | None = self._build_algorithm()
         self.policy: Policy = build_policy(policy_cfg, spec)
         if policy_cfg.init_from:  # e.g. an SFT checkpoint; the driver checked its type and chunk already
             state = load_checkpoint(find_checkpoint(policy_cfg.init_from))
@@ -66,6 +65,11 @@ class ActorWorker:
         # Once per run (the actor is the one copy that trains), after init_from: what it loaded (normalization
         # statistics, say) is what the run uses.
         print(self.policy.describe(), flush=True)
+        device = next((p.device for p in self.policy.parameters()), torch.device("cpu"))
+        # What the learner is built with (build_learner), for both families.
+        self.learner_spec = LearnerSpec(spec, policy_cfg.action_chunk, seed, actor.lr, total_iterations,
+                                        actor.num_ranks, device)
+        self.algorithm: OnPolicyLearner | None = self._build_algorithm()
         self._build_optimizer()
         if self.warms_value_head and algorithm.critic_warmup_iterations > 0 and not self.value_head:
             raise ValueError(f"algorithm.critic_warmup_iterations={algorithm.critic_warmup_iterations}: "
@@ -80,7 +84,7 @@ class ActorWorker:
     def _build_algorithm(self) -> OnPolicyLearner | None:
         """The on-policy learner the update runs through (``algorithm.name``'s ``algorithm_class``), seeded with the
         run's seed on every rank (the ranks draw one minibatch order)."""
-        return self.algo.algorithm_type()(self.algo, self.seed)
+        return build_learner(self.algo, self.learner_spec)
 
     def _new_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
         """The learner's optimizer over ``params`` (it sets the learning rate of every step)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied.core import seeds
-from embodied.algorithms import OnPolicyLearner, RolloutReset
+from embodied.algorithms import LearnerSpec, OnPolicyLearner, RolloutReset, build_learner
 from embodied.backends import (ActorLostError, Backend, ClusterLostError, LocalBackend, WorkerGroup, process_rss_mib,
                                without_frames)
 from embodied.channels import Channel
@@ -29,9 +29,12 @@ from embodied.workers.resources import check_resources
 from embodied.workers.restarts import FaultStop, Restart, RestartBudget
 
 
-def on_policy_algorithm(cfg: Config) -> OnPolicyLearner | None:
+def on_policy_algorithm(cfg: Config, spec: PolicySpec) -> OnPolicyLearner | None:
     """The driver's copy of an on-policy learner (asked how envs reset); None for an off-policy one."""
-    return None if cfg.algorithm.off_policy else cfg.algorithm.algorithm_type()(cfg.algorithm, cfg.experiment.seed)
+    if cfg.algorithm.off_policy:
+        return None
+    return build_learner(cfg.algorithm, LearnerSpec(spec, cfg.policy.action_chunk, cfg.experiment.seed, cfg.actor.lr,
+                                                    cfg.runner.iterations, cfg.actor.num_ranks))
 
 
 @dataclass
@@ -76,7 +79,7 @@ class Workers:
         rollout = start_rollout_group(cfg, backend, spec, train, evaluation, shared, inbox)
         restarts = RestartBudget.of(cfg.runner)
         return cls(cfg, backend, train.group, rollout, actor, Evaluator(eval_cfg, backend, evaluation, rollout, restarts),
-                   spec, colocated, on_policy_algorithm(cfg), train, restarts, inbox,
+                   spec, colocated, on_policy_algorithm(cfg, spec), train, restarts, inbox,
                    backend.channel("trajectories"))
 
     def sync_weights(self) -> int:

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from embodied.algorithms.base import OffPolicyLearner
+from embodied.algorithms.base import OffPolicyLearner, build_learner
 from embodied.algorithms.transitions import ReplaySample
 from embodied.checkpoint.store import REPLAY_DIR, save_policy_checkpoint
 from embodied.config import ActorConfig, OffPolicyConfig
@@ -60,8 +60,7 @@ class OffPolicyActorWorker(ActorWorker):
         if algorithm.needs_q_functions:
             require_q_functions(policy_cfg, algorithm.name)
         super().__init__(policy_cfg, spec, algorithm, actor, total_iterations, seed, torch_threads)
-        self.learner: OffPolicyLearner = algorithm.learner()(self.policy, algorithm, actor.lr,
-                                                             policy_cfg.action_chunk * spec.action_dim, seed)
+        self.learner: OffPolicyLearner = build_learner(algorithm, self.learner_spec, self.policy)
         self.optimizer = self.learner.policy_optimizer  # what the policy checkpoint saves beside the policy
         self.prefix = self.learner.name  # its checkpoint keys and metric names
         self.replay = ReplayBuffer(algorithm.replay_capacity)

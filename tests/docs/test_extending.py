@@ -69,7 +69,7 @@ def named_attributes() -> set[tuple[str, str]]:
 
 
 def test_every_class_attribute_the_doc_names_exists():
-    from embodied.algorithms.base import OffPolicyLearner, OnPolicyLearner, UpdateContext
+    from embodied.algorithms.base import LearnerSpec, OffPolicyLearner, OnPolicyLearner, UpdateContext
     from embodied.algorithms.dagger import DAggerLearner
     from embodied.algorithms.dagger_config import DAggerConfig
     from embodied.algorithms.sac import SACLearner
@@ -80,7 +80,7 @@ def test_every_class_attribute_the_doc_names_exists():
     from embodied.policy.config import PolicyConfig
     from embodied.core.types import ChunkStepResult, Trajectory
 
-    known = {c.__name__: c for c in (OnPolicyLearner, OffPolicyLearner, UpdateContext, DAggerLearner, DAggerConfig,
+    known = {c.__name__: c for c in (LearnerSpec, OnPolicyLearner, OffPolicyLearner, UpdateContext, DAggerLearner, DAggerConfig,
                                      SACLearner, OnPolicyConfig, OffPolicyConfig, TDConfig, AlgorithmConfig, ChunkedVectorEnv,
                                      Policy, PolicyConfig, ChunkStepResult, Trajectory)}
     named = named_attributes()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from embodied.algorithms.base import LearnerSpec
 from embodied.algorithms.sac import ReplaySample, SACLearner, policy_loss, critic_loss
 from embodied.algorithms.sac_config import SACConfig
 from embodied.algorithms.sac_networks import EnsembleLinear, build_critics
@@ -46,7 +47,7 @@ def batch(seed: int = 0, n: int = B) -> ReplaySample:
 
 def learner(policy: SquashedCNNPolicy, **overrides) -> SACLearner:
     cfg = SACConfig(num_critics=4, critic_subset=2, critic_layernorm=True, critic_hidden_sizes=[32, 32], **overrides)
-    return SACLearner(policy, cfg, lr=1e-3, action_size=C * A, seed=0)
+    return SACLearner(policy, cfg, LearnerSpec(SPEC, C, 0, 1e-3, 1))
 
 
 def test_it_has_the_q_function_protocol_and_builds_by_name():

@@ -7,8 +7,8 @@ from typing import ClassVar
 
 import torch
 
-from embodied.api import (RolloutReset, Trajectory, UpdateContext, expand_mask, expand_rows, flatten, learning_rate,
-                          take, to_device)
+from embodied.api import (LearnerSpec, RolloutReset, Trajectory, UpdateContext, expand_mask, expand_rows, flatten,
+                          learning_rate, take, to_device)
 from my_algo.reinforce_config import ReinforceConfig
 
 
@@ -26,9 +26,9 @@ class Reinforce:
 
     summed_metrics: ClassVar[frozenset[str]] = frozenset()  # batch metrics that are counts: none
 
-    def __init__(self, cfg: ReinforceConfig, seed: int) -> None:
+    def __init__(self, cfg: ReinforceConfig, spec: LearnerSpec) -> None:
         self.cfg = cfg
-        self.generator = torch.Generator().manual_seed(seed)  # the minibatch order
+        self.generator = torch.Generator().manual_seed(spec.seed)  # the minibatch order
 
     def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset:
         return RolloutReset(seed + iteration * num_envs)  # a fresh episode in every env, each with its own seed

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from embodied.algorithms.base import LearnerSpec, build_learner
 from embodied.algorithms.awac import AWACLearner, advantage_weighted_loss
 from embodied.algorithms.awac_config import AWACConfig
 from embodied.algorithms.sac import SACLearner
@@ -55,7 +56,7 @@ def three_steps(overrides: list[str], demo_rows: int) -> tuple[SACLearner, list[
     cfg = load_config(RECIPE, [*TINY, *overrides])
     torch.manual_seed(0)
     policy = build_policy(cfg.algorithm.worker_policy(cfg.policy), SPEC)
-    learner = cfg.algorithm.learner()(policy, cfg.algorithm, 0.01, 4, 0)
+    learner = build_learner(cfg.algorithm, LearnerSpec(SPEC, 2, 0, 0.01, 1), policy)
     metrics = [learner.step(batch(i), demo_rows=demo_rows, train_policy=i > 0) for i in range(3)]
     with torch.no_grad():
         sums = (float(sum(p.double().sum() for p in policy.parameters())),
@@ -162,8 +163,8 @@ def test_a_sac_learners_state_resumes_in_awacs_learner():
     loads into the learner its saved config now builds, AWAC's."""
     first, _, _ = three_steps([], 0)
     cfg = config_from_dict(saved_by_sac(1.0))
-    second = cfg.algorithm.learner()(build_policy(cfg.algorithm.worker_policy(cfg.policy), SPEC), cfg.algorithm,
-                                     0.01, 4, 0)
+    second = build_learner(cfg.algorithm, LearnerSpec(SPEC, 2, 0, 0.01, 1),
+                           build_policy(cfg.algorithm.worker_policy(cfg.policy), SPEC))
     assert type(second) is AWACLearner
     second.load_state_dict(first.state_dict())
     assert all(torch.equal(a, b) for a, b in zip(first.critics.state_dict().values(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from embodied.algorithms.base import LearnerSpec
 from embodied.algorithms.dagger import DAggerLearner, pack, unpack
 from embodied.algorithms.dagger_config import DAggerConfig
 from embodied.algorithms.transitions import ReplaySample
@@ -36,7 +37,7 @@ def test_pack_keeps_labels_and_the_executed_mask():
 
 def test_steps_fit_the_labels_of_the_sub_steps_that_ran():
     p = policy()
-    learner = DAggerLearner(p, DAggerConfig(max_grad_norm=10.0), 3e-3, 6, seed=0)
+    learner = DAggerLearner(p, DAggerConfig(max_grad_norm=10.0), LearnerSpec(SPEC, 2, 0, 3e-3, 1))
     g = torch.Generator().manual_seed(1)
     states = torch.randn(64, 5, generator=g)
     labels = torch.tanh(states[:, :3])[:, None, :].repeat(1, 2, 1)  # a function of the state
@@ -59,7 +60,7 @@ def test_a_trajectory_without_labels_is_named():
     trajectory = Trajectory(forward_inputs={}, actions=t(1, 1, 2, 3), logprobs=t(1, 1), values=t(1, 1),
                             rewards=t(1, 1, 2), executed=t(1, 1, 2, dtype=torch.bool), dones=t(1, 1, dtype=torch.bool),
                             terminated=t(1, 1, dtype=torch.bool), final_values=t(1, 1), next_values=t(1), version=0)
-    learner = DAggerLearner(policy(), DAggerConfig(), 1e-3, 6, seed=0)
+    learner = DAggerLearner(policy(), DAggerConfig(), LearnerSpec(SPEC, 2, 0, 1e-3, 1))
     with pytest.raises(ValueError, match="carries no expert labels"):
         learner.replay_actions(trajectory)
     trajectory.expert_actions = torch.ones(1, 1, 2, 3)

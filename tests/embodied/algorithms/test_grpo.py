@@ -9,7 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from embodied.algorithms.base import LearnerSpec
+from embodied.policy.config import PolicySpec
 from embodied.algorithms import episode_mean_weights, group_advantages, grpo_loss
+
+ANY_SPEC = LearnerSpec(PolicySpec(3, None, 2, (-1.0,) * 2, (1.0,) * 2), 1, 0, 1e-3, 1)  # what prepare() never reads
 
 
 def test_group_advantages_match_a_plain_loop():
@@ -99,7 +103,7 @@ def test_grpo_prepare_weighs_episodes_as_configured(mean):
     traj = Trajectory(forward_inputs={"x": torch.zeros(steps, envs, 1)}, actions=torch.zeros(steps, envs, chunk, 2),
                       logprobs=torch.zeros(steps, envs, chunk), values=z, rewards=rewards, executed=executed,
                       dones=z.bool(), terminated=z.bool(), final_values=z, next_values=torch.zeros(envs), version=0)
-    batch, _ = GRPO(GRPOConfig(group_size=4, grpo_loss_mean=mean), seed=0).prepare([traj])
+    batch, _ = GRPO(GRPOConfig(group_size=4, grpo_loss_mean=mean), ANY_SPEC).prepare([traj])
     total = float((batch["advantages"].double() * batch["executed"].sum(1)).sum())  # the loss's weight on the group
     if mean == "episode":
         assert total == pytest.approx(0.0, abs=1e-6)

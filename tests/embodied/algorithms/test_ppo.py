@@ -5,7 +5,11 @@ import math
 import pytest
 import torch
 
+from embodied.algorithms.base import LearnerSpec
+from embodied.policy.config import PolicySpec
 from embodied.algorithms import PPOLossOutput, normalize_advantages, ppo_loss
+
+ANY_SPEC = LearnerSpec(PolicySpec(3, None, 2, (-1.0,) * 2, (1.0,) * 2), 1, 0, 1e-3, 1)  # what prepare() never reads
 
 CLIP, VF, ENT = 0.2, 0.5, 0.01
 
@@ -232,8 +236,8 @@ def test_reward_scale_scales_the_returns_the_value_head_learns():
     raw = trajectory(1.0)
     adv, ret = compute_gae(raw.rewards.sum(-1), raw.values, raw.dones, raw.terminated, raw.final_values,
                            raw.next_values, 0.9, 0.95)
-    batch, _ = PPO(PPOConfig(gamma=0.9, gae_lambda=0.95, reward_scale=scale), seed=0).prepare([trajectory(scale)])
+    batch, _ = PPO(PPOConfig(gamma=0.9, gae_lambda=0.95, reward_scale=scale), ANY_SPEC).prepare([trajectory(scale)])
     assert torch.allclose(batch["advantages"], (adv * scale).reshape(-1), atol=1e-6)
     assert torch.allclose(batch["returns"], (ret * scale).reshape(-1), atol=1e-6)
-    unscaled, _ = PPO(PPOConfig(gamma=0.9, gae_lambda=0.95), seed=0).prepare([raw])
+    unscaled, _ = PPO(PPOConfig(gamma=0.9, gae_lambda=0.95), ANY_SPEC).prepare([raw])
     assert torch.allclose(unscaled["returns"], ret.reshape(-1))

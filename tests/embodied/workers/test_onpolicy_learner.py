@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from embodied.algorithms.base import UpdateContext
+from embodied.algorithms.base import LearnerSpec, UpdateContext
 from embodied.algorithms.ppo import PPO
 from embodied.algorithms.ppo_config import PPOConfig
 from embodied.config import ActorConfig
@@ -22,8 +22,8 @@ from tests.embodied.workers.test_actor_ranks import MLP_SPEC, mlp_obs, rollout
 class CountingPPO(PPO):
     """PPO that counts its updates, as state of its own, and keeps the context it was lent."""
 
-    def __init__(self, cfg: PPOConfig, seed: int) -> None:
-        super().__init__(cfg, seed)
+    def __init__(self, cfg: PPOConfig, spec: LearnerSpec) -> None:
+        super().__init__(cfg, spec)
         self.updates, self.lent = 0, None
 
     def update(self, trajectories: list[Trajectory], iteration: int, ctx: UpdateContext) -> dict[str, float]:
