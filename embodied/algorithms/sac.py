@@ -163,7 +163,7 @@ class SACLearner:
         self.policy, self.cfg = policy, cfg
         lr, action_size, seed = spec.lr, spec.action_size, spec.seed
         # The critics are the algorithm's, shaped from the policy's features and chunks (``sac_networks``).
-        self.critics = build_critics(policy, cfg.num_critics, cfg.critic_hidden_sizes, cfg.critic_layernorm)
+        self.critics = self.new_critics(policy, cfg)
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
         # The policy's feature encoder (DrQ/RLPD): trained by the critics' loss alone, seen detached by the policy's;
         # the TD target reads a polyak copy of it, as it reads the target critics (none of it for states).
@@ -180,6 +180,11 @@ class SACLearner:
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=lr)
         # The augmentation's shifts, the critic subsets and the policy's noise are drawn from it (exact resume).
         self.generator = torch.Generator().manual_seed(seed)
+
+    def new_critics(self, policy: Policy, cfg: SACConfig) -> torch.nn.Module:
+        """The critic ensemble (a ``QEnsemble``: ``q_values(features, actions) -> [E, B]``) over ``policy``'s features
+        and chunks: SAC's MLPs (``sac_networks.build_critics``). What a variant with other critics overrides."""
+        return build_critics(policy, cfg.num_critics, cfg.critic_hidden_sizes, cfg.critic_layernorm)
 
     def rank_modules(self) -> list[torch.nn.Module]:
         """The critics, their targets and the target encoder: made equal to rank 0's when the ranks join (the

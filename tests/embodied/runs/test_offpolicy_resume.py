@@ -22,6 +22,7 @@ ALGORITHMS = {
     "dagger": ["algorithm.name=dagger", "policy.action_chunk=1", "algorithm.demos=null"],
     "sac": ["algorithm.name=sac", "policy.action_chunk=2", "algorithm.critic_hidden_sizes=[8]"],
     "awac": ["algorithm.name=awac", "policy.action_chunk=2", "algorithm.critic_hidden_sizes=[8]"],
+    "crossq": ["algorithm.name=crossq", "policy.action_chunk=2", "algorithm.critic_hidden_sizes=[8]"],
 }
 
 
