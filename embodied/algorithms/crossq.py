@@ -151,7 +151,7 @@ class CrossQLearner(SACLearner):
             backward(alpha_loss, [self.log_alpha])
             self.alpha_optimizer.step()
             stats |= {"policy_loss": pi_loss, "entropy": -logprob.detach().mean(), **parts}
-        return {f"{self.name}/{key}": float(value) for key, value in stats.items()}
+        return {f"{self.name}/{key}": value.item() for key, value in stats.items()}
 
     def state_dict(self) -> dict[str, Any]:
         return {"critics": self.critics.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
