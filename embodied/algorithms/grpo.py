@@ -91,6 +91,7 @@ class GRPO(PPO):
     loss (``loss``), and no critic."""
 
     uses_values: ClassVar[bool] = False
+    prefix: ClassVar[str] = "grpo"  # its own metrics' prefix (a variant's: its name)
     summed_metrics: ClassVar[frozenset[str]] = frozenset({"grpo/groups", "grpo/dropped_groups"})
     cfg: GRPOConfig  # type: ignore[assignment]
 
@@ -105,7 +106,7 @@ class GRPO(PPO):
         groups masked out, and counts of groups and dropped groups."""
         traj = Trajectory.concat(trajectories)
         scores = self._scores(trajectories, traj)
-        adv, kept = group_advantages(scores, self.cfg.group_size)
+        adv, kept = self.advantages(scores)
         if self.cfg.grpo_loss_mean == "episode":
             adv = adv * episode_mean_weights(traj.executed, kept).to(adv.dtype)
         steps = traj.executed.shape[0]
@@ -116,8 +117,13 @@ class GRPO(PPO):
         batch = flatten(masked, advantages, torch.zeros_like(advantages))
         groups = kept.numel() // self.cfg.group_size
         dropped = groups - int(kept.view(groups, -1)[:, 0].sum())
-        return batch, {"grpo/groups": float(groups), "grpo/dropped_groups": float(dropped),
-                       "grpo/score_mean": float(scores.mean())}
+        return batch, {f"{self.prefix}/groups": float(groups), f"{self.prefix}/dropped_groups": float(dropped),
+                       f"{self.prefix}/score_mean": float(scores.mean())}
+
+    def advantages(self, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each env's advantage [N] from its episode's score [N], and whether its group is kept: the score
+        standardised within its group (``group_advantages``). What a critic-free variant replaces."""
+        return group_advantages(scores, self.cfg.group_size)
 
     def _scores(self, parts: list[Trajectory], traj: Trajectory) -> torch.Tensor:
         """Episode return (or success) per env, in the concatenated env order."""

@@ -20,7 +20,7 @@ from tests.e2e.test_vla_flow_recipe import short_run as flow_short_run
 from tests.e2e.test_vla_recipe import SHORT
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-PPO, GRPO, SFT = (CONFIGS / f"pick_color_pi0tiny_{name}.yaml" for name in ("ppo", "grpo", "sft"))
+PPO, GRPO, SFT, RLOO = (CONFIGS / f"pick_color_pi0tiny_{name}.yaml" for name in ("ppo", "grpo", "sft", "rloo"))
 SMALL = ["policy.flow_steps=3"]
 
 
@@ -43,6 +43,8 @@ def test_ppo_with_critic_warmup_and_gae_trains_pi0(tmp_path, mode):
 @pytest.mark.filterwarnings("ignore:policy.type=pi0.*no normalization statistics")
 def test_grpo_and_async_ppo_train_pi0(tmp_path):
     short_run(GRPO, tmp_path / "grpo", "env.num_envs=4", "algorithm.group_size=2", "rollout.chunk_steps=2")
+    _, rloo = short_run(RLOO, tmp_path / "rloo", "env.num_envs=4", "algorithm.group_size=2", "rollout.chunk_steps=2")
+    assert all(m["rloo/groups"] == 2.0 for m in rloo.history)
     short_run(PPO, tmp_path / "async", "runner.mode=async", "actor.ema_decay=0")
 
 
