@@ -102,11 +102,6 @@ class PickColorEnv(TableTopEnv):
         return self._target
 
     @property
-    def target_color(self) -> str:
-        """Colour name of the cube to lift."""
-        return self.cube_colors[self._target]
-
-    @property
     def cube_positions(self) -> np.ndarray:
         """World positions of the cubes in body order, float64 [4, 3] (a copy)."""
         return self.data.xpos[self._bodies].copy()

@@ -143,6 +143,19 @@ def reduce_mask(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return (mask != 0).flatten(start_dim=x.dim()).any(dim=-1)
 
 
+def masked_mean(x: torch.Tensor, mask: torch.Tensor | None, averages: Averages | None = None) -> torch.Tensor:
+    """The mean of ``x`` over the entries where ``mask`` (at any granularity: reduced to ``x``'s dims as
+    ``reduce_mask`` does) is nonzero; all entries with no mask. With ``averages`` the batch is one part of a larger
+    minibatch and the mean is this part's share of the whole one's (``Averages.mean``)."""
+    if mask is None:
+        return x.mean()
+    if averages is not None:
+        return averages.mean(x, mask)
+    m = reduce_mask(mask, x).to(x.dtype)
+    # where() rather than x * mask so a NaN/inf in a masked-out entry cannot leak in.
+    return torch.where(m != 0, x * m, torch.zeros_like(x)).sum() / m.sum().clamp_min(1e-8)
+
+
 def _identity(x: torch.Tensor) -> torch.Tensor:
     return x
 

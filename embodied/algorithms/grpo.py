@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from embodied.core import seeds
-from embodied.algorithms.base import Averages, LearnerSpec, LossOutput, RolloutReset, flatten
+from embodied.algorithms.base import Averages, LearnerSpec, LossOutput, RolloutReset, flatten, masked_mean
+from embodied.algorithms.batch import expand_rows
 from embodied.algorithms.ppo import PPO
 from embodied.core.types import Trajectory
 
@@ -73,7 +74,7 @@ def grpo_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
     """
     logratio = new_logprobs - old_logprobs
     ratio = logratio.exp()
-    adv = advantages.reshape(advantages.shape + (1,) * (ratio.dim() - 1)).expand_as(ratio)
+    adv = expand_rows(advantages, ratio)
     surrogate = torch.min(ratio * adv, ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * adv)
     weight = mask.to(ratio.dtype)
     denom = (weight.sum() if averages is None else averages.count(mask, ratio)).clamp_min(1.0)
@@ -144,16 +145,8 @@ class GRPO(PPO):
         low = c.clip_coef_low if c.clip_coef_low is not None else c.clip_coef
         high = c.clip_coef_high if c.clip_coef_high is not None else c.clip_coef
         out = grpo_loss(logprobs, mb["logprobs"], mb["advantages"], mask, low, high, averages)
-        weight = mask_like(mask, entropy)
-        count = weight.sum() if averages is None else averages.count(mask, entropy)
-        ent = (entropy * weight).sum() / count.clamp_min(1.0)
+        ent = masked_mean(entropy, mask, averages)
         loss = out["loss"] - c.ent_coef * ent
         return LossOutput(loss, {"policy_loss": out["loss"].detach(), "entropy": ent.detach(),
                                  "approx_kl": out["approx_kl"], "clip_frac": out["clip_frac"]})
 
-
-def mask_like(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``mask`` reduced to the leading dims of ``x`` (an entry counts if any sub-entry does), as float."""
-    if mask.dim() > x.dim():
-        mask = mask.flatten(start_dim=x.dim()).any(-1)
-    return mask.to(x.dtype)

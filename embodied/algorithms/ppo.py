@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from embodied.algorithms.base import (Averages, LearnerSpec, LossOutput, RankGroup, RolloutReset, UpdateContext,
-                                      expand_mask, flatten)
+                                      expand_mask, flatten, masked_mean)
 from embodied.algorithms.batch import expand_rows, take, to_device
 from embodied.algorithms.gae import compute_gae
 from embodied.core.numerics import NonFiniteUpdateError, non_finite_terms
@@ -41,27 +41,6 @@ class PPOLossOutput:
     entropy: torch.Tensor
     approx_kl: torch.Tensor
     clip_frac: torch.Tensor
-
-
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Mean of ``x`` over the entries where ``mask`` is nonzero (all entries if None)."""
-    if mask is None:
-        return x.mean()
-    mask = mask.to(x.dtype)
-    # where() rather than x * mask so a NaN/inf in a masked-out entry cannot leak in.
-    return torch.where(mask != 0, x * mask, torch.zeros_like(x)).sum() / mask.sum().clamp_min(1e-8)
-
-
-def _mask_like(mask: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor | None:
-    """Reduce ``mask`` to the leading dims of ``x``: a coarser entry counts if any sub-entry does."""
-    if mask is None or mask.dim() == x.dim():
-        return mask
-    return (mask != 0).flatten(start_dim=x.dim()).any(dim=-1)
-
-
-def _expand_trailing(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Broadcast a [B] tensor over the trailing dims of ``like`` ([B], [B, C] or [B, C, A])."""
-    return x.reshape(x.shape + (1,) * (like.dim() - x.dim())).expand_as(like)
 
 
 def normalize_advantages(adv: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -122,12 +101,9 @@ def ppo_loss(
     Returns:
         PPOLossOutput of scalar tensors.
     """
-    def mean(x: torch.Tensor, m: torch.Tensor | None) -> torch.Tensor:
-        return averages.mean(x, mask) if averages is not None and mask is not None else _masked_mean(x, m)
-
     logratio = new_logprobs - old_logprobs
     ratio = logratio.exp()
-    adv = _expand_trailing(advantages, ratio)
+    adv = expand_rows(advantages, ratio)
 
     # Pessimistic bound: take the worse of the unclipped and clipped surrogate.
     pg_loss1 = -adv * ratio
@@ -135,7 +111,7 @@ def ppo_loss(
     pg_loss = torch.max(pg_loss1, pg_loss2)
     if behaviour_logprobs is not None:  # importance weight of the stale behaviour policy, held constant
         pg_loss = pg_loss * (old_logprobs - behaviour_logprobs).detach().exp()
-    policy_loss = mean(pg_loss, mask)
+    policy_loss = masked_mean(pg_loss, mask, averages)
 
     if clip_vloss:
         v_loss_unclipped = (new_values - returns) ** 2
@@ -145,16 +121,16 @@ def ppo_loss(
     else:
         v_loss = (new_values - returns) ** 2
     # Values are per chunk step: a step counts if any of its sub-steps was executed.
-    value_loss = 0.5 * mean(v_loss, _mask_like(mask, v_loss))
+    value_loss = 0.5 * masked_mean(v_loss, mask, averages)
 
-    entropy_mean = mean(entropy, _mask_like(mask, entropy))
+    entropy_mean = masked_mean(entropy, mask, averages)
 
     loss = policy_loss - ent_coef * entropy_mean + vf_coef * value_loss
 
     with torch.no_grad():
         # k3 estimator of KL(old || new): unbiased and always >= 0 (Schulman, "Approximating KL").
-        approx_kl = mean((ratio - 1.0) - logratio, mask)
-        clip_frac = mean(((ratio - 1.0).abs() > clip_coef).to(ratio.dtype), mask)
+        approx_kl = masked_mean((ratio - 1.0) - logratio, mask, averages)
+        clip_frac = masked_mean(((ratio - 1.0).abs() > clip_coef).to(ratio.dtype), mask, averages)
 
     return PPOLossOutput(
         loss=loss,

@@ -48,11 +48,6 @@ def obs_concat(parts: list[Obs]) -> Obs:
     return out
 
 
-def obs_take(obs: Obs, index: np.ndarray) -> Obs:
-    """Rows ``index`` (integer array) of a batched observation."""
-    return {k: [v[i] for i in index] if isinstance(v, list) else v[index] for k, v in obs.items()}
-
-
 @dataclass
 class EpisodeStats:
     """Statistics of one finished episode; ``env_index`` is relative to the batch it came in."""
