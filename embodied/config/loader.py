@@ -134,7 +134,9 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | tuple[str, ...])
         node = out
         parts = key.strip().split(".")
         for i, part in enumerate(parts[:-1]):
-            child = node.setdefault(part, {})
+            if node.get(part) is None:  # absent, or left null by the recipe: the override opens the section
+                node[part] = {}
+            child = node[part]
             if not isinstance(child, dict):
                 raise ConfigError(f"override {item!r}: {'.'.join(parts[: i + 1])} is not a section")
             node = child

@@ -232,6 +232,13 @@ def test_override_into_a_scalar_is_not_a_section():
         load_config(None, ["env.num_envs=4", "env.num_envs.x=1"])
 
 
+def test_a_dotted_override_opens_a_section_the_recipe_left_null(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("env:\n  id: Reach-v0\n  kwargs: null\neval_env:\n  kwargs: null\n")
+    cfg = load_config(recipe, ["eval_env.kwargs.task_ids=[0]", "env.kwargs.reward_type=dense"])
+    assert cfg.eval_env.kwargs == {"task_ids": [0]} and cfg.env.kwargs == {"reward_type": "dense"}
+
+
 def test_missing_file():
     msg = error_of([], "configs/missing.yaml")
     assert "configs/missing.yaml" in msg and "does not exist" in msg
