@@ -345,7 +345,7 @@ def test_an_override_typo_names_the_override_not_the_file(tmp_path):
 
 def test_an_unknown_algorithm_lists_the_registered_ones():
     msg = error_of(["algorithm.name=dqn"])
-    assert "algorithm.name: unknown algorithm 'dqn'" in msg and "grpo, ppo, rloo, sac" in msg
+    assert "algorithm.name: unknown algorithm 'dqn'" in msg and "grpo, iql, ppo, rloo, sac" in msg
 
 
 def test_grpo_needs_groups_whole_episodes_and_no_auto_reset():

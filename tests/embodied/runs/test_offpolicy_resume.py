@@ -23,6 +23,8 @@ ALGORITHMS = {
     "sac": ["algorithm.name=sac", "policy.action_chunk=2", "algorithm.critic_hidden_sizes=[8]"],
     "awac": ["algorithm.name=awac", "policy.action_chunk=2", "algorithm.critic_hidden_sizes=[8]"],
     "crossq": ["algorithm.name=crossq", "policy.action_chunk=2", "algorithm.critic_hidden_sizes=[8]"],
+    "iql": ["algorithm.name=iql", "policy.action_chunk=2", "algorithm.critic_hidden_sizes=[8]",
+            "algorithm.value_hidden_sizes=[8]"],
 }
 
 
