@@ -10,6 +10,7 @@
     embodied make-tiny-vla runs/tiny-smolvlm --backbone smolvlm-tiny
     embodied collect configs/pick_place_mlp_sft.yaml --episodes 200 --out data/pick_place [--format lerobot]
     embodied data info data/pick_place
+    embodied config show configs/reach_mlp_ppo.yaml actor.lr=0.001
     embodied sft configs/pick_place_mlp_sft.yaml sft.dataset=data/pick_place
 """
 
@@ -60,6 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     p_collect.add_argument("--format", choices=["arrow", "lerobot"], default="arrow", dest="data_format",
                            help="arrow: embodied's dataset, a row per chunk step (default); lerobot: a LeRobot v3.0 "
                                 "folder, a row per control step, cameras as AV1 mp4 (docs/lerobot.md)")
+    p_config = sub.add_parser("config", help="see a recipe's whole config")
+    config_sub = p_config.add_subparsers(dest="config_command", required=True)
+    p_show = config_sub.add_parser("show", help="every field with its value, where it came from (default, recipe, "
+                                   "override) and its doc")
+    p_show.add_argument("config", help="path to a YAML recipe")
+    p_show.add_argument("overrides", nargs="*", help="section.field=value overrides")
     p_data = sub.add_parser("data", help="inspect demonstration datasets (embodied's or LeRobot's)")
     data_sub = p_data.add_subparsers(dest="data_command", required=True)
     p_info = data_sub.add_parser("info", help="episodes, frames, fps, features, tasks and disk size of a dataset")
@@ -100,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         return _collect(args)
     if args.command == "data":
         return _data_info(args.path)
+    if args.command == "config":
+        return _config_show(args.config, args.overrides)
     if args.command == "bench":
         return _bench(args.quick, Path(args.out))
     if args.command == "sft":
@@ -132,6 +141,17 @@ def _env_error(exc: Exception) -> int:
     return 1
 
 
+def _config_show(path: str, overrides: list[str]) -> int:
+    from embodied.config import ConfigError
+    from embodied.config.show import show
+
+    try:
+        print(show(path, overrides))
+    except ConfigError as exc:
+        return _error(exc)
+    return 0
+
+
 def _train(path: str, overrides: list[str]) -> int:
     from embodied.config import ConfigError, load_config
     from embodied.logging.logger import prestart_wandb
@@ -143,6 +163,10 @@ def _train(path: str, overrides: list[str]) -> int:
     except Exception as exc:
         return _env_error(exc)
     prestart_wandb(cfg.logger)  # wandb's import, on the other core, while torch's runs here
+    from embodied.config.show import differences
+
+    print(f"config, beside the defaults (embodied config show {path} lists every field): "
+          f"{' '.join(differences(cfg)) or 'none'}", flush=True)
 
     from embodied.runs.train import train
 
