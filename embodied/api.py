@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from embodied.algorithms.base import (LearnerSpec, OffPolicyLearner, OnPolicyLearner, RolloutReset, UpdateContext,
                                           build_learner, expand_mask, flatten)
     from embodied.algorithms.batch import expand_rows, take, to_device
+    from embodied.algorithms.transitions import ReplaySample
     from embodied.config.algorithm import OffPolicyConfig, OnPolicyConfig, TDConfig
     from embodied.config.schema import Config
     from embodied.core.registry import ALGORITHMS, ENV_SETS, ENVS, POLICIES
@@ -53,7 +54,7 @@ _WHERE = {
     "OffPolicyLearner": "embodied.algorithms.base", "UpdateContext": "embodied.algorithms.base", "RolloutReset": "embodied.algorithms.base",
     "expand_mask": "embodied.algorithms.base", "flatten": "embodied.algorithms.base", "expand_rows": "embodied.algorithms.batch",
     "take": "embodied.algorithms.batch", "to_device": "embodied.algorithms.batch", "learning_rate": "embodied.algorithms",
-    "Trajectory": "embodied.core.types", "LearnerSpec": "embodied.algorithms.base", "build_learner": "embodied.algorithms.base",
+    "Trajectory": "embodied.core.types", "ReplaySample": "embodied.algorithms.transitions", "LearnerSpec": "embodied.algorithms.base", "build_learner": "embodied.algorithms.base",
     # a dataset of demonstrations
     "open_demonstrations": "embodied.data", "ReadOptions": "embodied.data", "Demonstrations": "embodied.data", "DemoSample": "embodied.data",
     "DemoBatch": "embodied.data", "collate": "embodied.data",

@@ -98,6 +98,11 @@ class SquashedGaussianPolicy(Policy):
         u = dist.mean + dist.stddev * noise  # reparameterised, from the learner's generator (exact resume)
         return self._scale(u), self._logprob(dist, u)
 
+    def greedy(self, features: torch.Tensor) -> torch.Tensor:
+        """The greedy chunk [B, C, A] (the squashed mean), differentiable with respect to the policy: a deterministic
+        actor's action (TD3's)."""
+        return self._scale(self.mean_head(self.trunk(features)))
+
     def start_at_center(self) -> None:
         """Zero the mean head: until trained, the greedy chunk is the action box's centre for every input, and
         sampled chunks spread around it by the log-std head alone."""

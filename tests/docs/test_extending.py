@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from embodied.checkpoint.store import load_checkpoint
 from embodied.config import ConfigError, load_config
 from embodied.core.registry import ALGORITHMS, POLICIES
 from embodied.runs.train import train
@@ -19,9 +20,11 @@ from embodied.runs.train import train
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "extending.md"
 EXAMPLES = ROOT / "docs" / "examples"
-FILES = ["my_algo/reinforce_config.py", "my_algo/reinforce.py", "reach_reinforce.yaml",
+FILES = ["my_algo/reinforce_config.py", "my_algo/reinforce.py", "reach_reinforce.yaml", "my_algo/td3_config.py",
+         "my_algo/td3.py", "reach_td3.yaml",
          "my_policy/configuration.py", "my_policy/modeling.py", "reach_linear_ppo.yaml"]
-REINFORCE, LINEAR = EXAMPLES / "reach_reinforce.yaml", EXAMPLES / "reach_linear_ppo.yaml"
+REINFORCE, LINEAR, TD3 = (EXAMPLES / name for name in ("reach_reinforce.yaml", "reach_linear_ppo.yaml",
+                                                        "reach_td3.yaml"))
 # Seconds, not minutes: 4 envs, 10-step episodes, a tiny network, 2 iterations, no eval before the last.
 TINY = ["env.num_envs=4", "env.max_episode_steps=10", "eval_env.num_envs=2", "runner.eval_episodes=2",
         "runner.iterations=2", "runner.eval_every=0", "logger.backends=[]", "logger.progress_bar=false",
@@ -70,6 +73,7 @@ def named_attributes() -> set[tuple[str, str]]:
 
 def test_every_class_attribute_the_doc_names_exists():
     from embodied.algorithms.base import LearnerSpec, OffPolicyLearner, OnPolicyLearner, UpdateContext
+    from embodied.algorithms.transitions import ReplaySample
     from embodied.algorithms.dagger import DAggerLearner
     from embodied.algorithms.dagger_config import DAggerConfig
     from embodied.algorithms.sac import SACLearner
@@ -80,7 +84,7 @@ def test_every_class_attribute_the_doc_names_exists():
     from embodied.policy.config import PolicyConfig
     from embodied.core.types import ChunkStepResult, Trajectory
 
-    known = {c.__name__: c for c in (LearnerSpec, OnPolicyLearner, OffPolicyLearner, UpdateContext, DAggerLearner, DAggerConfig,
+    known = {c.__name__: c for c in (LearnerSpec, ReplaySample, OnPolicyLearner, OffPolicyLearner, UpdateContext, DAggerLearner, DAggerConfig,
                                      SACLearner, OnPolicyConfig, OffPolicyConfig, TDConfig, AlgorithmConfig, ChunkedVectorEnv,
                                      Policy, PolicyConfig, ChunkStepResult, Trajectory)}
     named = named_attributes()
@@ -122,6 +126,18 @@ def test_reinforce_trains_on_reach(tmp_path):
         assert {"train/policy_loss", "train/grad_norm", "reinforce/return_mean"} <= set(row)
         assert row["env/episodes"] == 4  # one whole episode per env per iteration (needs_whole_episodes)
     assert 0.0 <= result.final_eval["eval/success_rate"] <= 1.0
+
+
+def test_td3_trains_on_reach_and_resumes_exactly(tmp_path):
+    short = ["algorithm.batch_size=16", "algorithm.learning_starts=16", "rollout.chunk_steps=4",
+             "runner.checkpoint_every=1", "algorithm.critic_hidden_sizes=[16]", "policy.hidden_sizes=[16]"]
+    whole = train(config(TD3, tmp_path / "whole", *short, "runner.iterations=4"))
+    assert any("td3/actor_loss" in row for row in whole.history) and "td3/critic_loss" in whole.history[-1]
+    first = train(config(TD3, tmp_path / "parts", *short, "runner.iterations=2"))
+    resumed = train(config(TD3, tmp_path / "parts", *short, "runner.iterations=4",
+                           f"runner.resume_from={first.run_dir}"))
+    pa, pb = (load_checkpoint(r.checkpoint)["actor"]["policy"] for r in (whole, resumed))
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)
 
 
 def test_the_register_call_of_the_doc_gives_a_short_name(monkeypatch, tmp_path):
