@@ -337,27 +337,24 @@ def _plot(run_dirs: list[str], out: str | None, baselines: list[str]) -> int:
 
 
 def _make_tiny_vla(out_dir: str, backbone: str, seed: int) -> int:
-    from embodied.policies.pi0.configuration import TINY_NAMES as PI0_NAMES
-    from embodied.policies.pi05.configuration import TINY_NAMES as PI05_NAMES
-    from embodied.policies.vla.tiny import TINY_BACKBONES, build_tiny_vla, describe
+    """The tiny model ``backbone`` names, built by the policy whose config lists it (``PolicyConfig.tiny_names``
+    and ``make_tiny``, found through the policy registry: this names no model)."""
+    from embodied.core.registry import POLICIES, load_entry_point
 
-    if backbone not in (*TINY_BACKBONES, *PI0_NAMES, *PI05_NAMES):
-        return _error(f"--backbone: unknown tiny backbone {backbone!r}; known: "
-                      f"{', '.join((*TINY_BACKBONES, *PI0_NAMES, *PI05_NAMES))}")
+    builders: dict[str, str] = {}
+    for name in POLICIES.names():
+        try:
+            cls = POLICIES.resolve(name)
+        except Exception:  # noqa: BLE001 - a plug-in that does not load offers no tiny model
+            continue
+        for tiny in getattr(cls, "tiny_names", ()):
+            if getattr(cls, "make_tiny", ""):
+                builders.setdefault(tiny, cls.make_tiny)
+    if backbone not in builders:
+        return _error(f"--backbone: unknown tiny backbone {backbone!r}; known: {', '.join(sorted(builders))}")
     if Path(out_dir).exists() and any(Path(out_dir).iterdir()):
         return _error(f"{out_dir!r} exists and is not empty; choose a new folder")
-    if backbone in PI0_NAMES:
-        from embodied.policies.pi0.pretrained import build_tiny_pi0, describe_pi0
-
-        print(describe_pi0(build_tiny_pi0(out_dir, seed)))
-        return 0
-    if backbone in PI05_NAMES:
-        from embodied.policies.pi05.pretrained import build_tiny_pi05, describe_pi05
-
-        print(describe_pi05(build_tiny_pi05(out_dir, seed)))
-        return 0
-    path = build_tiny_vla(out_dir, backbone, seed)
-    print(describe(path))
+    print(load_entry_point(builders[backbone])(out_dir, backbone, seed))
     return 0
 
 

@@ -32,7 +32,7 @@ import torch
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 _STREAM: ContextVar[RandomStream | None] = ContextVar("embodied_random_stream", default=None)
-_SEEDED = threading.Lock()
+_SEEDED = threading.RLock()  # re-entrant: a build under a seed may build another (a tiny model on first use)
 
 
 class RandomStream:

@@ -48,6 +48,7 @@ class PI0PolicyConfig(TransformersPolicyConfig):
     processing_module: ClassVar[str] = "embodied.policies.pi0.processing"  # load_stats, folder_stats (the same)
     architecture_fields: ClassVar[tuple[str, ...]] = ("use_states",)
     tiny_names: ClassVar[tuple[str, ...]] = TINY_NAMES
+    make_tiny: ClassVar[str] = "embodied.policies.pi0.pretrained:make_tiny"
     model_noun: ClassVar[str] = "π0"
 
     @classmethod

@@ -220,6 +220,11 @@ def build_tiny_pi0(out_dir: str | Path, seed: int = 0) -> Path:
     return save_tiny(out_dir, model, tokenizer)
 
 
+def make_tiny(out_dir: str | Path, name: str, seed: int = 0) -> str:
+    """``embodied make-tiny-vla --backbone pi0-tiny``: the tiny π0 in ``out_dir``; what was written."""
+    return describe_pi0(build_tiny_pi0(out_dir, seed))
+
+
 def resolve_model_path(model_path: str) -> Path:
     """A local folder for ``policy.model_path``; ``tiny:pi0-tiny`` is built into the cache once."""
     return folders.resolve_model_path(model_path, "tiny-pi0", TINY_NAMES, lambda path, _: build_tiny_pi0(path), "π0")

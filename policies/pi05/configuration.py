@@ -68,6 +68,7 @@ class PI05PolicyConfig(PI0PolicyConfig):
     pretrained_module: ClassVar[str] = "embodied.policies.pi05.pretrained"
     processing_module: ClassVar[str] = "embodied.policies.pi05.processing"
     tiny_names: ClassVar[tuple[str, ...]] = TINY_NAMES
+    make_tiny: ClassVar[str] = "embodied.policies.pi05.pretrained:make_tiny"
     model_noun: ClassVar[str] = "π0.5"
 
     def validate(self) -> list[str]:

@@ -161,3 +161,8 @@ def describe_pi05(path: Path) -> str:
             f"{split['dit'] / 1e6:.2f}M (adaRMS {split['dit_adarms'] / 1e6:.3f}M), projections "
             f"{split['projections'] / 1e6:.3f}M; chunk {config.chunk_size}\n"
             f"set policy.type: pi05 and policy.model_path: {path}")
+
+
+def make_tiny(out_dir: str | Path, name: str, seed: int = 0) -> str:
+    """``embodied make-tiny-vla --backbone pi05-tiny``: the tiny π0.5 in ``out_dir``; what was written."""
+    return describe_pi05(build_tiny_pi05(out_dir, seed))

@@ -39,6 +39,9 @@ class TransformersPolicyConfig(PolicyConfig):
 
     # The tiny models tiny:NAME may name, and what the policy calls one in messages ("backbone", "π0").
     tiny_names: ClassVar[tuple[str, ...]] = ()
+    # "module:function" that writes tiny model NAME into a folder offline, (out_dir, name, seed) -> a description:
+    # what `embodied make-tiny-vla --backbone NAME` calls, found through the policy registry.
+    make_tiny: ClassVar[str] = ""
     model_noun: ClassVar[str] = "model"
 
     def required_observations(self) -> set[str]:

@@ -47,6 +47,7 @@ class VLAConfig(TransformersPolicyConfig):
     architecture_fields: ClassVar[tuple[str, ...]] = ("action_head", "use_states", "flow_width", "flow_depth",
                                                       "flow_heads")
     tiny_names: ClassVar[tuple[str, ...]] = TINY_NAMES
+    make_tiny: ClassVar[str] = "embodied.policies.vla.tiny:make_tiny"
     model_noun: ClassVar[str] = "backbone"
 
     @property

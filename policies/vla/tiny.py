@@ -123,6 +123,11 @@ def build_tiny_vla(out_dir: str | Path, backbone: str = "smolvlm-tiny", seed: in
     return save_tiny(out_dir, model, tokenizer)
 
 
+def make_tiny(out_dir: str | Path, name: str, seed: int = 0) -> str:
+    """``embodied make-tiny-vla --backbone NAME``: build tiny backbone ``name`` into ``out_dir``; what was written."""
+    return describe(build_tiny_vla(out_dir, name, seed))
+
+
 def resolve_model_path(model_path: str) -> Path:
     """A local model directory for ``policy.model_path``; ``tiny:NAME`` is built into the cache once."""
     return folders.resolve_model_path(model_path, "tiny-vla", tuple(TINY_BACKBONES), build_tiny_vla, "backbone")

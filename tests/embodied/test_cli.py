@@ -118,7 +118,21 @@ def test_make_tiny_vla_writes_a_folder_transformers_reads(tmp_path, capsys):
     assert main(["make-tiny-vla", str(out)]) == 2  # never overwrites
     assert "not empty" in capsys.readouterr().err
     assert main(["make-tiny-vla", str(tmp_path / "x"), "--backbone", "gpt-5"]) == 2
-    assert "smolvlm-tiny" in capsys.readouterr().err
+    err = capsys.readouterr().err  # every tiny model a registered policy offers (PolicyConfig.make_tiny)
+    assert all(name in err for name in ("smolvlm-tiny", "qwen2_5_vl-tiny", "paligemma-tiny", "pi0-tiny", "pi05-tiny"))
+
+
+def test_make_tiny_vla_builds_pi0_through_the_policy_registry(tmp_path, capsys):
+    from transformers import PI0Config
+
+    assert main(["make-tiny-vla", str(tmp_path / "pi0"), "--backbone", "pi0-tiny"]) == 0
+    assert "PI0ForConditionalGeneration" in capsys.readouterr().out
+    assert PI0Config.from_pretrained(tmp_path / "pi0").chunk_size > 0
+
+
+def test_the_cli_names_no_model():
+    source = (Path(__file__).resolve().parents[2] / "embodied" / "cli.py").read_text()
+    assert not any(word in source for word in ("policies.pi0", "policies.pi05", "policies.vla", "TINY_BACKBONES"))
 
 
 def test_list_says_what_each_entry_is_from_its_docstring(capsys):
