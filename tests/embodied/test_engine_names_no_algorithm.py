@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = ROOT / "embodied"
-NAMES = ("ppo", "grpo", "sac", "dsrl", "awac", "dagger")
+NAMES = ("ppo", "grpo", "sac", "dsrl", "awac", "dagger", "crossq", "rloo", "iql")
 # Metric keys also may not carry RLPD's name: demonstrations in replay are the engine's ("replay/demo_share").
 METRIC = re.compile(rf"(?<![a-z0-9_])({'|'.join((*NAMES, 'rlpd'))})/", re.IGNORECASE)  # "sac/updates", not "isac/"
 MODULE = re.compile(rf"^embodied\.algorithms\.({'|'.join(NAMES)})(\.|$)")  # not ppo_config: a config is torch-free
