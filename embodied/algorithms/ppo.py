@@ -23,12 +23,12 @@ from embodied.algorithms.base import (Averages, LearnerSpec, LossOutput, RankGro
                                       expand_mask, flatten, masked_mean)
 from embodied.algorithms.batch import expand_rows, take, to_device
 from embodied.algorithms.gae import compute_gae
+from embodied.algorithms.schedule import learning_rate
 from embodied.core.numerics import NonFiniteUpdateError, non_finite_terms
 from embodied.core.types import Trajectory
 
 if TYPE_CHECKING:
     from embodied.algorithms.ppo_config import PPOConfig
-    from embodied.config.algorithm import OnPolicyConfig
 
 
 @dataclass
@@ -140,20 +140,6 @@ def ppo_loss(
         approx_kl=approx_kl,
         clip_frac=clip_frac,
     )
-
-
-def learning_rate(cfg: OnPolicyConfig, lr: float, total_iterations: int, iteration: int, step: int) -> float:
-    """The learning rate of optimizer step ``step`` (0-based) of ``iteration`` (1-based): ``lr`` decayed linearly to
-    0 over ``total_iterations`` (``cfg.anneal_lr``) times a linear rise over the first ``cfg.lr_warmup_iterations``
-    policy iterations. A function of the position alone, so a resumed run takes the same steps."""
-    if cfg.anneal_lr:
-        lr *= 1.0 - (iteration - 1) / max(total_iterations, 1)
-    warm = cfg.lr_warmup_iterations
-    policy_iteration = iteration - cfg.critic_warmup_iterations  # the value head alone trains before
-    if warm and policy_iteration > 0:
-        steps = cfg.update_epochs * cfg.num_minibatches
-        lr *= min(1.0, (policy_iteration - 1 + (step + 1) / steps) / warm)
-    return lr
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:

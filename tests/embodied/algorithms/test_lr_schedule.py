@@ -1,4 +1,4 @@
-"""The on-policy learner's learning-rate schedule (``embodied.algorithms.ppo.learning_rate``): linear decay over
+"""The on-policy learner's learning-rate schedule (``embodied.algorithms.schedule.learning_rate``): linear decay over
 the run times a linear warm-up over the first policy iterations (after critic warm-up), per optimizer step, and
 that the optimizer really takes it."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from embodied.algorithms.ppo import learning_rate
+from embodied.algorithms.schedule import learning_rate
 from embodied.algorithms.ppo_config import PPOConfig
 from embodied.config import ActorConfig, ConfigError, load_config
 from embodied.policies.cnn.configuration import CNNConfig
