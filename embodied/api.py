@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from embodied.algorithms import learning_rate
-    from embodied.algorithms.base import (LearnerSpec, OffPolicyLearner, OnPolicyLearner, RolloutReset, UpdateContext,
-                                          build_learner, expand_mask, flatten)
+    from embodied.algorithms.base import (LearnerSpec, OffPolicyLearner, OnPolicyLearner, UpdateContext, build_learner,
+                                          expand_mask, flatten)
     from embodied.algorithms.batch import expand_rows, take, to_device
     from embodied.algorithms.transitions import ReplaySample
-    from embodied.config.algorithm import OffPolicyConfig, OnPolicyConfig, TDConfig
+    from embodied.config.algorithm import OffPolicyConfig, OnPolicyConfig, RolloutReset, TDConfig
     from embodied.config.schema import Config
     from embodied.core.registry import ALGORITHMS, ENV_SETS, ENVS, POLICIES
     from embodied.core.types import (MAIN_IMAGES, STATES, TASK_DESCRIPTIONS, WRIST_IMAGES, ChunkStepResult,
@@ -51,7 +51,7 @@ _WHERE = {
     # an algorithm: its config class, its learner's protocol and helpers, the run's config it validates against
     "ALGORITHMS": "embodied.core.registry", "Config": "embodied.config.schema", "OnPolicyConfig": "embodied.config.algorithm",
     "OffPolicyConfig": "embodied.config.algorithm", "TDConfig": "embodied.config.algorithm", "OnPolicyLearner": "embodied.algorithms.base",
-    "OffPolicyLearner": "embodied.algorithms.base", "UpdateContext": "embodied.algorithms.base", "RolloutReset": "embodied.algorithms.base",
+    "OffPolicyLearner": "embodied.algorithms.base", "UpdateContext": "embodied.algorithms.base", "RolloutReset": "embodied.config.algorithm",
     "expand_mask": "embodied.algorithms.base", "flatten": "embodied.algorithms.base", "expand_rows": "embodied.algorithms.batch",
     "take": "embodied.algorithms.batch", "to_device": "embodied.algorithms.batch", "learning_rate": "embodied.algorithms",
     "Trajectory": "embodied.core.types", "ReplaySample": "embodied.algorithms.transitions", "LearnerSpec": "embodied.algorithms.base", "build_learner": "embodied.algorithms.base",

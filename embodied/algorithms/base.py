@@ -3,8 +3,8 @@
 ``OnPolicyLearner`` is trained by ``ActorWorker``: it owns the whole update over one rollout's trajectories (its
 advantages, epochs, minibatches, early stop and learning-rate schedule), given what the worker lends it for the
 update (``UpdateContext``: the policy, its optimizer, the actor ranks' collectives, a hook after each optimizer
-step). It may ask the env workers to reset every env at the start of each rollout epoch (``rollout_reset``), as
-GRPO does so that a group of envs starts from one seed. ``OffPolicyLearner`` is stepped on replay batches by
+step). How the envs start each rollout epoch is its config's (``OnPolicyConfig.rollout_reset``), as GRPO resets a
+group of envs from one seed. ``OffPolicyLearner`` is stepped on replay batches by
 ``OffPolicyActorWorker``. The maths lives in pure functions beside each algorithm (``gae.py``, ``ppo.py``,
 ``grpo.py``, ``sac.py``, ``transitions.py``); PPO's learner (``ppo.PPO``) is the on-policy loop GRPO reuses.
 """
@@ -22,6 +22,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from embodied.config.algorithm import RolloutReset
 from embodied.core.types import Trajectory
 from embodied.policy.config import PolicySpec
 
@@ -116,14 +117,6 @@ class LossOutput:
 
     loss: torch.Tensor
     stats: dict[str, torch.Tensor]
-
-
-@dataclass
-class RolloutReset:
-    """Reset every env before the epoch: env ``i`` gets seed ``seed + i // group_size``."""
-
-    seed: int
-    group_size: int = 1
 
 
 def expand_mask(executed: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -262,9 +255,6 @@ class OnPolicyLearner(Protocol):
     def __init__(self, cfg: Any, spec: LearnerSpec) -> None:
         """From its config (an ``OnPolicyConfig``) and the run's ``LearnerSpec`` (``spec.seed`` starts its own
         random stream, the same on every rank); built by ``build_learner``."""
-
-    def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset | None:
-        """Reset envs before this iteration's rollout (None: episodes carry on across epochs)."""
 
     def new_optimizer(self, params: list[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
         """The optimizer over ``params`` (the worker builds it, and rebuilds it over a rank's shards)."""

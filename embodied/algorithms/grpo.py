@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from embodied.core import seeds
-from embodied.algorithms.base import Averages, LearnerSpec, LossOutput, RolloutReset, flatten, masked_mean
+from embodied.algorithms.base import Averages, LearnerSpec, LossOutput, flatten, masked_mean
 from embodied.algorithms.batch import expand_rows
 from embodied.algorithms.ppo import PPO
 from embodied.core.types import Trajectory
@@ -98,9 +97,6 @@ class GRPO(PPO):
 
     def __init__(self, cfg: GRPOConfig, spec: LearnerSpec) -> None:
         super().__init__(cfg, spec)  # type: ignore[arg-type]
-
-    def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset:
-        return RolloutReset(seeds.iteration_seed(seed, iteration), self.cfg.group_size)
 
     def prepare(self, trajectories: list[Trajectory]) -> tuple[dict[str, Any], dict[str, float]]:
         """The flat batch with each env's group-relative advantage on its steps (returns unused: zeros), its dropped

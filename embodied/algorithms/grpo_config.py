@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from embodied.config.algorithm import OnPolicyConfig
+from embodied.config.algorithm import OnPolicyConfig, RolloutReset
+from embodied.core import seeds
 
 if TYPE_CHECKING:
     from embodied.config.schema import Config
@@ -31,6 +32,10 @@ class GRPOConfig(OnPolicyConfig):
     grpo_loss_mean: Literal["token", "episode"] = "token"
     clip_coef_low: float | None = None  # ratio clip below 1 (null: clip_coef)
     clip_coef_high: float | None = None  # ratio clip above 1 (null: clip_coef; larger explores more)
+
+    def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset:
+        """Every env resets first, ``group_size`` consecutive envs from one seed of the iteration range."""
+        return RolloutReset(seeds.iteration_seed(seed, iteration), self.group_size)
 
     def validate(self, cfg: Config) -> list[str]:
         p = super().validate(cfg)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 
-from embodied.algorithms.base import (Averages, LearnerSpec, LossOutput, RankGroup, RolloutReset, UpdateContext,
+from embodied.algorithms.base import (Averages, LearnerSpec, LossOutput, RankGroup, UpdateContext,
                                       expand_mask, flatten, masked_mean)
 from embodied.algorithms.batch import expand_rows, take, to_device
 from embodied.algorithms.gae import compute_gae
@@ -157,9 +157,6 @@ class PPO:
     def __init__(self, cfg: PPOConfig, spec: LearnerSpec) -> None:
         self.cfg = cfg
         self.generator = torch.Generator().manual_seed(spec.seed)  # the minibatch order, the same on every rank
-
-    def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset | None:
-        return None  # episodes run on across rollout epochs (auto-reset)
 
     def new_optimizer(self, params: list[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
         """Adam with the algorithm's epsilon (``learning_rate`` sets the rate of every step)."""

@@ -19,6 +19,14 @@ from embodied.config.schema import AlgorithmConfig, Config
 
 
 @dataclass
+class RolloutReset:
+    """Reset every env before the epoch: env ``i`` gets seed ``seed + i // group_size``."""
+
+    seed: int
+    group_size: int = 1
+
+
+@dataclass
 class OnPolicyConfig(AlgorithmConfig):
     """Fields of the on-policy update its learner runs (``OnPolicyLearner.update``, PPO's): epochs of minibatches over
     one rollout's trajectories, with the optimizer and its learning-rate schedule."""
@@ -37,6 +45,12 @@ class OnPolicyConfig(AlgorithmConfig):
     # policy update (after critic_warmup_iterations). Adam's first steps move every weight by about lr
     # whatever its gradient, before its second-moment estimate settles.
     lr_warmup_iterations: int = 0
+
+    def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset | None:
+        """How the envs start rollout ``iteration`` (1-based) of a run of ``experiment.seed`` ``seed``: reset every
+        one first (a ``RolloutReset``), or None to let episodes run on across epochs (PPO's). The driver asks the
+        config, so it builds no learner; GRPO resets a group of envs from one seed."""
+        return None
 
     def validate(self, cfg: Config) -> list[str]:
         p = []

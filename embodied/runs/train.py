@@ -266,8 +266,8 @@ def train_iteration(workers: Workers, cfg: Config, it: int) -> tuple[dict[str, f
     """Sync, rollout, update: the iteration's metrics and the env sub-steps it ran."""
     t0 = time.perf_counter()
     workers.sync_weights()
-    assert workers.algorithm is not None  # an on-policy run (an off-policy one has its own loop)
-    reset = workers.algorithm.rollout_reset(it, cfg.env.num_envs, cfg.experiment.seed)
+    assert workers.resets is not None  # an on-policy run (an off-policy one has its own loop)
+    reset = workers.resets(it, cfg.env.num_envs, cfg.experiment.seed)
     trajectories = workers.rollout(cfg.rollout.chunk_steps, it, reset)
     t1 = time.perf_counter()
     metrics = workers.update(trajectories, it)

@@ -8,12 +8,14 @@ group and the driver's wait on its exchange with the rollout workers live in ``e
 from __future__ import annotations
 
 import dataclasses
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from embodied.core import seeds
-from embodied.algorithms import LearnerSpec, OnPolicyLearner, RolloutReset, build_learner
+from embodied.algorithms import LearnerSpec, RolloutReset, build_learner
 from embodied.backends import (ActorLostError, Backend, ClusterLostError, LocalBackend, WorkerGroup, process_rss_mib,
                                without_frames)
 from embodied.channels import Channel
@@ -29,12 +31,27 @@ from embodied.workers.resources import check_resources
 from embodied.workers.restarts import FaultStop, Restart, RestartBudget
 
 
-def on_policy_algorithm(cfg: Config, spec: PolicySpec) -> OnPolicyLearner | None:
-    """The driver's copy of an on-policy learner (asked how envs reset); None for an off-policy one."""
-    if cfg.algorithm.off_policy:
+Resets = Callable[[int, int, int], "RolloutReset | None"]  # (iteration, num_envs, seed) -> how envs start it
+_WARNED: set[type] = set()
+
+
+def rollout_resets(cfg: Config, spec: PolicySpec) -> Resets | None:
+    """How the envs start each rollout epoch of an on-policy run: its config's ``rollout_reset`` (None for an
+    off-policy run). A learner written when ``rollout_reset`` was the learner's (a method of its class) is built
+    once here and asked, for this release, with one FutureWarning naming the new place."""
+    a = cfg.algorithm
+    if a.off_policy:
         return None
-    return build_learner(cfg.algorithm, LearnerSpec(spec, cfg.policy.action_chunk, cfg.experiment.seed, cfg.actor.lr,
-                                                    cfg.runner.iterations, cfg.actor.num_ranks))
+    cls = a.algorithm_type()
+    if not callable(getattr(cls, "rollout_reset", None)):
+        return a.rollout_reset
+    if cls not in _WARNED:
+        _WARNED.add(cls)
+        warnings.warn(f"{cls.__module__}.{cls.__qualname__}.rollout_reset: how envs start a rollout epoch is now the "
+                      f"config's (OnPolicyConfig.rollout_reset, docs/extending.md); move it to "
+                      f"{type(a).__name__}. The learner's method is asked for this release", FutureWarning, stacklevel=2)
+    return build_learner(a, LearnerSpec(spec, cfg.policy.action_chunk, cfg.experiment.seed, cfg.actor.lr,
+                                        cfg.runner.iterations, cfg.actor.num_ranks)).rollout_reset
 
 
 @dataclass
@@ -49,7 +66,7 @@ class Workers:
     evaluator: Evaluator
     spec: PolicySpec
     colocated: bool  # rollout workers act with the actor's own module
-    algorithm: OnPolicyLearner | None  # the driver's copy: asked only how envs reset before a rollout (on-policy runs)
+    resets: Resets | None  # how envs start each rollout epoch (on-policy runs: OnPolicyConfig.rollout_reset)
     train_envs: EnvGroup  # env_group with the rollout ranks' side of its exchange
     restarts: RestartBudget  # the run's restart rate (runner.max_worker_restarts...), shared with the evaluator
     weights_inbox: Channel | None = None  # async runs: new weights reach rollout workers mid-epoch (key rollout<r>)
@@ -79,7 +96,7 @@ class Workers:
         rollout = start_rollout_group(cfg, backend, spec, train, evaluation, shared, inbox)
         restarts = RestartBudget.of(cfg.runner)
         return cls(cfg, backend, train.group, rollout, actor, Evaluator(eval_cfg, backend, evaluation, rollout, restarts),
-                   spec, colocated, on_policy_algorithm(cfg, spec), train, restarts, inbox,
+                   spec, colocated, rollout_resets(cfg, spec), train, restarts, inbox,
                    backend.channel("trajectories"))
 
     def sync_weights(self) -> int:
@@ -91,7 +108,7 @@ class Workers:
         """One rollout epoch: env and rollout workers trade shards for ``chunk_steps`` chunk steps. Each rollout
         worker keeps its trajectory for the actor (``update``) and returns its summary.
 
-        ``reset`` (the algorithm's ``rollout_reset``) resets every env first, in seed groups.
+        ``reset`` (the algorithm config's ``rollout_reset``) resets every env first, in seed groups.
 
         An env worker that fails (raises, hangs past ``env.step_timeout_s``, dies) is replaced within the
         run's restart rate (``embodied.workers.restarts``) and the epoch redone from the start: every env

@@ -7,8 +7,8 @@ from typing import ClassVar
 
 import torch
 
-from embodied.api import (LearnerSpec, RolloutReset, Trajectory, UpdateContext, expand_mask, expand_rows, flatten,
-                          learning_rate, take, to_device)
+from embodied.api import (LearnerSpec, Trajectory, UpdateContext, expand_mask, expand_rows, flatten, learning_rate,
+                          take, to_device)
 from my_algo.reinforce_config import ReinforceConfig
 
 
@@ -29,9 +29,6 @@ class Reinforce:
     def __init__(self, cfg: ReinforceConfig, spec: LearnerSpec) -> None:
         self.cfg = cfg
         self.generator = torch.Generator().manual_seed(spec.seed)  # the minibatch order
-
-    def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset:
-        return RolloutReset(seed + iteration * num_envs)  # a fresh episode in every env, each with its own seed
 
     def new_optimizer(self, params: list[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=lr, eps=self.cfg.adam_eps)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from embodied.api import OnPolicyConfig
+from embodied.api import OnPolicyConfig, RolloutReset
 
 if TYPE_CHECKING:
     from embodied.api import Config
@@ -24,6 +24,9 @@ class ReinforceConfig(OnPolicyConfig):
     normalize_returns: bool = True  # standardise the batch's returns (the baseline)
     update_epochs: int = 1  # (OnPolicyConfig's, a new default) one pass: the data is the acting policy's
     num_minibatches: int = 1  # (OnPolicyConfig's, a new default) one gradient step per pass
+
+    def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset:
+        return RolloutReset(seed + iteration * num_envs)  # a fresh episode in every env, each with its own seed
 
     def validate(self, cfg: Config) -> list[str]:
         p = super().validate(cfg)  # OnPolicyConfig's checks: epochs, minibatches, clip, optimizer

@@ -22,6 +22,7 @@ from embodied.policies.mlp.configuration import MLPConfig
 from embodied.policies.mlp.modeling import MLPPolicy
 from embodied.policy.config import PolicySpec
 from embodied.runs.train import train
+from embodied.workers import group
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "docs" / "examples"
@@ -87,13 +88,17 @@ def test_the_guide_s_reinforce_of_before_trains_through_the_adapter_exactly_as_t
     the adapter, warning once, and gives today's example's weights to the last bit."""
     monkeypatch.syspath_prepend(str(EXAMPLES))
     monkeypatch.setattr(base, "_WARNED", set())
+    monkeypatch.setattr(group, "_WARNED", set())
     tiny = ["env.num_envs=4", "env.max_episode_steps=10", "eval_env.num_envs=2", "runner.eval_episodes=2",
             "runner.iterations=2", "runner.eval_every=0", "logger.backends=[]", "logger.progress_bar=false",
             "runner.plot=false", "policy.action_chunk=2", "rollout.chunk_steps=5"]
     recipe = EXAMPLES / "reach_reinforce.yaml"
     today = train(load_config(recipe, [*tiny, f"experiment.output_dir={tmp_path / 'today'}"]))
     old = "algorithm.name=tests.embodied.algorithms.legacy.reinforce_before_spec:ReinforceBeforeSpecConfig"
-    with pytest.warns(FutureWarning, match=r"reinforce_before_spec.Reinforce.__init__ takes \(seed\)"):
+    with pytest.warns(FutureWarning) as warned:
         before = train(load_config(recipe, [*tiny, old, f"experiment.output_dir={tmp_path / 'before'}"]))
+    said = [str(w.message) for w in warned if issubclass(w.category, FutureWarning)]
+    assert any("reinforce_before_spec.Reinforce.__init__ takes (seed)" in s for s in said)
+    assert any("Reinforce.rollout_reset: how envs start a rollout epoch is now the config's" in s for s in said)
     a, b = (load_checkpoint(r.checkpoint)["actor"]["policy"] for r in (today, before))
     assert all(torch.equal(a[k], b[k]) for k in a)
