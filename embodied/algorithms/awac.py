@@ -8,13 +8,14 @@ and demonstrations (RLPD's replay), it improves on them without first unlearning
     advantage = ensemble_q(q, policy_q) - ensemble_q(pi_q, policy_q)                 # [B], no gradient
     loss = advantage_weighted_loss(policy.mode_error(features, actions), advantage, awr_temperature, awr_max_weight)
 
-Its checkpoints and metrics are SAC's (``SACLearner.name``: ``sac``, ``sac/...``), so a run that was ``sac`` with
-``awr_temperature`` set, before AWAC was an algorithm of its own, resumes as ``awac`` (``loader.saved_form``).
+Its checkpoints and metrics are ``awac``'s; a checkpoint that saved it as ``sac`` (a run that was ``sac`` with
+``awr_temperature`` set, before AWAC was an algorithm of its own) resumes as ``awac`` (``checkpoint_aliases``,
+``loader.saved_form``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
@@ -39,6 +40,8 @@ class AWACLearner(SACLearner):
     their TD target, the temperature, the encoder, checkpoints, metric names) is ``SACLearner``'s."""
 
     cfg: AWACConfig
+    name: ClassVar[str] = "awac"
+    checkpoint_aliases: ClassVar[tuple[str, ...]] = ("sac",)  # AWAC runs saved before it had a name of its own
 
     def policy_objective(self, b: PolicyBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """AWAC's loss (``advantage_weighted_loss``): replay's chunks weighted by their advantage over the policy's

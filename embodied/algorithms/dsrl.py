@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from embodied.algorithms.sac import SACLearner
 from embodied.checkpoint.store import check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state
 from embodied.core import rng
 from embodied.core.types import STATES, NoiseSteering, Obs, PolicyOutput
@@ -216,3 +217,11 @@ class DSRLPolicy(Policy):
     def replay_actions(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor) -> torch.Tensor:
         """The critics score the noise, not the chunk it was decoded into."""
         return forward_inputs[NOISE]
+
+
+class DSRLLearner(SACLearner):
+    """SAC's learner over the noise policy (``DSRLConfig.algorithm_class``): its checkpoints and metrics are
+    ``dsrl``'s."""
+
+    name: ClassVar[str] = "dsrl"
+    checkpoint_aliases: ClassVar[tuple[str, ...]] = ("sac",)  # DSRL runs saved before it had a name of its own

@@ -21,6 +21,7 @@ class DSRLConfig(SACConfig):
     action is the noise the frozen flow policy decodes into the env's chunk. Its critics' widths are SAC's
     ``critic_hidden_sizes``."""
 
+    algorithm_class: ClassVar[str] = "embodied.algorithms.dsrl:DSRLLearner"
     policy_head: ClassVar[str] = ""  # the frozen flow policy is steered as it is; the noise policy is DSRL's own
 
     name: str = "dsrl"  # registered algorithm name

@@ -156,8 +156,9 @@ class SACLearner:
     they never travel to rollout workers.
     """
 
-    # checkpoint keys and metric prefix, its variants' too (DSRL's, AWAC's: their checkpoints and metrics say "sac")
-    name: ClassVar[str] = "sac"
+    name: ClassVar[str] = "sac"  # checkpoint keys and metric prefix (a variant: its own)
+    # Keys an older checkpoint holds this learner's state under (a variant's saved as "sac" before it had a name)
+    checkpoint_aliases: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, policy: Policy, cfg: SACConfig, spec: LearnerSpec) -> None:
         self.policy, self.cfg = policy, cfg

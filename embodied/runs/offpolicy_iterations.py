@@ -43,6 +43,8 @@ from embodied.evaluation.stats import episode_metrics
 from embodied.runs.producer import EpochProducer, Start
 from embodied.workers.group import Workers
 
+LOOP_PREFIX = "offpolicy"  # the off-policy loop's metrics (updates, synced, overlap...), whatever the learner
+
 
 class OffPolicyIterations(EpochProducer):
     """Rollout epochs, replay and UTD-paced updates: overlapped or in turn (``algorithm.overlap``); weights synced
@@ -51,8 +53,9 @@ class OffPolicyIterations(EpochProducer):
     def __init__(self, workers: Workers, cfg: Config) -> None:
         assert isinstance(cfg.algorithm, OffPolicyConfig)
         self.cfg, self.algo = cfg, cfg.algorithm
-        # The learner's name prefixes its metrics (``<name>/updates``, the gradient updates of an iteration).
-        self.prefix: str = cfg.algorithm.learner().name
+        # The loop's own metrics are the engine's (``offpolicy/updates``: the gradient updates of an iteration); the
+        # learner's losses carry its name.
+        self.prefix = LOOP_PREFIX
         self.since_sync: int | None = None  # gradient updates since the weights were last sent (None: send now)
         self.scheduled: dict[int, Start] = {}  # rollouts let start, not yet started (by index)
         self.started = 0  # rollouts let start in this process

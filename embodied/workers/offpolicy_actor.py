@@ -136,7 +136,7 @@ class OffPolicyActorWorker(ActorWorker):
         pacing = {"updates": float(updates), "updates_total": float(self.version), "critic_warmup": float(warmup),
                   "transitions_received": float(received), "utd_ratio": self.version / max(self.received, 1),
                   "staleness": float(self.version - updates - behaviour) if trajectories else 0.0}
-        metrics |= {f"{self.prefix}/{key}": value for key, value in pacing.items()}
+        metrics |= {f"offpolicy/{key}": value for key, value in pacing.items()}  # the engine's, not the learner's
         metrics["replay/size"] = float(replay_size)
         if self.demos is not None:
             demo_rows = int(ranks.sum(torch.tensor([demo_rows], dtype=torch.float64)).item())
@@ -226,11 +226,12 @@ class OffPolicyActorWorker(ActorWorker):
         self.version = int(state["version"])
         if "generator" in mine:
             self.generator.set_state(mine["generator"])
-        if self.prefix in state:
-            self.learner.load_state_dict(state[self.prefix])
-            if f"{self.prefix}_generator" in mine:
-                self.learner.generator.set_state(mine[f"{self.prefix}_generator"])
-            counters = state.get(f"{self.prefix}_counters", {})
+        key = next((k for k in (self.prefix, *getattr(self.learner, "checkpoint_aliases", ())) if k in state), None)
+        if key is not None:  # the learner's own name, or the one an older checkpoint saved it under
+            self.learner.load_state_dict(state[key])
+            if f"{key}_generator" in mine:
+                self.learner.generator.set_state(mine[f"{key}_generator"])
+            counters = state.get(f"{key}_counters", {})
             self.received, self.owed = int(counters.get("received", 0)), float(counters.get("owed", 0.0))
         if "replay_dir" in state:  # a checkpoint's replay/ folder (replay/rank_K/ of several ranks)
             folder = Path(state["replay_dir"])
@@ -238,7 +239,7 @@ class OffPolicyActorWorker(ActorWorker):
             self.saved_replay = folder
         elif "replay" in mine:  # state() in memory
             self.replay.load_state_dict(mine["replay"])
-        elif self.prefix in state:
+        elif key is not None:
             warnings.warn("resuming an off-policy run from a checkpoint saved without its replay buffer "
                           "(algorithm.checkpoint_replay=false): replay starts empty, so the resumed run is not exact",
                           stacklevel=2)

@@ -28,7 +28,7 @@ def test_short_cnn_sac_run_trains_the_encoder_through_the_critics(tmp_path):
     cfg = load_config(RECIPE, [*SHORT, f"experiment.output_dir={tmp_path}"])
     assert cfg.env.obs_mode == "rgb" and cfg.algorithm.image_shift == 4 and cfg.algorithm.critic_layernorm
     result = train(cfg)
-    assert [m["sac/updates"] for m in result.history] == [16, 16]  # utd_ratio 1 x 4 envs x 4 chunk steps
+    assert [m["offpolicy/updates"] for m in result.history] == [16, 16]  # utd_ratio 1 x 4 envs x 4 chunk steps
     for metrics in result.history:
         for key in ("sac/q_loss", "sac/policy_loss", "sac/alpha", "sac/entropy", "sac/q_mean"):
             assert math.isfinite(metrics[key]), (key, metrics[key])

@@ -38,7 +38,7 @@ def dsrl_run(recipe: Path, tmp_path: Path, *overrides: str, small: tuple[str, ..
     for metrics in result.history:
         for key in SAC_KEYS:
             assert math.isfinite(metrics[key]), (key, metrics[key])
-        assert metrics["sac/updates"] == 12  # utd_ratio 1 x 4 envs x 3 chunk steps, from the first iteration
+        assert metrics["offpolicy/updates"] == 12  # utd_ratio 1 x 4 envs x 3 chunk steps, from the first iteration
     return cfg, result
 
 
@@ -84,7 +84,7 @@ def test_dsrl_on_ray_syncs_the_noise_policy_to_a_rollout_worker_of_its_own(tmp_p
     _, result = dsrl_run(FLOW, tmp_path, *RAY, "cluster.placement=disaggregated", "algorithm.overlap=false",
                          f"policy.init_from={flow_checkpoint}")
     check_checkpoint(result)
-    assert [m["sac/synced"] for m in result.history] == [1.0, 1.0]  # in turn: every epoch acts with fresh weights
+    assert [m["offpolicy/synced"] for m in result.history] == [1.0, 1.0]  # in turn: every epoch acts with fresh weights
 
 
 @pytest.mark.slow

@@ -145,7 +145,7 @@ def test_rlpd_recipe_collects_dense_demonstrations_clones_them_and_fine_tunes_af
     assert rewards.min() >= -1.0 and rewards.max() <= -0.2 and rewards.max() > rewards.min()  # staged, not 0/1
     cloned = sft(load_config(RLPD, [*short, f"sft.dataset={demos}"]))
     result = train(load_config(RLPD, [*short, f"algorithm.demos={demos}", f"policy.init_from={cloned.checkpoint}"]))
-    assert [h["sac/critic_warmup"] for h in result.history] == [1.0, 0.0, 0.0]
+    assert [h["offpolicy/critic_warmup"] for h in result.history] == [1.0, 0.0, 0.0]
     assert all(h["replay/demo_share"] == 0.5 for h in result.history)
 
     def actor(path):

@@ -38,7 +38,7 @@ def test_short_rlpd_run_from_an_sft_start(tmp_path):
     assert len(result.history) == 3
     for metrics in result.history:
         assert metrics["replay/demo_transitions"] == rows  # every episode succeeded: each row is a transition
-        assert metrics["sac/updates"] == 16  # utd_ratio 1 x 4 envs x 4 chunk steps
+        assert metrics["offpolicy/updates"] == 16  # utd_ratio 1 x 4 envs x 4 chunk steps
         assert metrics["replay/demo_share"] == 0.5  # 8 of every 16 rows
         for key in ("sac/q_loss", "sac/policy_loss", "sac/alpha", "sac/q_mean"):
             assert math.isfinite(metrics[key]), (key, metrics[key])

@@ -32,12 +32,12 @@ def test_short_sac_run(tmp_path):
     for metrics in result.history:
         for key in ("sac/q_loss", "sac/policy_loss", "sac/alpha", "sac/entropy", "sac/q_mean", "replay/size"):
             assert math.isfinite(metrics[key]), (key, metrics[key])
-        assert metrics["sac/updates"] == 16  # utd_ratio 1 x 4 envs x 4 chunk steps
+        assert metrics["offpolicy/updates"] == 16  # utd_ratio 1 x 4 envs x 4 chunk steps
     assert [m["replay/size"] for m in result.history] == [16, 32, 48, 64]
     # Overlap: epoch 2 ran during update 1 with the weights from before it (16 updates stale); iteration 2 ends in a
     # checkpoint, so epoch 3 started after it with fresh weights; epoch 4 ran during update 3.
-    assert [m["sac/staleness"] for m in result.history] == [0, 16, 0, 16]
-    assert [m["sac/overlap"] for m in result.history] == [1, 0, 1, 0]
+    assert [m["offpolicy/staleness"] for m in result.history] == [0, 16, 0, 16]
+    assert [m["offpolicy/overlap"] for m in result.history] == [1, 0, 1, 0]
     q_means = [m["sac/q_mean"] for m in result.history]
     assert len(set(q_means)) == 4, q_means  # the critics learn
     assert 0.0 <= result.final_eval["eval/success_rate"] <= 1.0
@@ -90,8 +90,8 @@ def test_two_actor_ranks_on_ray_train_overlapped(tmp_path, ray_session):
     one_go = train(load_config(RECIPE, [*ranks, f"experiment.output_dir={tmp_path / 'one'}"]))
     assert len(one_go.history) == 4
     assert [m["replay/size"] for m in one_go.history] == [16, 32, 48, 64]  # both ranks' shares
-    assert [m["sac/updates"] for m in one_go.history] == [16] * 4
-    assert [m["sac/overlap"] for m in one_go.history] == [1, 0, 1, 0] and one_go.history[1]["sac/staleness"] == 16
+    assert [m["offpolicy/updates"] for m in one_go.history] == [16] * 4
+    assert [m["offpolicy/overlap"] for m in one_go.history] == [1, 0, 1, 0] and one_go.history[1]["offpolicy/staleness"] == 16
     midway = one_go.run_dir / "checkpoints" / "iter_000002"
     actor = load_checkpoint(midway)["actor"]
     assert actor["version"] == 32 and len(actor["rank_shares"]) == 2

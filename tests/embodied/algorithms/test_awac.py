@@ -110,16 +110,16 @@ def test_awac_by_name_logs_what_sac_with_awr_temperature_logged(case):
     learner, metrics, sums = three_steps(overrides, demo_rows)
     assert type(learner) is (AWACLearner if "algorithm.name=awac" in overrides else SACLearner)
     for step, (logged, expected) in enumerate(zip(metrics, before, strict=True)):
-        assert list(logged) == [f"sac/{key}" for key in KEYS]  # SAC's metric names, for every variant
+        assert list(logged) == [f"{learner.name}/{key}" for key in KEYS]  # SAC's names, under the learner's own
         for key, value in zip(KEYS, expected, strict=True):
-            assert math.isclose(logged[f"sac/{key}"], value, rel_tol=1e-5, abs_tol=1e-7), (step, key)
+            assert math.isclose(logged[f"{learner.name}/{key}"], value, rel_tol=1e-5, abs_tol=1e-7), (step, key)
     assert sums == pytest.approx(before_sums, rel=1e-5, abs=1e-7)
 
 
 def test_awac_is_registered_and_is_sac_with_its_own_two_fields():
     assert ALGORITHMS.resolve("awac") is AWACConfig and AWACConfig().name == "awac"
     assert AWACConfig.algorithm_class == "embodied.algorithms.awac:AWACLearner"
-    assert AWACLearner.name == SACLearner.name == "sac"  # its checkpoint keys and metric prefix are SAC's
+    assert AWACLearner.name == "awac" and AWACLearner.checkpoint_aliases == ("sac",)  # its own keys; older ones read
     assert {"awr_temperature", "awr_max_weight"} <= set(AWACConfig.__dataclass_fields__)
     assert "awr_temperature" not in SACConfig.__dataclass_fields__
     cfg = load_config(RECIPE, ["algorithm.name=awac"])
@@ -169,3 +169,21 @@ def test_a_sac_learners_state_resumes_in_awacs_learner():
     second.load_state_dict(first.state_dict())
     assert all(torch.equal(a, b) for a, b in zip(first.critics.state_dict().values(),
                                                  second.critics.state_dict().values(), strict=True))
+
+
+def test_an_awac_checkpoint_saved_under_sac_s_keys_resumes_into_awac_s_learner():
+    """Before AWAC had its own name its runs saved the learner as ``sac`` (``checkpoint_aliases``)."""
+    from embodied.workers.offpolicy_actor import OffPolicyActorWorker
+
+    cfg = load_config(RECIPE, [*TINY, "algorithm.name=awac"])
+    first = OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor, 1, 0)
+    with torch.no_grad():
+        for p in first.learner.critics.parameters():
+            p.add_(1.0)
+    state = first.state()
+    assert "awac" in state and "awac_counters" in state  # its own keys now
+    old = {("sac" + k[len("awac"):] if k.startswith("awac") else k): v for k, v in state.items()}
+    second = OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor, 1, 1)
+    second.load_state(old)
+    for a, b in zip(first.learner.critics.parameters(), second.learner.critics.parameters(), strict=True):
+        assert torch.equal(a, b)

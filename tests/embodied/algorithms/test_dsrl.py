@@ -148,7 +148,7 @@ def test_updates_move_only_the_noise_policy_and_the_critics_and_sync_sends_only_
     assert worker.learner.target_entropy == -16.0  # -Cn * An of the noise
 
     metrics = worker.update([transitions(policy)], 1)
-    assert metrics["sac/updates"] == 6 and metrics["replay/size"] == 6
+    assert metrics["offpolicy/updates"] == 6 and metrics["replay/size"] == 6
     assert worker.replay.storage["actions"].shape[1:] == (4, 4)  # the noise is the action
     assert set(worker.replay.storage) >= {f"obs/{FEATURES}", f"next_obs/{FEATURES}"}
     assert any(not torch.equal(v, policy.state_dict()[k]) for k, v in actor.items())

@@ -215,7 +215,7 @@ def test_the_actor_samples_demo_ratio_of_every_batch(demos):
     from tests.embodied.runs.test_offpolicy import transitions
 
     metrics = actor.update([transitions(T=2, N=2)], 0)
-    assert metrics["sac/updates"] == 4 and metrics["replay/demo_share"] == 0.5
+    assert metrics["offpolicy/updates"] == 4 and metrics["replay/demo_share"] == 0.5
     assert all(np.isfinite(v) for v in metrics.values())
 
 
@@ -257,7 +257,7 @@ def test_awr_actor_regresses_onto_replay_chunks(demos):
     before = error()
     metrics = actor.update([transitions(T=2, N=2)], 1)
     assert error() < 0.8 * before  # every batch row is a demonstration: the actor clones them, weighted
-    assert np.isfinite(metrics["sac/policy_loss"]) and metrics["sac/policy_loss"] >= 0
+    assert np.isfinite(metrics["awac/policy_loss"]) and metrics["awac/policy_loss"] >= 0
 
 
 # -- bad input, named before any worker starts ---------------------------------------------------------

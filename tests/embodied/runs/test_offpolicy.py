@@ -93,13 +93,13 @@ def actor(*overrides: str) -> OffPolicyActorWorker:
 def test_updates_wait_for_learning_starts_then_follow_the_utd_ratio():
     worker = actor("algorithm.utd_ratio=0.5")
     m = worker.update([transitions(T=1)], 1)  # 3 transitions < learning_starts=6
-    assert m["sac/updates"] == 0 and m["replay/size"] == 3 and worker.version == 0
+    assert m["offpolicy/updates"] == 0 and m["replay/size"] == 3 and worker.version == 0
     m = worker.update([transitions(seed=1)], 2)  # 6 more: 0.5 * 6 = 3 updates
-    assert m["sac/updates"] == 3 and worker.version == 3 and m["replay/size"] == 9
+    assert m["offpolicy/updates"] == 3 and worker.version == 3 and m["replay/size"] == 9
     m = worker.update([transitions(T=1, seed=2)], 3)  # 0.5 * 3 = 1.5: one now, half carried over
-    assert m["sac/updates"] == 1
+    assert m["offpolicy/updates"] == 1
     m = worker.update([transitions(T=1, seed=3)], 4)
-    assert m["sac/updates"] == 2 and worker.version == 6
+    assert m["offpolicy/updates"] == 2 and worker.version == 6
     for key in ("sac/q_loss", "sac/policy_loss", "sac/alpha", "sac/entropy"):
         assert math.isfinite(m[key]), key
 
@@ -140,12 +140,12 @@ def test_critic_warmup_iterations_move_the_critics_and_leave_the_actor_and_tempe
     critics = {k: v.clone() for k, v in worker.learner.critics.state_dict().items()}
     alpha = worker.learner.log_alpha.item()
     m = worker.update([transitions(T=4)], 1)
-    assert m["sac/critic_warmup"] == 1.0 and m["sac/updates"] == 24 and math.isfinite(m["sac/policy_loss"])
+    assert m["offpolicy/critic_warmup"] == 1.0 and m["offpolicy/updates"] == 24 and math.isfinite(m["sac/policy_loss"])
     assert all(torch.equal(v, worker.policy.state_dict()[k]) for k, v in policy.items())
     assert worker.learner.log_alpha.item() == alpha
     assert all(not torch.equal(v, worker.learner.critics.state_dict()[k]) for k, v in critics.items())
     m = worker.update([transitions(seed=1)], 2)
-    assert m["sac/critic_warmup"] == 0.0
+    assert m["offpolicy/critic_warmup"] == 0.0
     assert any(not torch.equal(v, worker.policy.state_dict()[k]) for k, v in policy.items())
     assert worker.learner.log_alpha.item() != alpha
 
@@ -262,7 +262,7 @@ class FakeWorkers:
         updates = self.updates.pop(0)
         self.version += updates
         self.log("update done", iteration)
-        return {"sac/updates": float(updates)}
+        return {"offpolicy/updates": float(updates)}
 
 
 def run_fake(workers: FakeWorkers, *overrides: str, iterations: int = 5) -> list[dict[str, float]]:
@@ -289,7 +289,7 @@ def test_weights_sync_every_sync_every_updates(overlap):
     history = run_fake(FakeWorkers([0, 64, 64, 64, 64]), "algorithm.sync_every=100", f"algorithm.overlap={overlap}")
     # First, then once 128 >= 100 updates were made since: before epoch 4 in turn, during update 4 (for epoch 5)
     # overlapped.
-    assert [m["sac/synced"] for m in history] == [1.0, 0.0, 0.0, 1.0, 0.0]
+    assert [m["offpolicy/synced"] for m in history] == [1.0, 0.0, 0.0, 1.0, 0.0]
 
 
 def test_overlap_runs_the_next_epoch_during_the_updates_with_the_weights_from_before_them():
@@ -300,7 +300,7 @@ def test_overlap_runs_the_next_epoch_during_the_updates_with_the_weights_from_be
         assert order.index(("update", it)) < order.index(("rollout", it + 1)) < order.index(("update done", it))
     acted = {e[1]: e[2] for e in workers.events if e[0] == "rollout"}
     assert acted == {1: 0, 2: 0, 3: 3, 4: 6, 5: 9}  # epoch it + 1 acts with the weights from before update it
-    assert [m["sac/overlap"] for m in history] == [1.0, 1.0, 1.0, 1.0, 0.0]  # nothing after the last
+    assert [m["offpolicy/overlap"] for m in history] == [1.0, 1.0, 1.0, 1.0, 0.0]  # nothing after the last
     assert all(m["time/actor_wait"] >= 0 and m["time/rollout_wait"] >= 0 and m["time/sync"] >= 0 for m in history)
 
 

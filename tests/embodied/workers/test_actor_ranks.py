@@ -292,8 +292,8 @@ def test_two_gloo_sac_ranks_hold_their_own_replay_and_stay_identical(ray_session
         first = [[transitions(T=2, seed=1)], [transitions(T=2, seed=2)]]  # 6 transitions per rank
         metrics = backend.wait(group.call_each("update", [(share, 1) for share in first]))
         assert metrics[0] == metrics[1]  # the whole batch's numbers on every rank
-        assert metrics[0]["sac/transitions_received"] == 12 and metrics[0]["replay/size"] == 12
-        assert metrics[0]["sac/updates"] == 6  # 0.5 x 12, learning_starts=6 reached by both ranks together
+        assert metrics[0]["offpolicy/transitions_received"] == 12 and metrics[0]["replay/size"] == 12
+        assert metrics[0]["offpolicy/updates"] == 6  # 0.5 x 12, learning_starts=6 reached by both ranks together
         states = backend.wait(group.call("state"))
         first_rank, second_rank = states
         for key, value in first_rank["policy"].items():
@@ -364,7 +364,7 @@ def test_two_gloo_cnn_sac_ranks_keep_the_encoder_and_its_target_identical(ray_se
             assert torch.equal(value, before[1]["sac"]["target_encoder"][key]), key
         shares = [[image_transitions(T=2, N=2, seed=1)], [image_transitions(T=2, N=2, seed=2)]]
         metrics = backend.wait(group.call_each("update", [(share, 1) for share in shares]))
-        assert metrics[0] == metrics[1] and metrics[0]["sac/updates"] == 8
+        assert metrics[0] == metrics[1] and metrics[0]["offpolicy/updates"] == 8
         first, second = backend.wait(group.call("state"))
         for key, value in first["policy"].items():
             assert torch.equal(value, second["policy"][key]), key
