@@ -36,7 +36,7 @@ def test_short_dagger_run_labels_what_the_policy_visits_and_resumes(tmp_path):
     assert len(first.history) == 2
     for k, metrics in enumerate(first.history, start=1):
         assert metrics["replay/size"] == 16 * k  # 4 envs x 4 labelled steps an iteration, all kept
-        assert metrics["dagger/updates"] == 16  # utd_ratio 1 x 16 labelled steps
+        assert metrics["offpolicy/updates"] == 16  # utd_ratio 1 x 16 labelled steps
         assert 0.0 < metrics["dagger/demo_share"] < 1.0 and rows > 0
         assert math.isfinite(metrics["dagger/policy_loss"]) and metrics["dagger/policy_loss"] != 0.0
 

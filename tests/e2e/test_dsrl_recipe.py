@@ -27,7 +27,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 FLOW, PI0 = CONFIGS / "pick_color_tinyvla_flow_dsrl.yaml", CONFIGS / "pick_color_pi0tiny_dsrl.yaml"
 NOISE_NETS = ["algorithm.noise_policy_hidden_sizes=[32]", "algorithm.critic_hidden_sizes=[32]",
               "algorithm.batch_size=8", "algorithm.learning_starts=8"]
-SAC_KEYS = ("sac/q_loss", "sac/policy_loss", "sac/alpha", "sac/entropy", "sac/q_mean", "replay/size")
+DSRL_KEYS = ("dsrl/q_loss", "dsrl/policy_loss", "dsrl/alpha", "dsrl/entropy", "dsrl/q_mean", "replay/size")
 
 
 def dsrl_run(recipe: Path, tmp_path: Path, *overrides: str, small: tuple[str, ...] = tuple(SMALL)):
@@ -36,7 +36,7 @@ def dsrl_run(recipe: Path, tmp_path: Path, *overrides: str, small: tuple[str, ..
     result = train(cfg)
     assert len(result.history) == cfg.runner.iterations or cfg.runner.resume_from  # resumed: the rest of them
     for metrics in result.history:
-        for key in SAC_KEYS:
+        for key in DSRL_KEYS:
             assert math.isfinite(metrics[key]), (key, metrics[key])
         assert metrics["offpolicy/updates"] == 12  # utd_ratio 1 x 4 envs x 3 chunk steps, from the first iteration
     return cfg, result
@@ -46,7 +46,7 @@ def check_checkpoint(result) -> dict:
     """The checkpoint holds the noise policy, the learner and replay of features; no frozen weights, no policy/."""
     actor = load_checkpoint(result.checkpoint)["actor"]
     assert set(actor["policy"]) and all(k.startswith("noise_policy.") for k in actor["policy"])
-    assert set(actor["sac"]) >= {"critics", "target_critics", "log_alpha", "critic_optimizer"}
+    assert set(actor["dsrl"]) >= {"critics", "target_critics", "log_alpha", "critic_optimizer"}
     folder = Path(actor["replay_dir"])  # the checkpoint's replay/ chunk files
     replay = ReplayBuffer(int(read_replay_manifest(folder)["capacity"]))
     replay.load(folder)
@@ -99,7 +99,7 @@ def test_dsrl_steers_pi0(tmp_path):
 def weights(result) -> dict[str, torch.Tensor]:
     actor = load_checkpoint(result.checkpoint)["actor"]
     return {**{f"policy.{k}": v for k, v in actor["policy"].items()},
-            **{f"critics.{k}": v for k, v in actor["sac"]["critics"].items()}}
+            **{f"critics.{k}": v for k, v in actor["dsrl"]["critics"].items()}}
 
 
 @pytest.mark.slow
@@ -112,4 +112,4 @@ def test_resumed_dsrl_run_equals_one_run(tmp_path, flow_checkpoint):
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]
     assert len(resumed.history) == 1
-    assert [m["sac/q_loss"] for m in one_go.history[2:]] == [m["sac/q_loss"] for m in resumed.history]
+    assert [m["dsrl/q_loss"] for m in one_go.history[2:]] == [m["dsrl/q_loss"] for m in resumed.history]
