@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from embodied.algorithms.base import LearnerSpec
-from embodied.algorithms.sac import (GradientSum, PolicyBatch, SACLearner, critic_loss, subset_min, td_target,
-                                     temperature_loss)
+from embodied.algorithms.sac import (GradientSum, PolicyBatch, SACLearner, critic_loss, rank_backward, subset_min,
+                                     td_target, temperature_loss)
 from embodied.algorithms.sac_networks import EnsembleLinear, critic_sizes
 from embodied.algorithms.transitions import ReplaySample
 
@@ -107,12 +107,9 @@ class CrossQLearner(SACLearner):
         """One critic step on the joint pass; every ``policy_delay``-th also a policy and temperature step (never
         under ``train_policy=False``: critic warm-up). Several ranks: as ``SACLearner.step``."""
         c, policy = self.cfg, self.policy
-        share = 1.0 / ranks.size if ranks is not None else 1.0
 
-        def backward(loss: torch.Tensor, params: list[nn.Parameter]) -> None:
-            (loss * share).backward()
-            if ranks is not None:
-                ranks.reduce_gradients(params)
+        def backward(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> None:
+            rank_backward(loss, params, ranks)
 
         alpha = self.log_alpha.exp().detach()
         features = self.encoder(self.inputs(batch.obs))

@@ -19,7 +19,7 @@ from torch import nn
 
 from embodied.algorithms.awac import advantage_weighted_loss
 from embodied.algorithms.base import LearnerSpec
-from embodied.algorithms.sac import GradientSum, SACLearner, critic_loss, polyak_update, subset_min
+from embodied.algorithms.sac import GradientSum, SACLearner, critic_loss, polyak_update, rank_backward, subset_min
 from embodied.algorithms.sac_networks import critic_source
 from embodied.algorithms.transitions import ReplaySample
 
@@ -63,12 +63,9 @@ class IQLLearner(SACLearner):
         """V, then Q, then (unless ``train_policy`` is False: critic warm-up) the policy, then the targets' polyak
         step. Several ranks: as ``SACLearner.step``."""
         c, policy = self.cfg, self.policy
-        share = 1.0 / ranks.size if ranks is not None else 1.0
 
-        def backward(loss: torch.Tensor, params: list[nn.Parameter]) -> None:
-            (loss * share).backward()
-            if ranks is not None:
-                ranks.reduce_gradients(params)
+        def backward(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> None:
+            rank_backward(loss, params, ranks)
 
         features = self.encoder(self.inputs(batch.obs))
         detached = features.detach()

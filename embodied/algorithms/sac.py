@@ -118,6 +118,14 @@ def copy_buffers(target: torch.nn.Module, online: torch.nn.Module) -> None:
         t.copy_(o)
 
 
+def rank_backward(loss: torch.Tensor, params: list[torch.nn.Parameter], ranks: GradientSum | None) -> None:
+    """``loss``'s backward as one share of the ranks' whole batch (divided by their number), then its gradients
+    over ``params`` summed over the ranks: the ranks step as one would on the whole batch."""
+    (loss * (1.0 / ranks.size if ranks is not None else 1.0)).backward()
+    if ranks is not None:
+        ranks.reduce_gradients(params)
+
+
 IMAGE_KEYS = (MAIN_IMAGES, WRIST_IMAGES)  # the inputs ``algorithm.image_shift`` shifts, where a policy reads them
 
 
@@ -221,12 +229,9 @@ class SACLearner:
         each optimizer step: the ranks step as one would on the whole batch, and stay identical.
         """
         c, policy = self.cfg, self.policy
-        share = 1.0 / ranks.size if ranks is not None else 1.0
 
         def backward(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> None:
-            (loss * share).backward()
-            if ranks is not None:
-                ranks.reduce_gradients(params)
+            rank_backward(loss, params, ranks)
 
         alpha = self.log_alpha.exp().detach()
         copy_buffers(self.target_encoder, self.encoder)
