@@ -31,11 +31,14 @@ class AWACConfig(SACConfig):
 
     def validate(self, cfg: Config) -> list[str]:
         """SAC's checks and the advantage weights' temperature and cap."""
-        p = super().validate(cfg)
-        if not self.awr_temperature > 0:
-            p.append(f"algorithm.awr_temperature: the advantage weights' temperature must be > 0, got "
-                     f"{self.awr_temperature}")
-        if not self.awr_max_weight > 0:
-            p.append(f"algorithm.awr_max_weight: the cap on each row's advantage weight must be > 0, got "
-                     f"{self.awr_max_weight}")
-        return p
+        return super().validate(cfg) + awr_problems(self.awr_temperature, self.awr_max_weight)
+
+
+def awr_problems(temperature: float, max_weight: float) -> list[str]:
+    """The advantage weights' temperature and cap (AWAC's and IQL's policy loss), each > 0."""
+    p = []
+    if not temperature > 0:
+        p.append(f"algorithm.awr_temperature: the advantage weights' temperature must be > 0, got {temperature}")
+    if not max_weight > 0:
+        p.append(f"algorithm.awr_max_weight: the cap on each row's advantage weight must be > 0, got {max_weight}")
+    return p

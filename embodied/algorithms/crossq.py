@@ -23,7 +23,7 @@ from torch import nn
 
 from embodied.algorithms.base import LearnerSpec
 from embodied.algorithms.sac import (GradientSum, PolicyBatch, SACLearner, critic_loss, rank_backward, subset_min,
-                                     td_target, temperature_loss)
+                                     td_target)
 from embodied.algorithms.sac_networks import EnsembleLinear, critic_sizes
 from embodied.algorithms.transitions import ReplaySample
 
@@ -108,9 +108,6 @@ class CrossQLearner(SACLearner):
         under ``train_policy=False``: critic warm-up). Several ranks: as ``SACLearner.step``."""
         c, policy = self.cfg, self.policy
 
-        def backward(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> None:
-            rank_backward(loss, params, ranks)
-
         alpha = self.log_alpha.exp().detach()
         features = self.encoder(self.inputs(batch.obs))
         with torch.no_grad():
@@ -124,7 +121,7 @@ class CrossQLearner(SACLearner):
                            subset_min(next_q, c.critic_subset, self.generator), next_logprob, alpha)
         q_loss = critic_loss(q, target)
         self.critic_optimizer.zero_grad()
-        backward(q_loss, self.critic_params)
+        rank_backward(q_loss, self.critic_params, ranks)
         self.critic_optimizer.step()
         self.critic_steps += 1
 
@@ -140,13 +137,7 @@ class CrossQLearner(SACLearner):
             self.critics.train()
             pi_loss, parts = self.policy_objective(PolicyBatch(detached, batch.actions, q.detach(), pi_q, logprob,
                                                                alpha, demo_rows))
-            self.policy_optimizer.zero_grad()
-            backward(pi_loss, self.policy_params)
-            self.policy_optimizer.step()
-            alpha_loss = temperature_loss(self.log_alpha, logprob, self.target_entropy)
-            self.alpha_optimizer.zero_grad()
-            backward(alpha_loss, [self.log_alpha])
-            self.alpha_optimizer.step()
+            self.step_policy(pi_loss, logprob, ranks)
             stats |= {"policy_loss": pi_loss, "entropy": -logprob.detach().mean(), **parts}
         return {f"{self.name}/{key}": value.item() for key, value in stats.items()}
 

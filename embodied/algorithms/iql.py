@@ -64,9 +64,6 @@ class IQLLearner(SACLearner):
         step. Several ranks: as ``SACLearner.step``."""
         c, policy = self.cfg, self.policy
 
-        def backward(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> None:
-            rank_backward(loss, params, ranks)
-
         features = self.encoder(self.inputs(batch.obs))
         detached = features.detach()
         with torch.no_grad():
@@ -77,13 +74,13 @@ class IQLLearner(SACLearner):
         v = self.value(detached).squeeze(-1)
         v_loss = expectile_loss(target_q - v, c.expectile)
         self.value_optimizer.zero_grad()
-        backward(v_loss, list(self.value.parameters()))
+        rank_backward(v_loss, list(self.value.parameters()), ranks)
         self.value_optimizer.step()
 
         q = self.critics.q_values(features, batch.actions)
         q_loss = critic_loss(q, target)
         self.critic_optimizer.zero_grad()
-        backward(q_loss, self.critic_params)
+        rank_backward(q_loss, self.critic_params, ranks)
         self.critic_optimizer.step()
 
         advantage = target_q - v.detach()
@@ -92,7 +89,7 @@ class IQLLearner(SACLearner):
             pi_loss = advantage_weighted_loss(error, advantage, c.awr_temperature, c.awr_max_weight)
         if train_policy:
             self.policy_optimizer.zero_grad()
-            backward(pi_loss, self.policy_params)
+            rank_backward(pi_loss, self.policy_params, ranks)
             self.policy_optimizer.step()
         polyak_update([*self.target_critics.parameters(), *self.target_encoder.parameters()],
                       [*self.critics.parameters(), *self.encoder.parameters()], c.tau)

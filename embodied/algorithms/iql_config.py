@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from embodied.algorithms.awac_config import awr_problems
 from embodied.algorithms.sac_config import SACConfig
 
 if TYPE_CHECKING:
@@ -35,12 +36,7 @@ class IQLConfig(SACConfig):
         p = super().validate(cfg)
         if not 0 < self.expectile < 1:
             p.append(f"algorithm.expectile: V's expectile must be in (0, 1) (0.5: the mean), got {self.expectile}")
-        if not self.awr_temperature > 0:
-            p.append(f"algorithm.awr_temperature: the advantage weights' temperature must be > 0, got "
-                     f"{self.awr_temperature}")
-        if not self.awr_max_weight > 0:
-            p.append(f"algorithm.awr_max_weight: the cap on each row's advantage weight must be > 0, got "
-                     f"{self.awr_max_weight}")
+        p += awr_problems(self.awr_temperature, self.awr_max_weight)
         if not self.value_hidden_sizes or any(v < 1 for v in self.value_hidden_sizes):
             p.append(f"algorithm.value_hidden_sizes: need at least one layer, every width >= 1, got "
                      f"{self.value_hidden_sizes}")

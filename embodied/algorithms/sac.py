@@ -230,9 +230,6 @@ class SACLearner:
         """
         c, policy = self.cfg, self.policy
 
-        def backward(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> None:
-            rank_backward(loss, params, ranks)
-
         alpha = self.log_alpha.exp().detach()
         copy_buffers(self.target_encoder, self.encoder)
         inputs, next_inputs = self.inputs(batch.obs), self.inputs(batch.next_obs)
@@ -246,7 +243,7 @@ class SACLearner:
         q = self.critics.q_values(features, batch.actions)
         q_loss = critic_loss(q, target)
         self.critic_optimizer.zero_grad()
-        backward(q_loss, self.critic_params)
+        rank_backward(q_loss, self.critic_params, ranks)
         self.critic_optimizer.step()
 
         # The policy's loss sees the features detached (stop-gradient: only the critics train the encoder). They
@@ -260,18 +257,22 @@ class SACLearner:
                                                                alpha, demo_rows))
             self.critics.requires_grad_(True)
         if train_policy:
-            self.policy_optimizer.zero_grad()
-            backward(pi_loss, self.policy_params)
-            self.policy_optimizer.step()
-            alpha_loss = temperature_loss(self.log_alpha, logprob, self.target_entropy)
-            self.alpha_optimizer.zero_grad()
-            backward(alpha_loss, [self.log_alpha])
-            self.alpha_optimizer.step()
+            self.step_policy(pi_loss, logprob, ranks)
         polyak_update([*self.target_critics.parameters(), *self.target_encoder.parameters()],
                       [*self.critics.parameters(), *self.encoder.parameters()], c.tau)
         stats = {"q_loss": q_loss, "policy_loss": pi_loss, "alpha": alpha, "entropy": -logprob.detach().mean(),
                  "q_mean": q.detach().mean(), "target_mean": target.mean(), **parts}
         return {f"{self.name}/{key}": value.item() for key, value in stats.items()}
+
+    def step_policy(self, pi_loss: torch.Tensor, logprob: torch.Tensor, ranks: GradientSum | None) -> None:
+        """One optimizer step of the policy on ``pi_loss``, then of the temperature towards ``target_entropy``."""
+        self.policy_optimizer.zero_grad()
+        rank_backward(pi_loss, self.policy_params, ranks)
+        self.policy_optimizer.step()
+        alpha_loss = temperature_loss(self.log_alpha, logprob, self.target_entropy)
+        self.alpha_optimizer.zero_grad()
+        rank_backward(alpha_loss, [self.log_alpha], ranks)
+        self.alpha_optimizer.step()
 
     def policy_objective(self, b: PolicyBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The policy's loss on a batch and its logged parts (scalars, each logged as ``<name>/<part>``): SAC's

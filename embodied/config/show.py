@@ -105,13 +105,16 @@ def show(recipe: str | Path | None, overrides: list[str] | tuple[str, ...] = ())
 def differences(cfg: Config) -> list[str]:
     """``section.field=value`` for each field whose value differs from its class's default (what a run prints at
     its start): the policy's and the algorithm's against their own registered classes' defaults."""
-    out = []
+    out, defaults = [], {}
     for path, value, _ in _walk(cfg, ""):
         owner, name = _owner(cfg, path)
-        try:
-            default = getattr(type(owner)(), name)
-        except TypeError:  # a section without defaults for every field: show all of it
-            default = object()
+        cls = type(owner)
+        if cls not in defaults:
+            try:
+                defaults[cls] = cls()
+            except TypeError:  # a section without defaults for every field: show all of it
+                defaults[cls] = None
+        default = getattr(defaults[cls], name) if defaults[cls] is not None else object()
         if value != default:
             out.append(f"{path}={value}")
     return out
