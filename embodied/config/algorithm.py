@@ -109,7 +109,7 @@ class OffPolicyConfig(AlgorithmConfig):
     learning_starts: int = 1_000  # transitions in replay before the first gradient update
     checkpoint_replay: bool = True  # save the replay buffer in checkpoints (false: resume is not exact)
     # RLPD (Ball et al. 2023): demonstrations in a second replay, sampled beside online replay.
-    demos: str | None = None  # demonstrations folder (`embodied collect` or LeRobot) filling the demo replay
+    demos: str | list[str] | None = None  # demonstrations folder (`embodied collect` or LeRobot) filling the demo replay, or a list of them read as one
     demo_ratio: float = 0.5  # with demos: share of each batch drawn from the demo replay (RLPD's symmetric 0.5)
 
     def learner(self) -> Any:
@@ -142,8 +142,7 @@ class OffPolicyConfig(AlgorithmConfig):
         if not 0.0 <= self.demo_ratio <= 1.0:
             p.append(f"algorithm.demo_ratio: the share of a batch drawn from demonstrations must be in [0, 1], "
                      f"got {self.demo_ratio}")
-        if self.demos is not None and self.demos.strip() == "":
-            p.append("algorithm.demos: an empty path (an unset shell variable?); leave it out or set it to null")
+        p += empty_paths("algorithm.demos", self.demos)
         return p + self._engine_problems(cfg)
 
     def _engine_problems(self, cfg: Config) -> list[str]:
@@ -211,3 +210,16 @@ def whole_episode_problems(cfg: Config, episode_steps: int) -> list[str]:
             f"{cfg.rollout.chunk_steps} chunk steps x policy.action_chunk={cfg.policy.action_chunk} = {covered} "
             f"sub-steps < env.max_episode_steps={episode_steps}"
             + (" (the env's own cap: env.max_episode_steps is not set)" if cfg.env.max_episode_steps is None else "")]
+
+
+def empty_paths(name: str, paths: str | list[str] | None) -> list[str]:
+    """An empty folder name (an unset shell variable, most often) or an empty list, as a problem naming ``name``."""
+    if paths is None:
+        return []
+    if isinstance(paths, list) and not paths:
+        return [f"{name}: an empty list of folders; name at least one, or set it to null"]
+    for i, path in enumerate([paths] if isinstance(paths, str) else paths):
+        if path.strip() == "":
+            where = name if isinstance(paths, str) else f"{name}[{i}]"
+            return [f"{where}: an empty path (an unset shell variable?); leave it out or set it to null"]
+    return []

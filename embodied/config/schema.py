@@ -340,7 +340,7 @@ class RunnerConfig:
 class SFTConfig:
     """Behaviour cloning from demonstrations (``embodied sft``); the result starts RL via policy.init_from."""
 
-    dataset: str | None = None  # folder written by `embodied collect`, or a LeRobot dataset folder (docs/lerobot.md)
+    dataset: str | list[str] | None = None  # folder written by `embodied collect`, or a LeRobot dataset folder (docs/lerobot.md); a list of folders reads as one
     # LeRobot datasets: our key (states, main_images, wrist_images, actions) -> the dataset's feature name, e.g.
     # {main_images: observation.images.top}. A key left out is looked up among the usual names (LIBERO's, ALOHA's,
     # embodied's own); null: not read (the policy does not use it).

@@ -10,7 +10,7 @@ import dataclasses
 import math
 from typing import Any
 
-from embodied.config.algorithm import OffPolicyConfig, OnPolicyConfig, whole_episode_problems
+from embodied.config.algorithm import OffPolicyConfig, OnPolicyConfig, empty_paths, whole_episode_problems
 from embodied.config.schema import Config, EnvConfig, RunnerConfig
 from embodied.core.registry import ENV_SETS, ENVS, UnknownNameError
 
@@ -209,6 +209,7 @@ def validate(cfg: Config) -> list[str]:
     need(t.log_every >= 1, f"sft.log_every: must be >= 1, got {t.log_every}")
     need(t.frame_cache_mb >= 0, f"sft.frame_cache_mb: must be >= 0 (0: no cache), got {t.frame_cache_mb}")
     p += _sft_feature_problems(t.features)
+    p += empty_paths("sft.dataset", t.dataset)
     v = cfg.logger.video
     need(v.fps >= 1, f"logger.video.fps: must be >= 1, got {v.fps}")
     need(v.size >= 16 and v.size % 2 == 0, f"logger.video.size: must be even and >= 16 (video codecs), got {v.size}")

@@ -82,8 +82,9 @@ def demos_error(exc: Exception) -> ConfigError:
     return ConfigError(f"algorithm.demos: {exc}")
 
 
-def open_demos(path: str, action_chunk: int) -> Demonstrations:
-    """The demonstrations ``algorithm.demos`` names, in either format; a missing or unreadable folder is refused."""
+def open_demos(path: str | list[str], action_chunk: int) -> Demonstrations:
+    """The demonstrations ``algorithm.demos`` names (a folder or a list read as one), in either format; a missing
+    or unreadable folder is refused."""
     try:
         return open_demonstrations(path, ReadOptions(action_chunk=action_chunk))
     except (FileNotFoundError, ValueError) as exc:

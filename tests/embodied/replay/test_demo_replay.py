@@ -356,3 +356,18 @@ def test_a_lerobot_folder_gives_its_per_frame_rewards_and_successes_as_chunks(tm
     lengths = {e: sum(1 for e2, _, _ in frames if e2 == e) for e, _, _ in frames}
     ending = sum(1 for e, f, _ in frames if f + 3 >= lengths[e])  # no chunk after theirs: they terminate
     assert int((~replay.storage["bootstrap"]).sum()) == ending == 2 * 3
+
+
+def test_a_list_of_folders_fills_one_replay_with_no_transition_across_them(tmp_path, demos):
+    """``algorithm.demos`` as a list: each folder's transitions as alone, none from one folder's last row into the
+    next folder's first (their episode numbers overlap on disk: both start at 0)."""
+    other = write(tmp_path / "other", [episode(0, 2, True)])
+    both = open_demos([str(demos), str(other)], C)
+    alone = [demo_replay(DemoDataset(d), ["states"], gamma=0.9) for d in (demos, other)]
+    replay = demo_replay(both, ["states"], gamma=0.9)
+    assert len(replay) == len(alone[0]) + len(alone[1]) == 6
+    for key in ("obs/states", "next_obs/states", "reward", "discount", "bootstrap", "actions"):
+        joined = torch.cat([a.storage[key][:len(a)] for a in alone])
+        assert torch.equal(replay.storage[key][:len(replay)], joined), key
+    with pytest.raises(ConfigError, match="algorithm.demos: .*nowhere.*does not exist"):
+        open_demos([str(demos), str(tmp_path / "nowhere")], C)

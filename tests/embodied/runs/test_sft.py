@@ -169,3 +169,26 @@ def test_a_lerobot_folder_recorded_at_another_rate_than_the_env_acts_is_warned_a
     with pytest.warns(UserWarning, match=r"sft.dataset: .*ten_fps was recorded at 10 fps, env.id Reach-v0 acts at "
                                          r"20 Hz \(its control frequency\): each demonstrated action will last 0.5x"):
         open_dataset(load_config(None, [*REACH, f"sft.dataset={folder}"]))
+
+
+def test_a_list_of_folders_trains_as_one_dataset_and_a_misfit_member_is_named(tmp_path, reach_demos):
+    """``sft.dataset`` as a list: the folders' episodes side by side (more demonstrations of a hard task, the
+    tasks of a suite collected apart); a folder that does not fit is named, before any worker starts."""
+    more = tmp_path / "more"
+    collect(load_config(None, [*REACH, "experiment.seed=500"]), episodes=8, out=more)
+    both = open_dataset(load_config(None, [*REACH, f"sft.dataset=[{reach_demos}, {more}]"]))
+    one, other = DemoDataset(reach_demos), DemoDataset(more)
+    assert len(both) == len(one) + len(other)
+    assert len(set(both.episode_indices.tolist())) == one.meta.episodes + other.meta.episodes  # none shared
+    assert both[len(one)].actions.tolist() == other[0].actions.tolist()
+    train, val = split_by_episode(both, 0.25, seed=0)
+    assert not set(both.episode_indices[train.indices]) & set(both.episode_indices[val.indices])
+    result = run_sft(tmp_path / "run", f"[{reach_demos}, {more}]", "sft.epochs=1")
+    assert result.checkpoint.is_dir()
+    chunk3 = tmp_path / "chunk3"
+    collect(load_config(None, [*REACH, "policy.action_chunk=3"]), episodes=2, out=chunk3)
+    with pytest.raises(ConfigError, match=f"sft.dataset: {chunk3}: .*policy.action_chunk is 2"):
+        run_sft(tmp_path / "bad", f"[{reach_demos}, {chunk3}]")
+    with pytest.raises(ConfigError, match=r"sft.dataset\[1\]: an empty path"):
+        load_config(None, [*REACH, f"sft.dataset=[{reach_demos}, '']"])
+    assert not (tmp_path / "bad").exists()
