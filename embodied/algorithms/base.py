@@ -4,8 +4,8 @@
 advantages, epochs, minibatches, early stop and learning-rate schedule), given what the worker lends it for the
 update (``UpdateContext``: the policy, its optimizer, the actor ranks' collectives, a hook after each optimizer
 step). How the envs start each rollout epoch is its config's (``OnPolicyConfig.rollout_reset``), as GRPO resets a
-group of envs from one seed. ``OffPolicyLearner`` is stepped on replay batches by
-``OffPolicyActorWorker``. The maths lives in pure functions beside each algorithm (``gae.py``, ``ppo.py``,
+group of envs from one seed. ``OffPolicyLearner`` is updated on replay batches by
+the same worker's replay training (``embodied.workers.replay_training``). The maths lives in pure functions beside each algorithm (``gae.py``, ``ppo.py``,
 ``grpo.py``, ``sac.py``, ``transitions.py``); PPO's learner (``ppo.PPO``) is the on-policy loop GRPO reuses.
 """
 
@@ -37,7 +37,7 @@ class LearnerSpec:
     policy observes and emits (with the action bounds), how many actions a chunk holds, where the policy computes,
     how many actor ranks share the batch, and the run's seed and learning rate.
 
-    A learner learns its own rank when the ranks join (``OffPolicyLearner.rank_modules``, the worker reseeds its
+    A learner learns its own rank when the ranks join (``OffPolicyLearner.join``, the worker reseeds its
     ``generator``); ``num_ranks`` is how many there will be."""
 
     policy: PolicySpec  # state_dim, image shapes, action_dim and the action box of one env step
@@ -79,20 +79,23 @@ def build_learner(cfg: AlgorithmConfig, spec: LearnerSpec, policy: Policy | None
     where ``cls`` is the class ``algorithm.name``'s config names.
 
     A learner written to the constructors of before (``(cfg, seed)``; ``(policy, cfg, lr, action_size, seed)``)
-    is built through an adapter for this release, with one FutureWarning naming the new constructor."""
+    is built through an adapter for this release, with one FutureWarning naming the new constructor; so is an
+    off-policy learner that still steps (``step(batch, ranks, train_policy, demo_rows)``: ``StepLearner``)."""
     cls = cfg.algorithm_type()
     if cfg.off_policy:
         if policy is None:
             raise TypeError(f"build_learner: {cls.__name__} is an off-policy learner; it is built around the policy")
         if _legacy(cls, ("lr", "action_size", "seed")):
-            return cls(policy, cfg, spec.lr, spec.action_size, spec.seed)
-        return cls(policy, cfg, spec)
+            learner = cls(policy, cfg, spec.lr, spec.action_size, spec.seed)
+        else:
+            learner = cls(policy, cfg, spec)
+        return StepLearner(learner, cfg) if _steps(cls) else learner
     if _legacy(cls, ("seed",)):
         return cls(cfg, spec.seed)
     return cls(cfg, spec)
 
 
-_WARNED: set[type] = set()
+_WARNED: set[Any] = set()  # classes (and (class, "step")) warned about once
 
 
 def _legacy(cls: type, old: tuple[str, ...]) -> bool:
@@ -108,6 +111,19 @@ def _legacy(cls: type, old: tuple[str, ...]) -> bool:
                       f"constructor of before LearnerSpec. It is built through an adapter for this release; take "
                       f"{now} instead, spec an embodied.api.LearnerSpec (docs/extending.md, \"The learner's "
                       f"constructor\")", FutureWarning, stacklevel=3)
+    return True
+
+
+def _steps(cls: type) -> bool:
+    """Whether ``cls`` is an off-policy learner of the protocol of before (``step``, no ``update``); warns once."""
+    if hasattr(cls, "update") or not hasattr(cls, "step"):
+        return False
+    if (cls, "step") not in _WARNED:
+        _WARNED.add((cls, "step"))
+        warnings.warn(f"{cls.__module__}.{cls.__qualname__} defines step(batch, ranks, train_policy, demo_rows) and "
+                      f"rank_modules(): the off-policy learner protocol of before. It runs through an adapter for "
+                      f"this release; define update(batch) and join(ranks) instead (batch.demo_rows, batch.iteration; "
+                      f"docs/extending.md, \"An off-policy algorithm in code: TD3\")", FutureWarning, stacklevel=3)
     return True
 
 
@@ -271,10 +287,27 @@ class OnPolicyLearner(Protocol):
         """Resume from ``state_dict()``'s; a key it lacks (a checkpoint older than the key) is left as it is."""
 
 
+class LearnerRanks(Protocol):
+    """The actor ranks as an off-policy learner meets them (``embodied.workers.ranks.ProcessGroup``): each holds an
+    equal share of every batch."""
+
+    size: int  # actor ranks
+    rank: int  # this one's
+
+    def prepare(self, module: torch.nn.Module) -> None:
+        """Make ``module`` rank 0's on every rank (its parameters and buffers broadcast)."""
+
+    def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        """Sum the gradients of ``params`` over the ranks."""
+
+
 class OffPolicyLearner(Protocol):
-    """What ``OffPolicyActorWorker`` trains through (``OffPolicyConfig.learner()`` names the class): the learner's
-    networks beside the policy (critics, targets, a temperature), its optimizers, and one gradient step on a replay
-    batch. The worker owns replay, pacing, ranks and checkpoint I/O."""
+    """What the actor worker trains through on replay (``OffPolicyConfig.learner()`` names the class): the learner's
+    networks beside the policy (critics, targets, a temperature), its optimizers, and one gradient update on a
+    replay batch. The worker owns replay, pacing, ranks and checkpoint I/O (``embodied.workers.replay_training``).
+
+    What one algorithm needs stays in its learner: a critic warm-up reads the batch's ``iteration``, a
+    demonstration term its ``demo_rows``, a gradient sum over actor ranks the ranks given to ``join``."""
 
     name: ClassVar[str]  # its checkpoint keys (``<name>``, ``<name>_counters``, ``<name>_generator``) and metric prefix
     policy_optimizer: torch.optim.Optimizer  # the policy's optimizer: a checkpoint saves it beside the policy
@@ -285,8 +318,9 @@ class OffPolicyLearner(Protocol):
         run's ``LearnerSpec`` (spaces and bounds, chunk, device, ranks, seed, ``actor.lr``); built by
         ``build_learner``."""
 
-    def rank_modules(self) -> list[torch.nn.Module]:
-        """Its own modules that must start equal on every actor rank (the policy is the worker's)."""
+    def join(self, ranks: LearnerRanks) -> None:
+        """Become one of several actor ranks (not called with one): its own modules start as rank 0's
+        (``ranks.prepare``; the policy is the worker's), and every update sums its gradients over ``ranks``."""
 
     def replay_actions(self, trajectory: Trajectory) -> torch.Tensor:
         """What replay's action column holds for each chunk step of ``trajectory`` [T, N, ...]: the executed chunks,
@@ -295,16 +329,36 @@ class OffPolicyLearner(Protocol):
     def demo_actions(self, actions: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
         """The same column for demonstrated chunks ``actions`` [N, C, A] with their ``executed`` [N, C] mask."""
 
-    def step(self, batch: Any, ranks: Any = None, train_policy: bool = True, demo_rows: int = 0) -> dict[str, float]:
-        """One gradient update on a ``ReplaySample`` (this rank's share; ``ranks`` sums gradients over several);
-        ``train_policy`` False is critic warm-up; the first ``demo_rows`` rows are demonstrations. Returns its
-        logged stats, each named ``<name>/...``."""
+    def update(self, batch: Any) -> dict[str, float]:
+        """One gradient update on a ``ReplaySample`` (this rank's share of the batch; its ``demo_rows`` first rows
+        are demonstrations, ``iteration`` the run's iteration). Returns its logged stats, each named ``<name>/...``."""
 
     def state_dict(self) -> dict[str, Any]:
         """What exact resume needs of it (the policy and its optimizer travel as the worker's)."""
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from ``state_dict()``'s."""
+
+
+class StepLearner:
+    """An off-policy learner written to the protocol of before (``rank_modules()``, ``step(batch, ranks,
+    train_policy, demo_rows)``) as an ``OffPolicyLearner``, for this release (``build_learner`` wraps it, warning
+    once). Everything else is the learner's own."""
+
+    def __init__(self, learner: Any, cfg: Any) -> None:
+        self.learner, self.cfg, self.ranks = learner, cfg, None
+
+    def __getattr__(self, name: str) -> Any:  # name, policy_optimizer, generator, replay_actions, state_dict, ...
+        return getattr(self.__dict__["learner"], name)
+
+    def join(self, ranks: LearnerRanks) -> None:
+        for module in self.learner.rank_modules():
+            ranks.prepare(module)
+        self.ranks = ranks
+
+    def update(self, batch: Any) -> dict[str, float]:
+        return self.learner.step(batch, self.ranks, train_policy=batch.iteration > self.cfg.warmup_iterations(),
+                                 demo_rows=batch.demo_rows)
 
 
 def flatten(traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor) -> dict[str, Any]:

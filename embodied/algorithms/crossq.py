@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from embodied.algorithms.base import LearnerSpec
-from embodied.algorithms.sac import (GradientSum, PolicyBatch, SACLearner, critic_loss, rank_backward, subset_min,
+from embodied.algorithms.sac import (PolicyBatch, SACLearner, critic_loss, rank_backward, subset_min,
                                      td_target)
 from embodied.algorithms.sac_networks import EnsembleLinear, critic_sizes
 from embodied.algorithms.transitions import ReplaySample
@@ -102,11 +102,10 @@ class CrossQLearner(SACLearner):
         """The critics (their running statistics too: buffers travel with the module)."""
         return [self.critics]
 
-    def step(self, batch: ReplaySample, ranks: GradientSum | None = None, train_policy: bool = True,
-             demo_rows: int = 0) -> dict[str, float]:
+    def update(self, batch: ReplaySample) -> dict[str, float]:
         """One critic step on the joint pass; every ``policy_delay``-th also a policy and temperature step (never
-        under ``train_policy=False``: critic warm-up). Several ranks: as ``SACLearner.step``."""
-        c, policy = self.cfg, self.policy
+        in the critic warm-up). Several ranks: as ``SACLearner.update``."""
+        c, policy, ranks, train_policy = self.cfg, self.policy, self.ranks, self.trains_policy(batch)
 
         alpha = self.log_alpha.exp().detach()
         features = self.encoder(self.inputs(batch.obs))
@@ -136,7 +135,7 @@ class CrossQLearner(SACLearner):
             self.critics.requires_grad_(True)
             self.critics.train()
             pi_loss, parts = self.policy_objective(PolicyBatch(detached, batch.actions, q.detach(), pi_q, logprob,
-                                                               alpha, demo_rows))
+                                                               alpha, batch.demo_rows))
             self.step_policy(pi_loss, logprob, ranks)
             stats |= {"policy_loss": pi_loss, "entropy": -logprob.detach().mean(), **parts}
         return {f"{self.name}/{key}": value.item() for key, value in stats.items()}

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from embodied.algorithms.base import LearnerSpec
+from embodied.algorithms.base import LearnerRanks, LearnerSpec
 from embodied.algorithms.transitions import ReplaySample
 from embodied.core.types import Trajectory
 
@@ -46,10 +46,11 @@ class DAggerLearner:
         self.params = [p for p in policy.parameters() if p.requires_grad]
         self.policy_optimizer = torch.optim.Adam(self.params, lr=spec.lr)
         self.generator = torch.Generator().manual_seed(spec.seed)  # draws nothing yet; kept for the protocol's resume
+        self.ranks: LearnerRanks | None = None
 
-    def rank_modules(self) -> list[torch.nn.Module]:
-        """Nothing beside the policy (the worker makes the policy equal on every rank)."""
-        return []
+    def join(self, ranks: LearnerRanks) -> None:
+        """Nothing of its own to make equal (the worker makes the policy so); the gradients are summed over ``ranks``."""
+        self.ranks = ranks
 
     def replay_actions(self, trajectory: Trajectory) -> torch.Tensor:
         """The expert's labels of the trajectory's sub-steps and which ran, packed [T, N, C, A + 1]."""
@@ -62,11 +63,10 @@ class DAggerLearner:
         """Demonstrated chunks are the expert's labels of their states."""
         return pack(actions, executed)
 
-    def step(self, batch: ReplaySample, ranks: Any = None, train_policy: bool = True,
-             demo_rows: int = 0) -> dict[str, float]:
-        """One supervised step on ``batch`` (this rank's share: with ``ranks`` the loss is scaled by the share and the
-        gradients summed over the ranks, so they step as one on the whole batch). ``train_policy`` is always true
-        here (DAgger has no critic to warm up)."""
+    def update(self, batch: ReplaySample) -> dict[str, float]:
+        """One supervised step on ``batch`` (this rank's share: with several ranks the loss is scaled by the share and
+        the gradients summed over the ranks, so they step as one on the whole batch)."""
+        ranks = self.ranks
         labels, executed = unpack(batch.actions)
         share = 1.0 / ranks.size if ranks is not None else 1.0
         loss = self.policy.supervised_loss(self.policy.forward_inputs(batch.obs), labels, executed)
@@ -77,7 +77,7 @@ class DAggerLearner:
         norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
         self.policy_optimizer.step()
         return {"dagger/policy_loss": loss.item(), "dagger/grad_norm": float(norm),
-                "dagger/demo_share": demo_rows / max(len(labels), 1)}
+                "dagger/demo_share": batch.demo_rows / max(len(labels), 1)}
 
     def state_dict(self) -> dict[str, Any]:
         """Its stream (the optimizer travels as the worker's ``policy_optimizer``)."""

@@ -19,7 +19,7 @@ from torch import nn
 
 from embodied.algorithms.awac import advantage_weighted_loss
 from embodied.algorithms.base import LearnerSpec
-from embodied.algorithms.sac import GradientSum, SACLearner, critic_loss, polyak_update, rank_backward, subset_min
+from embodied.algorithms.sac import SACLearner, critic_loss, polyak_update, rank_backward, subset_min
 from embodied.algorithms.sac_networks import critic_source
 from embodied.algorithms.transitions import ReplaySample
 
@@ -58,11 +58,10 @@ class IQLLearner(SACLearner):
     def rank_modules(self) -> list[nn.Module]:
         return [*super().rank_modules(), self.value]
 
-    def step(self, batch: ReplaySample, ranks: GradientSum | None = None, train_policy: bool = True,
-             demo_rows: int = 0) -> dict[str, float]:
-        """V, then Q, then (unless ``train_policy`` is False: critic warm-up) the policy, then the targets' polyak
-        step. Several ranks: as ``SACLearner.step``."""
-        c, policy = self.cfg, self.policy
+    def update(self, batch: ReplaySample) -> dict[str, float]:
+        """V, then Q, then (not in the critic warm-up) the policy, then the targets' polyak step. Several ranks: as
+        ``SACLearner.update``."""
+        c, policy, ranks, train_policy = self.cfg, self.policy, self.ranks, self.trains_policy(batch)
 
         features = self.encoder(self.inputs(batch.obs))
         detached = features.detach()

@@ -34,12 +34,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 
 from embodied.algorithms.augment import random_shift
-from embodied.algorithms.base import LearnerSpec
+from embodied.algorithms.base import LearnerRanks, LearnerSpec
 from embodied.algorithms.sac_networks import build_critics
 from embodied.algorithms.transitions import ReplaySample, chunk_reward, n_step_returns
 from embodied.core.types import MAIN_IMAGES, WRIST_IMAGES, Trajectory
@@ -118,7 +118,7 @@ def copy_buffers(target: torch.nn.Module, online: torch.nn.Module) -> None:
         t.copy_(o)
 
 
-def rank_backward(loss: torch.Tensor, params: list[torch.nn.Parameter], ranks: GradientSum | None) -> None:
+def rank_backward(loss: torch.Tensor, params: list[torch.nn.Parameter], ranks: LearnerRanks | None) -> None:
     """``loss``'s backward as one share of the ranks' whole batch (divided by their number), then its gradients
     over ``params`` summed over the ranks: the ranks step as one would on the whole batch."""
     (loss * (1.0 / ranks.size if ranks is not None else 1.0)).backward()
@@ -130,15 +130,6 @@ IMAGE_KEYS = (MAIN_IMAGES, WRIST_IMAGES)  # the inputs ``algorithm.image_shift``
 
 
 # -- the learner ------------------------------------------------------------------------------------
-
-
-class GradientSum(Protocol):
-    """What the learner asks of several actor ranks (``embodied.workers.ranks.ProcessGroup`` is one)."""
-
-    size: int
-
-    def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
-        """Sum the gradients of ``params`` over the ranks."""
 
 
 @dataclass
@@ -189,6 +180,7 @@ class SACLearner:
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=lr)
         # The augmentation's shifts, the critic subsets and the policy's noise are drawn from it (exact resume).
         self.generator = torch.Generator().manual_seed(seed)
+        self.ranks: LearnerRanks | None = None  # several actor ranks (``join``): every loss's gradients summed over them
 
     def new_critics(self, policy: Policy, cfg: SACConfig) -> torch.nn.Module:
         """The critic ensemble (a ``QEnsemble``: ``q_values(features, actions) -> [E, B]``) over ``policy``'s features
@@ -199,6 +191,17 @@ class SACLearner:
         """The critics, their targets and the target encoder: made equal to rank 0's when the ranks join (the
         temperature is a tensor the ranks' identical updates keep equal from its equal start)."""
         return [self.critics, self.target_critics, self.target_encoder]
+
+    def join(self, ranks: LearnerRanks) -> None:
+        """One of several actor ranks: ``rank_modules`` start as rank 0's; every update sums over ``ranks``."""
+        for module in self.rank_modules():
+            ranks.prepare(module)
+        self.ranks = ranks
+
+    def trains_policy(self, batch: ReplaySample) -> bool:
+        """False in the critic warm-up (``algorithm.critic_warmup_iterations`` after an SFT start): the critics
+        learn the policy's values before the policy follows them."""
+        return batch.iteration > self.cfg.warmup_iterations()
 
     def replay_actions(self, trajectory: Trajectory) -> torch.Tensor:
         """What the critics score [T, N, ...]: the executed chunks, or what the policy says stands for them
@@ -217,18 +220,17 @@ class SACLearner:
                 inputs[key] = random_shift(inputs[key], self.cfg.image_shift, self.generator)
         return inputs
 
-    def step(self, batch: ReplaySample, ranks: GradientSum | None = None, train_policy: bool = True,
-             demo_rows: int = 0) -> dict[str, float]:
+    def update(self, batch: ReplaySample) -> dict[str, float]:
         """One gradient step of the critics (and the encoder), then the policy and alpha (CleanRL's order); the
-        logged stats (this batch's). ``obs`` and ``next_obs`` are augmented independently, as DrQ does. Without
-        ``train_policy`` (critic warm-up) the policy and alpha stay; their losses are still reported. The policy's
+        logged stats (this batch's). ``obs`` and ``next_obs`` are augmented independently, as DrQ does. In the
+        critic warm-up (``trains_policy``) the policy and alpha stay; their losses are still reported. The policy's
         loss is ``policy_objective``'s, given the batch's first ``demo_rows`` rows are demonstrations.
 
-        With ``ranks`` (several actor ranks, each holding an equal share of the whole batch), every loss is
+        With several actor ranks (``join``), each holding an equal share of the whole batch, every loss is
         this share's mean divided by the number of ranks and the gradients are summed over the ranks before
         each optimizer step: the ranks step as one would on the whole batch, and stay identical.
         """
-        c, policy = self.cfg, self.policy
+        c, policy, ranks, train_policy = self.cfg, self.policy, self.ranks, self.trains_policy(batch)
 
         alpha = self.log_alpha.exp().detach()
         copy_buffers(self.target_encoder, self.encoder)
@@ -254,7 +256,7 @@ class SACLearner:
             self.critics.requires_grad_(False)  # the policy's loss moves the policy only
             pi_q = self.critics.q_values(detached, actions)
             pi_loss, parts = self.policy_objective(PolicyBatch(detached, batch.actions, q.detach(), pi_q, logprob,
-                                                               alpha, demo_rows))
+                                                               alpha, batch.demo_rows))
             self.critics.requires_grad_(True)
         if train_policy:
             self.step_policy(pi_loss, logprob, ranks)
@@ -264,7 +266,7 @@ class SACLearner:
                  "q_mean": q.detach().mean(), "target_mean": target.mean(), **parts}
         return {f"{self.name}/{key}": value.item() for key, value in stats.items()}
 
-    def step_policy(self, pi_loss: torch.Tensor, logprob: torch.Tensor, ranks: GradientSum | None) -> None:
+    def step_policy(self, pi_loss: torch.Tensor, logprob: torch.Tensor, ranks: LearnerRanks | None) -> None:
         """One optimizer step of the policy on ``pi_loss``, then of the temperature towards ``target_entropy``."""
         self.policy_optimizer.zero_grad()
         rank_backward(pi_loss, self.policy_params, ranks)

@@ -67,3 +67,5 @@ class ReplaySample:
     discount: torch.Tensor  # float32 [B], gamma ** executed sub-steps
     bootstrap: torch.Tensor  # bool [B], False where the episode terminated in the chunk
     next_obs: dict[str, torch.Tensor]  # each [B, ...], final_obs where the episode ended
+    demo_rows: int = 0  # the first rows are demonstrations (RLPD's ``algorithm.demo_ratio`` of the batch)
+    iteration: int = 1  # the run's iteration (1-based) the batch trains in: what a learner schedules by (warm-up)

@@ -53,11 +53,11 @@ def update_rate(cfg: Any, updates: int) -> float:
     import torch
 
     from embodied.env_runtime.factory import env_spec
-    from embodied.workers.offpolicy_actor import OffPolicyActorWorker
+    from embodied.workers.actor_worker import ActorWorker
 
     spec = env_spec(cfg.env)
-    worker = OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), spec, cfg.algorithm, cfg.actor,
-                                  cfg.runner.iterations, cfg.experiment.seed)
+    worker = ActorWorker(cfg.algorithm.worker_policy(cfg.policy), spec, cfg.algorithm, cfg.actor,
+                         cfg.runner.iterations, cfg.experiment.seed).training
     rows, chunk = 8 * cfg.algorithm.batch_size, cfg.policy.action_chunk
     g = torch.Generator().manual_seed(0)
     states = torch.randn(rows, spec.state_dim, generator=g)
@@ -65,10 +65,10 @@ def update_rate(cfg: Any, updates: int) -> float:
                                   torch.randn(rows, generator=g), torch.full((rows,), 0.99 ** chunk),
                                   torch.ones(rows, dtype=torch.bool), {"states": states.roll(1, 0)})
     for _ in range(2):  # warm-up: allocator, autograd graph caches
-        worker.learner.step(worker.sample()[0])
+        worker.learner.update(worker.sample())
     t0 = time.perf_counter()
     for _ in range(updates):
-        worker.learner.step(worker.sample()[0])
+        worker.learner.update(worker.sample())
     return updates / (time.perf_counter() - t0)
 
 

@@ -93,7 +93,7 @@ class OnPolicyConfig(AlgorithmConfig):
 
 @dataclass
 class OffPolicyConfig(AlgorithmConfig):
-    """Fields of the off-policy loop the engine runs (``OffPolicyActorWorker``, ``embodied.runs.offpolicy_iterations``):
+    """Fields of the off-policy loop the engine runs (``embodied.workers.replay_training``, ``embodied.runs.offpolicy_iterations``):
     replay, its pacing and weight sync; the learner's own fields are the subclass's."""
 
     off_policy: ClassVar[bool] = True
@@ -122,7 +122,7 @@ class OffPolicyConfig(AlgorithmConfig):
         return 1.0, 1
 
     def warmup_iterations(self) -> int:
-        """First iterations in which the learner trains its own networks only (``step(train_policy=False)``)."""
+        """First iterations in which the learner trains its own networks only (a batch's ``iteration`` up to it: ``OffPolicyLearner.update``)."""
         return 0
 
     def validate(self, cfg: Config) -> list[str]:

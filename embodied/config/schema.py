@@ -166,7 +166,7 @@ class AlgorithmConfig:
     ``OffPolicyConfig.learner``)."""
     off_policy: ClassVar[bool] = False
     """Trains from replay: the run gets the off-policy loop (``embodied.runs.offpolicy_iterations``) and actor
-    (``OffPolicyActorWorker``), and the policy the workers build must have Q-functions (``embodied.policy.q_functions``)."""
+    (``embodied.workers.replay_training``), and the policy the workers build must have Q-functions (``embodied.policy.q_functions``)."""
     records_observations: ClassVar[bool] = False
     """Rollout workers record each observation in the trajectory (``Trajectory.observations``) for replay."""
     needs_whole_episodes: ClassVar[bool] = False

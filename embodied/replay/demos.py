@@ -52,6 +52,8 @@ def concat_samples(first: ReplaySample, second: ReplaySample) -> ReplaySample:
     joined = {}
     for f in fields(ReplaySample):
         a, b = getattr(first, f.name), getattr(second, f.name)
+        if not isinstance(a, (dict, torch.Tensor)):  # demo_rows and iteration: the caller's to set
+            continue
         joined[f.name] = ({k: torch.cat([a[k], b[k].to(a[k].dtype)]) for k in a} if isinstance(a, dict)
                           else torch.cat([a, b]))
     return ReplaySample(**joined)
@@ -154,11 +156,14 @@ def demo_replay(data: Demonstrations, obs_keys: list[str], gamma: float, n_step:
 
 def mixed_sample(demos: ReplayBuffer, online: ReplayBuffer, batch_size: int, demo_ratio: float,
                  generator: torch.Generator) -> tuple[ReplaySample, int]:
-    """One batch, ``demo_ratio`` of it from ``demos`` and the rest from ``online`` (``split_batch``); and how many
-    rows came from demonstrations."""
+    """One batch, ``demo_ratio`` of it from ``demos`` and the rest from ``online`` (``split_batch``), its
+    ``demo_rows`` first rows from demonstrations; and how many that is."""
     n_demo, n_online = split_batch(batch_size, demo_ratio)
     if n_online == 0:
-        return demos.sample(n_demo, generator), n_demo
-    if n_demo == 0:
-        return online.sample(n_online, generator), 0
-    return concat_samples(demos.sample(n_demo, generator), online.sample(n_online, generator)), n_demo
+        batch = demos.sample(n_demo, generator)
+    elif n_demo == 0:
+        batch = online.sample(n_online, generator)
+    else:
+        batch = concat_samples(demos.sample(n_demo, generator), online.sample(n_online, generator))
+    batch.demo_rows = n_demo
+    return batch, n_demo

@@ -5,7 +5,7 @@ the actor, and, with
 One iteration ``it`` of the run (``embodied.runs.train.run``, shared with the PPO runners: eval, logging and
 checkpoints are the same) takes rollout epoch ``it`` from the producer thread (``embodied.runs.producer``,
 shared with async PPO) and has the actor add its chunk transitions to replay and make ``algorithm.utd_ratio``
-gradient updates per transition received (``OffPolicyActorWorker``). Before each epoch starts, the rollout
+gradient updates per transition received (``embodied.workers.replay_training``). Before each epoch starts, the rollout
 workers get the actor's weights if it has made ``algorithm.sync_every`` gradient updates since they last got
 them, else they act with the ones they hold.
 

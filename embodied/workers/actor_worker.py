@@ -1,9 +1,11 @@
-"""``ActorWorker``: holds the trained policy, hands each rollout's trajectories to the algorithm's on-policy learner
-(``OnPolicyLearner.update``, ``embodied.algorithms.base``) and publishes versioned weights.
+"""``ActorWorker``: holds the trained policy, hands each rollout's trajectories to the algorithm's training and
+publishes versioned weights; one worker for both families.
 
-The learner decides the update (advantages, epochs, minibatches, the learning rate); the worker owns what is the
-policy's whatever the algorithm: its optimizer, the ranks, weight sync, the weight average and checkpoint I/O,
-and never publishes weights an update left non-finite.
+The training is the family's part (``embodied.workers.training``): an on-policy learner's update over the
+trajectories (``OnPolicyTraining``: advantages, epochs, minibatches, the learning rate are the learner's), or replay,
+the UTD pacing and an off-policy learner (``embodied.workers.replay_training.ReplayTraining``). The worker owns
+what is the policy's whatever the algorithm: its optimizer, the ranks, weight sync, the weight average and
+checkpoint I/O, and never publishes weights an update left non-finite.
 
 One worker is one rank. With ``actor.num_ranks > 1`` the ranks join one process group (``join_group``,
 ``embodied.workers.ranks``): each gets its own share of the trajectories, takes its share of every
@@ -22,11 +24,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
-from embodied.algorithms.base import LearnerSpec, OnPolicyLearner, UpdateContext, build_learner
+from embodied.algorithms.base import LearnerSpec, UpdateContext
 from embodied.channels import Channel
 from embodied.checkpoint.store import (check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state,
                                        non_finite_tensors, save_policy_checkpoint)
@@ -35,19 +37,18 @@ from embodied.core.numerics import NonFiniteUpdateError
 from embodied.core.types import Trajectory
 from embodied.policy.base import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.workers.ranks import ProcessGroup, Ranks, rendezvous_address
+from embodied.workers.training import WORKER_KEYS, Training, new_training
 
 
 # The trajectories are sent when the update is asked for: they arrive within seconds; a worker that died on the
 # way is reported by the driver long before this.
 TRAJECTORY_TIMEOUT_S = 600.0
-# What the worker keeps in a checkpoint's actor entry; the learner's state_dict() sits beside, under its own keys.
-WORKER_KEYS = frozenset({"policy", "optimizer", "version", "live_policy", "policy_dir", "replay_dir"})
+__all__ = ["WORKER_KEYS", "ActorWorker"]
 
 
 class ActorWorker:
-    """Holds the trained policy and its optimizer; ``version`` counts updates."""
-
-    warms_value_head: ClassVar[bool] = True  # algorithm.critic_warmup_iterations trains the policy's value head
+    """Holds the trained policy, its optimizer and the family's ``training``; ``version`` counts weight versions
+    (an on-policy update, or an off-policy gradient update)."""
 
     def __init__(self, policy_cfg: PolicyConfig, spec: PolicySpec, algorithm: AlgorithmConfig, actor: ActorConfig,
                  total_iterations: int, seed: int, torch_threads: int = 1) -> None:
@@ -69,32 +70,20 @@ class ActorWorker:
         # What the learner is built with (build_learner), for both families.
         self.learner_spec = LearnerSpec(spec, policy_cfg.action_chunk, seed, actor.lr, total_iterations,
                                         actor.num_ranks, device)
-        self.algorithm: OnPolicyLearner | None = self._build_algorithm()
+        self.training: Training = new_training(self.policy, policy_cfg, spec, algorithm, self.learner_spec, seed)
         self._build_optimizer()
-        if self.warms_value_head and algorithm.critic_warmup_iterations > 0 and not self.value_head:
-            raise ValueError(f"algorithm.critic_warmup_iterations={algorithm.critic_warmup_iterations}: "
-                             f"policy.type={policy_cfg.type} ({type(self.policy).__name__}) names no value-head "
-                             f"parameters (Policy.value_head_prefixes), so warm-up could not train the critic alone")
-        # The worker's own random stream, for what a subclass draws (the off-policy worker's replay rows); the
-        # on-policy learner draws its minibatch order from its own (its state_dict).
-        self.generator = torch.Generator().manual_seed(seed)
         self.version = 0
         self._live: dict[str, torch.Tensor] | None = None  # the live weights while the policy holds the average
 
-    def _build_algorithm(self) -> OnPolicyLearner | None:
-        """The on-policy learner the update runs through (``algorithm.name``'s ``algorithm_class``), seeded with the
-        run's seed on every rank (the ranks draw one minibatch order)."""
-        return build_learner(self.algo, self.learner_spec)
-
-    def _new_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-        """The learner's optimizer over ``params`` (it sets the learning rate of every step)."""
-        assert self.algorithm is not None
-        return self.algorithm.new_optimizer(params, self.cfg.lr)
+    @property
+    def learner(self) -> Any:
+        """The algorithm's learner (the training's)."""
+        return self.training.learner
 
     def _build_optimizer(self) -> None:
         # Only what trains: a LoRA-wrapped backbone's frozen weights get no optimizer state.
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.optimizer = self._new_optimizer(self.params)
+        self.optimizer = self.training.policy_optimizer(self.params)
         self.device = self.params[0].device if self.params else torch.device("cpu")
         self.value_head = {id(p) for p in self.policy.value_head_parameters()}
         self._reset_average()
@@ -161,10 +150,13 @@ class ActorWorker:
 
     def join_group(self, rank: int, size: int, address: str) -> None:
         """Become rank ``rank`` of ``size``: join the process group at ``address``, make the ranks' policies one
-        (rank 0's weights broadcast, or the policy sharded) and build the optimizer over what this rank holds."""
+        (rank 0's weights broadcast, or the policy sharded), build the optimizer over what this rank holds (where
+        the training's is not the learner's own) and let the training join."""
         self.ranks = ProcessGroup(rank, size, address, self.cfg.dist_backend, self.cfg.strategy)
         self.ranks.prepare(self.policy)
-        self._build_optimizer()
+        if self.training.rebuilds_optimizer:
+            self._build_optimizer()
+        self.training.join(self.ranks, rank)
 
     def weights(self, shared: bool = False) -> tuple[int, dict[str, torch.Tensor] | None]:
         """``(version, trainable state)`` for rollout workers; ``shared`` sends no tensors (colocated).
@@ -186,20 +178,19 @@ class ActorWorker:
         return self.update([trajectory for _, trajectory in sorted(items, key=lambda item: item[0])], iteration)
 
     def update(self, trajectories: list[Trajectory], iteration: int) -> dict[str, float]:
-        """One update of the learner on this rank's ``trajectories``; returns the whole batch's train metrics. Then the
-        policy's input statistics take in the epoch's inputs and ``version`` counts the update."""
+        """The training's update on this rank's ``trajectories``; returns the whole batch's train metrics. Then the
+        policy's input statistics take in the epoch's inputs and ``version`` counts the weight versions made."""
         if self._live is not None:
             raise RuntimeError("update while the policy holds the weight average (use_average(False) first)")
-        assert self.algorithm is not None  # an on-policy run (a subclass without one overrides update)
-        metrics = self.algorithm.update(trajectories, iteration, self._context())
+        metrics, versions = self.training.update(trajectories, iteration, self._context())
         bad = non_finite_tensors({n: _local(p) for n, p in self.policy.named_parameters()})
         if self.ranks.sum(torch.tensor([float(bool(bad))])) > 0:  # finite gradients can still overflow a weight
             bad = bad or ["on another actor rank"]  # never publish or checkpoint it, and every rank stops
             raise NonFiniteUpdateError(f"update at iteration {iteration} left non-finite weights ({', '.join(bad)})")
-        # The env axis joined as Trajectory.concat joins it, chunk steps flattened as the learner's batch is.
-        self._observe({k: torch.cat([t.forward_inputs[k] for t in trajectories], 1).flatten(0, 1)
-                       for k in self.policy.observes})
-        self.version += 1
+        if trajectories:  # the env axis joined as Trajectory.concat joins it, chunk steps flattened as a batch is
+            self._observe({k: torch.cat([t.forward_inputs[k] for t in trajectories], 1).flatten(0, 1)
+                           for k in self.policy.observes})
+        self.version += versions
         return metrics
 
     def _context(self) -> UpdateContext:
@@ -217,21 +208,22 @@ class ActorWorker:
             return
         self.policy.observe({k: self.ranks.gather(forward_inputs[k]) for k in self.policy.observes})
 
-    def _learner_state(self) -> dict[str, Any]:
-        """The learner's ``state_dict()``, beside the worker's keys in the checkpoint's actor entry."""
-        assert self.algorithm is not None
-        state = self.algorithm.state_dict()
-        if state.keys() & WORKER_KEYS:
-            raise ValueError(f"the learner's state names keys the actor's own checkpoint entry holds: "
-                             f"{sorted(state.keys() & WORKER_KEYS)}")
-        return state
+    def _shares(self, in_memory: bool) -> dict[str, Any]:
+        """The ranks' own parts of the training's state (streams, replay shares): this rank's alone, or every
+        rank's as ``rank_shares`` (a collective every rank joins); ``{}`` where the ranks hold the same."""
+        mine = self.training.rank_share(in_memory)
+        if not mine:
+            return {}
+        return mine if self.ranks.size == 1 else {"rank_shares": self.ranks.gather_objects(mine)}
 
     def state(self) -> dict[str, Any]:
-        """Everything a checkpoint needs to resume the actor (rank 0's answer; every rank is asked under fsdp).
+        """Everything a checkpoint needs to resume the actor (rank 0's answer; every rank is asked under fsdp and
+        where the ranks hold shares of their own).
 
         A policy that exports itself (``exports_pretrained``) is saved as a folder by
         ``save_checkpoint``; its trainable state is here only for comparisons in memory.
         """
+        own = self._shares(in_memory=True)
         with self._averaged() as live:
             policy, optimizer = self._whole()
             if policy is None:
@@ -240,28 +232,48 @@ class ActorWorker:
             if live:  # state dicts share the parameters' storage, which the live weights overwrite on the way out
                 weights = {name: t.clone() for name, t in weights.items()}
         return {"policy": weights, "optimizer": optimizer.state_dict(), "version": self.version,
-                **self._learner_state(), **({"live_policy": live} if live else {})}
+                **self.training.checkpoint_keys(), **own, **({"live_policy": live} if live else {})}
 
     def save_checkpoint(self, path: str, extra: dict[str, Any]) -> str:
         """Write a checkpoint folder (``embodied.checkpoint.store``) from rank 0, in the one-process format whatever the
-        number of ranks (so it resumes into any number, and transformers opens an exported policy alone)."""
+        number of ranks (so it resumes into any number, and transformers opens an exported policy alone). The
+        training's files (replay) go into the same atomic write; the ranks' own parts are gathered to rank 0
+        (a collective every rank joins), which writes each rank's streams into ``rank_shares``."""
+        folder, ranks = Path(path), self.ranks
+        files, mine = self.training.files(), self.training.rank_share(in_memory=False)
+        shares = None
+        if ranks.size > 1 and mine:  # rank 0 writes its own replay from memory; the others send theirs
+            shares = ranks.gather_to_main(self.training.rank_share(in_memory=not ranks.is_main))
         with self._averaged() as live:  # policy/ holds the average: what evals measured and init_from reads
             policy, optimizer = self._whole()
-            if policy is not None and self.ranks.is_main:
-                actor_extra = {**self._learner_state(), **({"live_policy": live} if live else {})}
-                save_policy_checkpoint(Path(path), policy, optimizer, self.version, self.spec, extra, actor_extra)
+            if policy is None or not ranks.is_main:
+                return path
+            own = mine if ranks.size == 1 else (
+                {"rank_shares": [{k: v for k, v in share.items() if k != "replay"} for share in shares]}
+                if shares is not None else {})
+            actor_extra = {**self.training.checkpoint_keys(), **own, **({"live_policy": live} if live else {})}
+            write = (lambda tmp: files(tmp, shares)) if files is not None else None
+            save_policy_checkpoint(folder, policy, optimizer, self.version, self.spec, extra, actor_extra, write)
+        self.training.written(folder)  # only once the folder is whole: a failed write leaves the last one to reuse
         return path
 
     def load_state(self, state: dict[str, Any]) -> None:
-        """Resume from ``state()`` (or a checkpoint's ``actor``), saved with any number of ranks."""
+        """Resume from ``state()`` (or a checkpoint's ``actor``), saved with any number of ranks; each rank takes
+        its own share of the training's state where the ranks kept shares of their own."""
+        shares = state.get("rank_shares") or [state]
+        if len(shares) != self.ranks.size and ("replay" in shares[0] or "replay_dir" in state):
+            raise ValueError(f"runner.resume_from: the checkpoint's replay was saved by {len(shares)} actor rank(s), "
+                             f"each holding its own share; resume it with actor.num_ranks={len(shares)} (this run "
+                             f"has {self.ranks.size})")
         if self.ranks.strategy == "fsdp" and self.ranks.size > 1:
             self._load_sharded(state)
         else:
             self._load_policy(self.policy, state)
-            self.optimizer.load_state_dict(state["optimizer"])
+            if "optimizer" in state:  # (every checkpoint written by the engine holds it)
+                self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
-        assert self.algorithm is not None
-        self.algorithm.load_state_dict({k: state[k] for k in self._learner_state() if k in state})
+        mine = shares[self.ranks.rank] if len(shares) == self.ranks.size else shares[0]
+        self.training.load(state, mine, len(shares))
 
     # -- fsdp: the sharded policy as one module ----------------------------------------------------
 
@@ -292,7 +304,7 @@ class ActorWorker:
         """An unsharded CPU policy of the same config and its optimizer (same parameter order as the actor's)."""
         twin = build_policy(self.policy_cfg, self.spec)
         params = [p for p in twin.parameters() if p.requires_grad]
-        return twin, self._new_optimizer(params)
+        return twin, self.training.policy_optimizer(params)
 
     def _load_sharded(self, state: dict[str, Any]) -> None:
         """A one-process checkpoint into the sharded policy: loaded whole into a twin, then scattered."""

@@ -20,7 +20,6 @@ from embodied.workers.env_group import EnvGroup
 from embodied.workers.env_worker import EnvWorker
 from embodied.workers.faults import WorkerFailure
 from embodied.workers.link import Link
-from embodied.workers.offpolicy_actor import OffPolicyActorWorker
 from embodied.workers.restarts import Restart, RestartBudget
 from embodied.workers.rollout_worker import MultiStepRolloutWorker
 
@@ -112,8 +111,7 @@ def start_actor_group(cfg: Config, backend: Backend, spec: PolicySpec) -> Worker
                       stacklevel=3)
     policy = cfg.algorithm.worker_policy(cfg.policy)  # e.g. a noise actor over the frozen policy
     args = (policy, spec, cfg.algorithm, a, cfg.runner.iterations, cfg.experiment.seed, c.torch_threads)
-    actor_class = OffPolicyActorWorker if cfg.algorithm.off_policy else ActorWorker  # replay and its learner
-    group = backend.create(actor_class, [args] * a.num_ranks, c.actor_resources)
+    group = backend.create(ActorWorker, [args] * a.num_ranks, c.actor_resources)  # its training: the family's
     if a.num_ranks > 1:
         address = backend.wait(group.call("rendezvous"))[0]
         backend.wait(group.call_each("join_group", [(rank, a.num_ranks, address) for rank in range(a.num_ranks)]))

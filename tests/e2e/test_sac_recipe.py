@@ -109,9 +109,9 @@ def test_a_stop_the_schedule_did_not_foresee_records_the_overlapped_epoch(tmp_pa
     import os
     import signal
 
-    from embodied.workers.offpolicy_actor import OffPolicyActorWorker
+    from embodied.workers.actor_worker import ActorWorker
 
-    real_update = OffPolicyActorWorker.update
+    real_update = ActorWorker.update
 
     def update_then_stop(self, trajectories, iteration):
         out = real_update(self, trajectories, iteration)
@@ -119,7 +119,7 @@ def test_a_stop_the_schedule_did_not_foresee_records_the_overlapped_epoch(tmp_pa
             os.kill(os.getpid(), signal.SIGTERM)  # graceful stop after this iteration, whose next epoch already runs
         return out
 
-    monkeypatch.setattr(OffPolicyActorWorker, "update", update_then_stop)
+    monkeypatch.setattr(ActorWorker, "update", update_then_stop)
     result = train(load_config(RECIPE, [*SHORT, "runner.checkpoint_every=0", f"experiment.output_dir={tmp_path}"]))
     assert result.interrupted == "SIGTERM" and len(result.history) == 2
     saved = load_checkpoint(result.checkpoint)

@@ -46,7 +46,7 @@ def hits(path: Path, root: Path = ROOT) -> list[str]:
 
 def test_the_scan_sees_the_engine():
     files = engine_files()
-    assert ENGINE / "runs" / "train.py" in files and ENGINE / "workers" / "offpolicy_actor.py" in files
+    assert ENGINE / "runs" / "train.py" in files and ENGINE / "workers" / "replay_training.py" in files
     assert not any("algorithms" in p.relative_to(ENGINE).parts for p in files)
 
 

@@ -120,7 +120,7 @@ def test_the_learner_steps_the_encoder_with_the_critics_only():
         p.register_hook(lambda g: calls.__setitem__("encoder", calls["encoder"] + 1))
     policy.mean_head.weight.register_hook(lambda g: calls.__setitem__("actor", calls["actor"] + 1))
     before = {k: v.clone() for k, v in policy.feature_encoder.state_dict().items()}
-    sac.step(batch())
+    sac.update(batch())
     assert calls == {"encoder": len(encoder), "actor": 1}
     after = policy.feature_encoder.state_dict()
     assert all(not torch.equal(before[k], after[k]) for k in before if k.endswith("weight"))
@@ -132,7 +132,7 @@ def test_the_target_encoder_is_a_polyak_copy():
     assert sac.target_encoder is not sac.encoder and not any(p.requires_grad for p in sac.target_encoder.parameters())
     target = {k: v.clone() for k, v in sac.target_encoder.state_dict().items()}
     assert all(torch.equal(v, sac.encoder.state_dict()[k]) for k, v in target.items())  # starts equal
-    sac.step(batch())
+    sac.update(batch())
     online = sac.encoder.state_dict()
     for key, old in target.items():
         assert torch.allclose(sac.target_encoder.state_dict()[key], 0.75 * old + 0.25 * online[key], atol=1e-6)
@@ -155,10 +155,10 @@ def test_update_batches_are_shifted_and_independently_for_obs_and_next_obs():
 
 def test_steps_are_exact_given_the_learner_state():
     first, second = learner(make()), learner(make())
-    first.step(batch(1))
+    first.update(batch(1))
     second.policy.load_state_dict(copy.deepcopy(first.policy.state_dict()))
     second.load_state_dict(copy.deepcopy(first.state_dict()))  # as a checkpoint holds it, sharing no storage
-    a, b = first.step(batch(2)), second.step(batch(2))
+    a, b = first.update(batch(2)), second.update(batch(2))
     assert a == b
     targets = second.target_encoder.state_dict()
     assert all(torch.equal(v, targets[k]) for k, v in first.target_encoder.state_dict().items())
@@ -200,7 +200,7 @@ def test_bad_config_names_the_field():
 def test_joining_actor_ranks_starts_every_learner_copy_from_rank_0(monkeypatch):
     """join_group broadcasts each module the learner keeps a copy of: the policy (the encoder inside it), the critics,
     their targets and the target encoder, which is deep-copied from this rank's encoder before the group exists."""
-    from embodied.workers import offpolicy_actor
+    from embodied.workers import actor_worker
 
     prepared: list[torch.nn.Module] = []
 
@@ -211,14 +211,14 @@ def test_joining_actor_ranks_starts_every_learner_copy_from_rank_0(monkeypatch):
         def prepare(self, module: torch.nn.Module) -> None:
             prepared.append(module)
 
-    monkeypatch.setattr(offpolicy_actor, "ProcessGroup", Recorder)
+    monkeypatch.setattr(actor_worker, "ProcessGroup", Recorder)
     cfg = load_config(RECIPE, ["policy.channels=[8, 16]", "policy.kernel_sizes=[8, 4]", "policy.strides=[4, 2]",
                                "policy.image_features=16", "policy.hidden_sizes=[16]",
                                "algorithm.critic_hidden_sizes=[16]", "algorithm.batch_size=4"])
     spec = dataclasses.replace(SPECS["rgb"], action_low=(-1.0,) * SPECS["rgb"].action_dim,
                                action_high=(1.0,) * SPECS["rgb"].action_dim)
-    worker = offpolicy_actor.OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), spec, cfg.algorithm,
-                                                  cfg.actor, 1, seed=0)
+    worker = actor_worker.ActorWorker(cfg.algorithm.worker_policy(cfg.policy), spec, cfg.algorithm, cfg.actor, 1,
+                                      seed=0)
     worker.join_group(1, 2, "127.0.0.1:0")
     learner = worker.learner
     assert [id(m) for m in prepared] == [id(m) for m in (worker.policy, learner.critics, learner.target_critics,

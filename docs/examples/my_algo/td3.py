@@ -22,7 +22,7 @@ def critic(n_in: int, hidden: tuple[int, ...]) -> nn.Sequential:
 
 
 class TD3:
-    """What ``OffPolicyActorWorker`` steps on replay batches (``embodied.algorithms.base.OffPolicyLearner``)."""
+    """What the actor worker updates on replay batches (``embodied.algorithms.base.OffPolicyLearner``)."""
 
     name: ClassVar[str] = "td3"  # checkpoint keys (td3, td3_counters, td3_generator) and metric prefix
 
@@ -44,9 +44,19 @@ class TD3:
         self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=spec.lr)
         self.generator = torch.Generator().manual_seed(spec.seed)  # the smoothing noise: saved, so resume is exact
         self.steps = 0
+        self.ranks = None  # several actor ranks: given by join
 
-    def rank_modules(self) -> list[nn.Module]:
-        return [self.critics, self.target_critics, self.target_policy]
+    def join(self, ranks: Any) -> None:
+        """One of several actor ranks: its networks start as rank 0's, and its gradients are summed over them."""
+        for module in (self.critics, self.target_critics, self.target_policy):
+            ranks.prepare(module)
+        self.ranks = ranks
+
+    def backward(self, loss: torch.Tensor, params: list[nn.Parameter]) -> None:
+        """``loss`` as this rank's share of the whole batch, its gradients summed over the ranks."""
+        (loss / (self.ranks.size if self.ranks else 1)).backward()
+        if self.ranks:
+            self.ranks.reduce_gradients(params)
 
     def replay_actions(self, trajectory: Trajectory) -> torch.Tensor:
         return trajectory.actions  # the executed chunks [T, N, C, A]
@@ -58,9 +68,9 @@ class TD3:
         x = torch.cat([features, actions.flatten(1)], dim=-1)
         return [c(x).squeeze(-1) for c in critics]
 
-    def step(self, batch: ReplaySample, ranks: Any = None, train_policy: bool = True,
-             demo_rows: int = 0) -> dict[str, float]:
+    def update(self, batch: ReplaySample) -> dict[str, float]:
         c = self.cfg
+        train_policy = batch.iteration > c.warmup_iterations()  # algorithm.critic_warmup_iterations: critics first
         features = self.encoder(self.policy.forward_inputs(batch.obs))
         with torch.no_grad():
             next_features = self.encoder(self.policy.forward_inputs(batch.next_obs))
@@ -72,7 +82,7 @@ class TD3:
         q1, q2 = self.q(self.critics, features, batch.actions)
         critic_loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
         self.critic_optimizer.zero_grad()
-        critic_loss.backward()
+        self.backward(critic_loss, self.critic_params)
         self.critic_optimizer.step()
         self.steps += 1
         stats = {"critic_loss": critic_loss.item(), "q_mean": q1.mean().item()}
@@ -81,7 +91,7 @@ class TD3:
             actor_loss = -self.q(self.critics, features.detach(), self.policy.greedy(features.detach()))[0].mean()
             self.critics.requires_grad_(True)
             self.policy_optimizer.zero_grad()
-            actor_loss.backward()
+            self.backward(actor_loss, self.policy_params)
             self.policy_optimizer.step()
             with torch.no_grad():
                 for target_net, net in ((self.target_critics, self.critics), (self.target_policy, self.policy)):

@@ -4,6 +4,8 @@ field under ``sac``, and a saved ``sac`` config with the field set read as ``awa
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from pathlib import Path
 
@@ -53,11 +55,12 @@ def batch(seed: int, n: int = 6) -> ReplaySample:
 def three_steps(overrides: list[str], demo_rows: int) -> tuple[SACLearner, list[dict[str, float]], tuple[float, float]]:
     """The config's learner, its metrics over a critic-only step and two full ones on fixed batches, and the sums of
     the policy's and the critics' weights after them."""
-    cfg = load_config(RECIPE, [*TINY, *overrides])
+    cfg = load_config(RECIPE, [*TINY, *overrides, "algorithm.critic_warmup_iterations=1"])
     torch.manual_seed(0)
     policy = build_policy(cfg.algorithm.worker_policy(cfg.policy), SPEC)
     learner = build_learner(cfg.algorithm, LearnerSpec(SPEC, 2, 0, 0.01, 1), policy)
-    metrics = [learner.step(batch(i), demo_rows=demo_rows, train_policy=i > 0) for i in range(3)]
+    # iteration 1 is the critic warm-up (critics only), then two full steps
+    metrics = [learner.update(dataclasses.replace(batch(i), demo_rows=demo_rows, iteration=i + 1)) for i in range(3)]
     with torch.no_grad():
         sums = (float(sum(p.double().sum() for p in policy.parameters())),
                 float(sum(p.double().sum() for p in learner.critics.parameters())))
@@ -173,17 +176,17 @@ def test_a_sac_learners_state_resumes_in_awacs_learner():
 
 def test_an_awac_checkpoint_saved_under_sac_s_keys_resumes_into_awac_s_learner():
     """Before AWAC had its own name its runs saved the learner as ``sac`` (``checkpoint_aliases``)."""
-    from embodied.workers.offpolicy_actor import OffPolicyActorWorker
+    from embodied.workers.actor_worker import ActorWorker
 
     cfg = load_config(RECIPE, [*TINY, "algorithm.name=awac"])
-    first = OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor, 1, 0)
+    first = ActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor, 1, 0)
     with torch.no_grad():
         for p in first.learner.critics.parameters():
             p.add_(1.0)
     state = first.state()
     assert "awac" in state and "awac_counters" in state  # its own keys now
     old = {("sac" + k[len("awac"):] if k.startswith("awac") else k): v for k, v in state.items()}
-    second = OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor, 1, 1)
+    second = ActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor, 1, 1)
     second.load_state(old)
     for a, b in zip(first.learner.critics.parameters(), second.learner.critics.parameters(), strict=True):
         assert torch.equal(a, b)

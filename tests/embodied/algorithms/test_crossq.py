@@ -36,8 +36,8 @@ def test_ensemble_batch_norm_is_torch_s_batch_norm_per_critic():
         torch.testing.assert_close(norm.running_var[e, 0], ours[e].running_var)
 
 
-def learner(seed: int = 0) -> CrossQLearner:
-    cfg = load_config(None, TINY).algorithm
+def learner(seed: int = 0, warmup: int = 0) -> CrossQLearner:
+    cfg = load_config(None, [*TINY, f"algorithm.critic_warmup_iterations={warmup}"]).algorithm
     torch.manual_seed(seed)
     policy = build_policy(cfg.worker_policy(load_config(None, TINY).policy), SPEC)
     out = build_learner(cfg, LearnerSpec(SPEC, 2, seed, 1e-3, 1), policy)
@@ -64,7 +64,7 @@ def test_no_target_networks_and_the_policy_steps_every_policy_delay_critic_steps
     moved = []
     for i in range(6):
         before = policy_weights(lr)
-        stats = lr.step(batch(i))
+        stats = lr.update(batch(i))
         moved.append(any(not torch.equal(a, b) for a, b in zip(before, policy_weights(lr))))
         assert ("crossq/policy_loss" in stats) == moved[-1]
     assert moved == [False, False, True, False, False, True]  # policy_delay 3
@@ -72,24 +72,24 @@ def test_no_target_networks_and_the_policy_steps_every_policy_delay_critic_steps
 
 
 def test_critic_warm_up_never_steps_the_policy():
-    lr = learner()
+    lr = learner(warmup=1)
     before = policy_weights(lr)
     for i in range(4):
-        lr.step(batch(i), train_policy=False)
+        lr.update(batch(i))  # iteration 1: the warm-up
     assert all(torch.equal(a, b) for a, b in zip(before, policy_weights(lr)))
 
 
 def test_a_learner_resumed_from_its_state_steps_as_the_one_that_never_stopped():
     whole, parts = learner(), learner()
     for i in range(2):
-        whole.step(batch(i))
-        parts.step(batch(i))
+        whole.update(batch(i))
+        parts.update(batch(i))
     state = parts.state_dict()
     resumed = learner(seed=9)  # other weights and stream: all come from the state
     resumed.policy.load_state_dict(parts.policy.state_dict())
     resumed.load_state_dict(state)
     for i in range(2, 5):
-        assert resumed.step(batch(i)) == whole.step(batch(i))
+        assert resumed.update(batch(i)) == whole.update(batch(i))
     for a, b in zip(whole.critics.state_dict().values(), resumed.critics.state_dict().values(), strict=True):
         assert torch.equal(a, b)  # the running statistics too
     assert all(torch.equal(a, b) for a, b in zip(policy_weights(whole), policy_weights(resumed), strict=True))

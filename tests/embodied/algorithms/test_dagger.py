@@ -44,9 +44,9 @@ def test_steps_fit_the_labels_of_the_sub_steps_that_ran():
     executed = torch.ones(64, 2, dtype=torch.bool)
     executed[::2, 1] = False
     given = torch.where(executed[..., None], labels, 0.0)  # 0 where nothing ran, as labelled_chunk_step gives
-    first = learner.step(batch(given, executed, states))["dagger/policy_loss"]
+    first = learner.update(batch(given, executed, states))["dagger/policy_loss"]
     for _ in range(300):
-        last = learner.step(batch(given, executed, states))["dagger/policy_loss"]
+        last = learner.update(batch(given, executed, states))["dagger/policy_loss"]
     assert last < first - 2
     with torch.no_grad():
         mean = p.act({"states": states.numpy()}, deterministic=True).actions

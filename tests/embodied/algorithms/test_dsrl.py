@@ -15,7 +15,7 @@ from embodied.core.types import Trajectory
 from embodied.policies.pi0.configuration import PI0PolicyConfig
 from embodied.policies.pi0.modeling import PI0Policy
 from embodied.policies.vla.configuration import VLAConfig
-from embodied.workers.offpolicy_actor import OffPolicyActorWorker
+from embodied.workers.actor_worker import ActorWorker
 from tests.policies.test_pi0 import SPEC as PI0_SPEC
 from tests.policies.test_pi0 import observations as pi0_observations
 from tests.policies.test_vla import observations, spec
@@ -136,7 +136,7 @@ def transitions(policy: DSRLPolicy, T: int = 2, N: int = 3, seed: int = 0) -> Tr
 
 def test_updates_move_only_the_noise_policy_and_the_critics_and_sync_sends_only_it():
     cfg = load_config(RECIPE, TINY)
-    worker = OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), spec(), cfg.algorithm, cfg.actor,
+    worker = ActorWorker(cfg.algorithm.worker_policy(cfg.policy), spec(), cfg.algorithm, cfg.actor,
                                   cfg.runner.iterations, seed=0)
     policy = worker.policy
     assert isinstance(policy, DSRLPolicy)
@@ -149,8 +149,8 @@ def test_updates_move_only_the_noise_policy_and_the_critics_and_sync_sends_only_
 
     metrics = worker.update([transitions(policy)], 1)
     assert metrics["offpolicy/updates"] == 6 and metrics["replay/size"] == 6
-    assert worker.replay.storage["actions"].shape[1:] == (4, 4)  # the noise is the action
-    assert set(worker.replay.storage) >= {f"obs/{FEATURES}", f"next_obs/{FEATURES}"}
+    assert worker.training.replay.storage["actions"].shape[1:] == (4, 4)  # the noise is the action
+    assert set(worker.training.replay.storage) >= {f"obs/{FEATURES}", f"next_obs/{FEATURES}"}
     assert any(not torch.equal(v, policy.state_dict()[k]) for k, v in actor.items())
     assert all(not torch.equal(v, worker.learner.critics.state_dict()[k]) for k, v in critics.items())
     assert all(torch.equal(v, policy.frozen.state_dict()[k]) for k, v in frozen.items())

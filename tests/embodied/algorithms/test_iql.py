@@ -3,6 +3,8 @@ replay's own chunks; its checks refuse what it cannot run."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -35,8 +37,8 @@ def test_the_expectile_loss_is_minimised_by_the_expectile(expectile):
         assert float(q.mean()) + 0.1 < found < float(q.max())
 
 
-def learner() -> IQLLearner:
-    cfg = load_config(None, TINY)
+def learner(*overrides: str) -> IQLLearner:
+    cfg = load_config(None, [*TINY, *overrides])
     torch.manual_seed(0)
     policy = build_policy(cfg.algorithm.worker_policy(cfg.policy), SPEC)
     out = build_learner(cfg.algorithm, LearnerSpec(SPEC, 2, 0, 1e-3, 1), policy)
@@ -57,14 +59,14 @@ def weights(module: torch.nn.Module) -> list[torch.Tensor]:
 
 
 def test_a_step_moves_v_q_and_the_policy_and_warm_up_holds_the_policy():
-    lr = learner()
+    lr = learner("algorithm.critic_warmup_iterations=1")
     pol, val, crit = weights(lr.policy), weights(lr.value), weights(lr.critics)
-    stats = lr.step(batch(0), train_policy=False)
+    stats = lr.update(batch(0))  # iteration 1: the warm-up
     assert {"iql/v_loss", "iql/q_loss", "iql/policy_loss", "iql/advantage_mean"} <= set(stats)
     assert all(torch.equal(a, b) for a, b in zip(pol, weights(lr.policy)))  # warm-up: the policy holds
     assert not all(torch.equal(a, b) for a, b in zip(val, weights(lr.value)))
     assert not all(torch.equal(a, b) for a, b in zip(crit, weights(lr.critics)))
-    lr.step(batch(1))
+    lr.update(dataclasses.replace(batch(1), iteration=2))
     assert not all(torch.equal(a, b) for a, b in zip(pol, weights(lr.policy)))
 
 
@@ -73,19 +75,19 @@ def test_the_policy_never_asks_the_critics_about_its_own_chunks(monkeypatch):
     lr = learner()
     monkeypatch.setattr(type(lr.policy), "sample_with_logprob",
                         lambda *a, **k: (_ for _ in ()).throw(AssertionError("sampled the policy")))
-    lr.step(batch(0))
+    lr.update(batch(0))
 
 
 def test_a_learner_resumed_from_its_state_steps_as_the_one_that_never_stopped():
     whole, parts = learner(), learner()
     for i in range(2):
-        whole.step(batch(i))
-        parts.step(batch(i))
+        whole.update(batch(i))
+        parts.update(batch(i))
     resumed = learner()
     resumed.policy.load_state_dict(parts.policy.state_dict())
     resumed.load_state_dict(parts.state_dict())
     for i in range(2, 4):
-        assert resumed.step(batch(i)) == whole.step(batch(i))
+        assert resumed.update(batch(i)) == whole.update(batch(i))
 
 
 @pytest.mark.parametrize("override, words", [

@@ -102,3 +102,24 @@ def test_the_guide_s_reinforce_of_before_trains_through_the_adapter_exactly_as_t
     assert any("Reinforce.rollout_reset: how envs start a rollout epoch is now the config's" in s for s in said)
     a, b = (load_checkpoint(r.checkpoint)["actor"]["policy"] for r in (today, before))
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_guide_s_td3_of_before_trains_through_the_step_adapter_exactly_as_today_s(tmp_path, monkeypatch):
+    """docs/examples/my_algo/td3.py as the guide showed it (``rank_modules()``, ``step(batch, ranks, train_policy,
+    demo_rows)``) trains Reach through ``StepLearner``, warning once, and gives today's example's weights (``join``,
+    ``update(batch)``) to the last bit, a critic warm-up included."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    monkeypatch.setattr(base, "_WARNED", set())
+    tiny = ["env.num_envs=4", "env.max_episode_steps=10", "eval_env.num_envs=2", "runner.eval_episodes=2",
+            "runner.iterations=3", "runner.eval_every=0", "logger.backends=[]", "logger.progress_bar=false",
+            "runner.plot=false", "algorithm.batch_size=16", "algorithm.learning_starts=16", "rollout.chunk_steps=4",
+            "algorithm.critic_hidden_sizes=[16]", "policy.hidden_sizes=[16]", "algorithm.critic_warmup_iterations=1"]
+    recipe = EXAMPLES / "reach_td3.yaml"
+    today = train(load_config(recipe, [*tiny, f"experiment.output_dir={tmp_path / 'today'}"]))
+    old = "algorithm.name=tests.embodied.algorithms.legacy.td3_step:TD3StepConfig"
+    with pytest.warns(FutureWarning, match=r"td3_step.TD3 defines step\(batch, ranks, train_policy, demo_rows\)"):
+        before = train(load_config(recipe, [*tiny, old, f"experiment.output_dir={tmp_path / 'before'}"]))
+    a, b = (load_checkpoint(r.checkpoint)["actor"] for r in (today, before))
+    assert all(torch.equal(a["policy"][k], b["policy"][k]) for k in a["policy"])
+    assert a["td3"]["steps"] == b["td3"]["steps"] > 0
+    assert any("td3/actor_loss" in row for row in today.history)

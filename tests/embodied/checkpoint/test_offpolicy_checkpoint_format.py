@@ -1,6 +1,6 @@
 """Off-policy checkpoints written before algorithms were plug-ins still resume.
 
-Until then ``OffPolicyActorWorker`` named SAC itself and wrote the learner's state under the literal keys
+Until then the off-policy actor worker named SAC itself and wrote the learner's state under the literal keys
 ``"sac"`` (critics, targets, temperature, optimizers, stream), ``"sac_counters"`` (the UTD pacing) and, per rank,
 ``"sac_generator"``. The worker now writes ``<learner.name>``, ``<learner.name>_counters`` and
 ``<learner.name>_generator``; SAC's (and DSRL's) learner is named ``sac``, so those checkpoints are read as they are.
@@ -37,11 +37,12 @@ FIXTURE = Path(__file__).parent / "fixtures" / "sac_checkpoint_3809b96"
 def write_legacy_checkpoint(worker, path):
     """``worker``'s state as a pre-plug-in checkpoint folder: trainer.pt with the learner under ``"sac"``."""
     learner_state = worker.learner.state_dict()
-    actor_extra = {"sac": learner_state, "sac_counters": {"received": worker.received, "owed": worker.owed},
-                   "generator": worker.generator.get_state()}
+    training = worker.training
+    actor_extra = {"sac": learner_state, "sac_counters": {"received": training.received, "owed": training.owed},
+                   "generator": training.generator.get_state()}
     save_policy_checkpoint(path, worker.policy, worker.optimizer, worker.version, SPEC,
                            {"iteration": 1, "env_steps": 0}, actor_extra,
-                           lambda tmp: worker.replay.save(tmp / REPLAY_DIR, previous=None))
+                           lambda tmp: worker.training.replay.save(tmp / REPLAY_DIR, previous=None))
     return path
 
 
@@ -65,8 +66,8 @@ def test_a_checkpoint_in_the_pre_plug_in_layout_resumes_exactly(tmp_path, overri
 
     second = actor(*overrides)
     second.load_state(state)
-    assert (second.version, second.received, second.owed) == (first.version, first.received, first.owed)
-    assert len(second.replay) == len(first.replay)
+    assert (second.version, second.training.received, second.training.owed) == (first.version, first.training.received, first.training.owed)
+    assert len(second.training.replay) == len(first.training.replay)
     assert torch.equal(second.learner.log_alpha, first.learner.log_alpha)
     a, b = first.update([transitions(seed=5)], 3), second.update([transitions(seed=5)], 3)
     assert a == b
@@ -81,7 +82,7 @@ def test_a_checkpoint_the_code_before_the_change_wrote_resumes_and_logs_its_next
     assert set(state) == {"generator", "optimizer", "policy", "replay_dir", "sac", "sac_counters", "version"}
     worker = actor("algorithm.utd_ratio=0.5")
     worker.load_state(state)
-    assert (worker.version, worker.received, worker.owed, len(worker.replay)) == (7, 15, 0.5, 15)
+    assert (worker.version, worker.training.received, worker.training.owed, len(worker.training.replay)) == (7, 15, 0.5, 15)
     for name, value in state["sac"]["critics"].items():
         assert torch.equal(worker.learner.critics.state_dict()[name], value), name
     logged = json.loads((FIXTURE.parent / f"{FIXTURE.name}.next_update.json").read_text())

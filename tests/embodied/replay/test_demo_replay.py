@@ -18,7 +18,7 @@ from embodied.policy.base import PolicySpec
 from embodied.replay.buffer import ReplayBuffer
 from embodied.replay.demos import (concat_samples, demo_replay, fit_demos, mixed_sample, next_rows, open_demos,
                                    sparse_success_rewards, split_batch)
-from embodied.workers.offpolicy_actor import OffPolicyActorWorker
+from embodied.workers.actor_worker import ActorWorker
 
 RECIPE = Path(__file__).resolve().parents[3] / "configs" / "reach_mlp_sac.yaml"
 C, A, S = 2, 2, 3
@@ -210,8 +210,8 @@ def test_mixed_sample_draws_the_demo_ratio_from_demonstrations():
 def test_the_actor_samples_demo_ratio_of_every_batch(demos):
     cfg = load_config(RECIPE, ["policy.hidden_sizes=[8]", "algorithm.critic_hidden_sizes=[8]", "algorithm.batch_size=4",
                                "algorithm.learning_starts=1", f"policy.action_chunk={C}", f"algorithm.demos={demos}"])
-    actor = OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor, 1, 0)
-    assert actor.demos is not None and len(actor.demos) == 4
+    actor = ActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor, 1, 0)
+    assert actor.training.demos is not None and len(actor.training.demos) == 4
     from tests.embodied.runs.test_offpolicy import transitions
 
     metrics = actor.update([transitions(T=2, N=2)], 0)
@@ -229,8 +229,8 @@ def test_bc_weight_pulls_the_greedy_chunk_to_the_demonstrations_and_is_logged(de
                                    "algorithm.batch_size=4", "algorithm.learning_starts=1", "algorithm.utd_ratio=10",
                                    "actor.lr=0.01", f"policy.action_chunk={C}", f"algorithm.demos={demos}",
                                    f"algorithm.bc_weight={weight}"])
-        actor = OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor, 1, 0)
-        d = actor.demos.sample(len(actor.demos), torch.Generator().manual_seed(0))
+        actor = ActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor, 1, 0)
+        d = actor.training.demos.sample(len(actor.training.demos), torch.Generator().manual_seed(0))
         error = lambda: float(actor.policy.mode_error(d.obs["states"], d.actions).mean())  # noqa: E731
         before = error()
         metrics = actor.update([transitions(T=2, N=2)], 1)  # iteration 1: the actor trains (no critic warm-up)
@@ -251,8 +251,8 @@ def test_awr_actor_regresses_onto_replay_chunks(demos):
                                "algorithm.learning_starts=1", "algorithm.utd_ratio=10", "actor.lr=0.01",
                                f"policy.action_chunk={C}", f"algorithm.demos={demos}", "algorithm.demo_ratio=1.0",
                                "algorithm.name=awac", "algorithm.awr_temperature=1.0"])
-    actor = OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor, 1, 0)
-    d = actor.demos.sample(len(actor.demos), torch.Generator().manual_seed(0))
+    actor = ActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor, 1, 0)
+    d = actor.training.demos.sample(len(actor.training.demos), torch.Generator().manual_seed(0))
     error = lambda: float(actor.policy.mode_error(d.obs["states"], d.actions).mean())  # noqa: E731
     before = error()
     metrics = actor.update([transitions(T=2, N=2)], 1)

@@ -14,7 +14,7 @@ import torch
 from embodied.config import ConfigError, load_config
 from embodied.core.types import Trajectory
 from embodied.policy.base import PolicySpec
-from embodied.workers.offpolicy_actor import OffPolicyActorWorker
+from embodied.workers.actor_worker import ActorWorker
 
 RECIPE = Path(__file__).resolve().parents[3] / "configs" / "reach_mlp_sac.yaml"
 TINY = ["policy.hidden_sizes=[8]", "algorithm.critic_hidden_sizes=[8]", "algorithm.batch_size=4",
@@ -84,9 +84,9 @@ def transitions(T=2, N=3, seed=0, version=0) -> Trajectory:
         version=version, observations={"states": states[:-1]}, next_observations={"states": states[1:]})
 
 
-def actor(*overrides: str) -> OffPolicyActorWorker:
+def actor(*overrides: str) -> ActorWorker:
     cfg = load_config(RECIPE, [*TINY, *overrides])
-    return OffPolicyActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor,
+    return ActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor,
                                 cfg.runner.iterations, seed=0)
 
 
@@ -189,7 +189,7 @@ def test_resume_without_replay_warns_that_it_is_not_exact():
     second = actor("algorithm.checkpoint_replay=false")
     with pytest.warns(UserWarning, match="not exact"):
         second.load_state(state)
-    assert len(second.replay) == 0 and second.version == first.version
+    assert len(second.training.replay) == 0 and second.version == first.version
 
 
 def test_several_ranks_need_a_batch_they_split_evenly():
@@ -357,7 +357,7 @@ def test_a_failed_epoch_is_raised_by_the_iteration_that_would_train_on_it():
         loop.close()
 
 
-def save(worker: OffPolicyActorWorker, path: Path, iteration: int) -> Path:
+def save(worker: ActorWorker, path: Path, iteration: int) -> Path:
     worker.save_checkpoint(str(path), {"iteration": iteration, "env_steps": 0})
     return path
 
@@ -368,22 +368,22 @@ def test_a_checkpoint_holds_replay_as_chunk_files_and_resumes_exactly(tmp_path):
     first = actor()
     first.update([transitions(T=4)], 1)
     path = save(first, tmp_path / "checkpoints" / "iter_000001", 1)
-    assert (path / "replay" / "replay.json").is_file() and first.replay_files == {"written": 1, "linked": 0}
+    assert (path / "replay" / "replay.json").is_file() and first.training.replay_files == {"written": 1, "linked": 0}
     state = load_checkpoint(path)["actor"]
     assert "replay" not in state and state["replay_dir"] == str(path / "replay")
     second = actor()
     second.load_state(state)
-    assert len(second.replay) == 12
+    assert len(second.training.replay) == 12
     # the resumed actor reuses the chunks of the checkpoint it resumed from where they did not change
     again = save(second, tmp_path / "checkpoints" / "iter_000001_again", 1)
-    assert second.replay_files == {"written": 0, "linked": 1}
+    assert second.training.replay_files == {"written": 0, "linked": 1}
     assert (again / "replay" / "chunk_000000.bin").stat().st_ino == (path / "replay" / "chunk_000000.bin").stat().st_ino
     a, b = first.update([transitions(seed=5)], 2), second.update([transitions(seed=5)], 2)
     assert a == b
     for k, v in first.learner.critics.state_dict().items():
         assert torch.equal(v, second.learner.critics.state_dict()[k])
     save(second, tmp_path / "checkpoints" / "iter_000002", 2)
-    assert second.replay_files == {"written": 1, "linked": 0}  # the one chunk grew: written again
+    assert second.training.replay_files == {"written": 1, "linked": 0}  # the one chunk grew: written again
 
 
 def test_checkpoint_replay_false_writes_no_replay_folder(tmp_path):
@@ -396,7 +396,7 @@ def test_checkpoint_replay_false_writes_no_replay_folder(tmp_path):
     second = actor("algorithm.checkpoint_replay=false")
     with pytest.warns(UserWarning, match="not exact"):
         second.load_state(load_checkpoint(path)["actor"])
-    assert len(second.replay) == 0
+    assert len(second.training.replay) == 0
 
 
 def test_a_full_disk_while_saving_replay_names_the_path_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
@@ -423,11 +423,11 @@ def test_a_full_disk_while_saving_replay_names_the_path_and_keeps_the_previous_c
         save(worker, target, 2)
     assert sorted(p.name for p in checkpoints.iterdir()) == ["iter_000001"]  # no half-written one, no temp folder
     assert {p.relative_to(good): p.read_bytes() for p in good.rglob("*") if p.is_file()} == before
-    assert worker.saved_replay == good / "replay"  # the next checkpoint reuses the good one's chunks
+    assert worker.training.saved_replay == good / "replay"  # the next checkpoint reuses the good one's chunks
     assert find_checkpoint(tmp_path) == good
     resumed = actor()
     resumed.load_state(load_checkpoint(good)["actor"])
-    assert len(resumed.replay) == 12 and resumed.version == 12  # iteration 1's 12 transitions and updates
+    assert len(resumed.training.replay) == 12 and resumed.version == 12  # iteration 1's 12 transitions and updates
     monkeypatch.undo()
     save(worker, target, 2)  # with room again the same checkpoint goes through
     assert load_checkpoint(target)["iteration"] == 2
@@ -436,6 +436,6 @@ def test_a_full_disk_while_saving_replay_names_the_path_and_keeps_the_previous_c
 def test_algorithm_n_step_reaches_the_actors_replay():
     worker = actor("algorithm.n_step=3", "algorithm.gamma=0.5")
     worker.update([transitions(T=4)], 1)  # 3 envs; chunks of 2 executed sub-steps, no episode ends
-    discounts = worker.replay.storage["discount"][:12].reshape(4, 3)
+    discounts = worker.training.replay.storage["discount"][:12].reshape(4, 3)
     expected = torch.tensor([0.5 ** 6, 0.5 ** 6, 0.5 ** 4, 0.5 ** 2])  # windows of 3, 3, 2 (epoch end), 1 chunks
     assert torch.equal(discounts, expected[:, None].expand(4, 3))

@@ -61,14 +61,14 @@ def actor(algorithm: PPOConfig, accumulation: int = 1) -> ActorWorker:
 def test_the_learner_is_lent_the_policy_and_its_state_resumes():
     worker = actor(CountingConfig(update_epochs=1, num_minibatches=1), accumulation=2)
     worker.update([rollout(worker.policy, mlp_obs(2, 1), 2, 1)], 1)
-    lent = worker.algorithm.lent
+    lent = worker.learner.lent
     assert lent.policy is worker.policy and lent.optimizer is worker.optimizer and lent.ranks is worker.ranks
     assert (lent.version, lent.micro_batches, lent.lr, lent.total_iterations) == (0, 2, 1e-3, 3)
     state = worker.state()
     assert state["counting_updates"] == 1 and "generator" in state and worker.version == 1
     resumed = actor(CountingConfig(update_epochs=1, num_minibatches=1))
     resumed.load_state(state)
-    assert resumed.algorithm.updates == 1 and resumed.version == 1
+    assert resumed.learner.updates == 1 and resumed.version == 1
 
 
 def test_a_learner_state_that_names_a_key_of_the_worker_is_refused():
