@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from embodied.config.algorithm import OnPolicyConfig, RolloutReset
+from embodied.algorithms.ppo_config import PPOLoopConfig
+from embodied.config.algorithm import RolloutReset
 from embodied.core import seeds
 
 if TYPE_CHECKING:
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class GRPOConfig(OnPolicyConfig):
+class GRPOConfig(PPOLoopConfig):
     """The ``algorithm:`` section of a GRPO run: no critic, so no discount, GAE or value loss; every rollout epoch
     resets all envs and runs one episode per env (``needs_whole_episodes``)."""
 
@@ -43,9 +44,6 @@ class GRPOConfig(OnPolicyConfig):
             p.append(f"algorithm.clip_coef: must be > 0, got {self.clip_coef}")
         if not self.ent_coef >= 0:
             p.append(f"algorithm.ent_coef: must be >= 0, got {self.ent_coef}")
-        if self.critic_warmup_iterations > 0:  # the worker's warm-up steps the value head alone: GRPO's loss has none
-            p.append(f"algorithm.critic_warmup_iterations: GRPO trains no critic (its loss has no value term), so a "
-                     f"warm-up would only hold the policy still; set 0, got {self.critic_warmup_iterations}")
         for name in ("clip_coef_low", "clip_coef_high"):
             value = getattr(self, name)
             if value is not None and not value > 0:

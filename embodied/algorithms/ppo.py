@@ -207,7 +207,7 @@ class PPO:
             proximal = torch.where(fresh, batch["logprobs"], self._proximal_logprobs(batch, ctx))
             batch["behaviour_logprobs"], batch["logprobs"] = batch["logprobs"], proximal
         size = batch["values"].shape[0]
-        warmup = iteration <= c.critic_warmup_iterations
+        warmup = iteration <= c.warmup_iterations()
         stats: dict[str, list[float]] = {}
         skipped = 0
         for epoch in range(c.update_epochs):

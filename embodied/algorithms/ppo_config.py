@@ -15,14 +15,32 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class PPOConfig(OnPolicyConfig):
+class PPOLoopConfig(OnPolicyConfig):
+    """What PPO's update loop (``ppo.PPO.update``) reads beyond the family's fields: an early stop on the KL, and
+    minibatches with a non-finite loss skipped. GRPO and RLOO run the same loop."""
+
+    target_kl: float | None = None  # stop the update early when approx_kl exceeds this
+    # A minibatch with a NaN/inf loss or gradient is skipped and counted (off: the run stops).
+    skip_nonfinite_updates: bool = False
+
+    def validate(self, cfg: Config) -> list[str]:
+        p = super().validate(cfg)
+        if self.target_kl is not None and not self.target_kl > 0:
+            p.append(f"algorithm.target_kl: must be > 0 (or null), got {self.target_kl}")
+        return p
+
+
+@dataclass
+class PPOConfig(PPOLoopConfig):
     """The ``algorithm:`` section of a PPO run (Schulman et al. 2017), the default: clipped policy gradient with
-    GAE and a value head (the on-policy update's fields are ``OnPolicyConfig``'s)."""
+    GAE and a value head (the loop's fields are ``PPOLoopConfig``'s and ``OnPolicyConfig``'s)."""
 
     algorithm_class: ClassVar[str] = "embodied.algorithms.ppo:PPO"
     staleness_correction: ClassVar[bool] = True  # decoupled PPO: runner.mode=async trains on older weights' data
 
     name: str = "ppo"  # registered algorithm name
+    # First iterations train only the policy's value head, after SFT, before the policy moves.
+    critic_warmup_iterations: int = 0
     gamma: float = 0.99  # discount per chunk step
     gae_lambda: float = 0.95  # GAE lambda
     clip_coef: float = 0.2  # PPO ratio clip (and value clip when clip_vloss)
@@ -38,8 +56,16 @@ class PPOConfig(OnPolicyConfig):
     # (producers wait rather than run further ahead); 0 is synchronous PPO.
     max_staleness: int = 1
 
+    def warmup_iterations(self) -> int:
+        return self.critic_warmup_iterations
+
+    def staleness_limit(self) -> int:
+        return self.max_staleness
+
     def validate(self, cfg: Config) -> list[str]:
         p = super().validate(cfg)
+        if self.critic_warmup_iterations < 0:
+            p.append(f"algorithm.critic_warmup_iterations: must be >= 0, got {self.critic_warmup_iterations}")
         if not 0.0 < self.gamma <= 1.0:
             p.append(f"algorithm.gamma: must be in (0, 1], got {self.gamma}")
         if not 0.0 <= self.gae_lambda <= 1.0:

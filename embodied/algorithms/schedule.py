@@ -16,7 +16,7 @@ def learning_rate(cfg: OnPolicyConfig, lr: float, total_iterations: int, iterati
     if cfg.anneal_lr:
         lr *= 1.0 - (iteration - 1) / max(total_iterations, 1)
     warm = cfg.lr_warmup_iterations
-    policy_iteration = iteration - cfg.critic_warmup_iterations  # the value head alone trains before
+    policy_iteration = iteration - cfg.warmup_iterations()  # the value head alone trains before
     if warm and policy_iteration > 0:
         steps = cfg.update_epochs * cfg.num_minibatches
         lr *= min(1.0, (policy_iteration - 1 + (step + 1) / steps) / warm)

@@ -28,23 +28,25 @@ class RolloutReset:
 
 @dataclass
 class OnPolicyConfig(AlgorithmConfig):
-    """Fields of the on-policy update its learner runs (``OnPolicyLearner.update``, PPO's): epochs of minibatches over
-    one rollout's trajectories, with the optimizer and its learning-rate schedule."""
+    """What every on-policy learner reads (``OnPolicyLearner.update``): epochs of minibatches over one rollout's
+    trajectories, the gradient clip, and the optimizer with its learning-rate schedule
+    (``embodied.algorithms.schedule``). What one loop alone reads is its own config's (PPO's early stop and critic
+    warm-up: ``embodied.algorithms.ppo_config``)."""
 
     update_epochs: int = 4  # passes over each rollout batch
     num_minibatches: int = 4  # minibatches per pass
     max_grad_norm: float = 0.5  # gradient-norm clip
-    target_kl: float | None = None  # stop the update early when approx_kl exceeds this
-    # A minibatch with a NaN/inf loss or gradient is skipped and counted (off: the run stops).
-    skip_nonfinite_updates: bool = False
-    # First iterations train only the policy's value head, after SFT, before the policy moves.
-    critic_warmup_iterations: int = 0
     adam_eps: float = 1e-5  # Adam epsilon (actor.lr is the learning rate)
     anneal_lr: bool = True  # decay the learning rate linearly to 0 over runner.iterations
     # Iterations over which the learning rate rises linearly from 0, per optimizer step, counted from the first
-    # policy update (after critic_warmup_iterations). Adam's first steps move every weight by about lr
+    # policy update (after warmup_iterations()). Adam's first steps move every weight by about lr
     # whatever its gradient, before its second-moment estimate settles.
     lr_warmup_iterations: int = 0
+
+    def warmup_iterations(self) -> int:
+        """First iterations that train only the policy's value head (PPO's ``critic_warmup_iterations``, after SFT):
+        the policy holds, and the learning-rate schedule starts after them."""
+        return 0
 
     def rollout_reset(self, iteration: int, num_envs: int, seed: int) -> RolloutReset | None:
         """How the envs start rollout ``iteration`` (1-based) of a run of ``experiment.seed`` ``seed``: reset every
@@ -62,10 +64,6 @@ class OnPolicyConfig(AlgorithmConfig):
                      f"got {self.num_minibatches}")
         if not self.max_grad_norm > 0:
             p.append(f"algorithm.max_grad_norm: must be > 0, got {self.max_grad_norm}")
-        if self.target_kl is not None and not self.target_kl > 0:
-            p.append(f"algorithm.target_kl: must be > 0 (or null), got {self.target_kl}")
-        if self.critic_warmup_iterations < 0:
-            p.append(f"algorithm.critic_warmup_iterations: must be >= 0, got {self.critic_warmup_iterations}")
         if not self.adam_eps > 0:
             p.append(f"algorithm.adam_eps: must be > 0, got {self.adam_eps}")
         if self.lr_warmup_iterations < 0:

@@ -161,9 +161,8 @@ class AlgorithmConfig:
     name: str = ""  # registered algorithm name (see embodied.core.registry.ALGORITHMS); each subclass sets its own
 
     algorithm_class: ClassVar[str] = ""
-    """``"module:attr"`` of what trains with this config: an ``embodied.algorithms.base.OnPolicyLearner`` class
-    (on-policy, built as ``cls(config, seed)``) or an ``OffPolicyLearner`` class (off-policy, built by
-    ``OffPolicyConfig.learner``)."""
+    """``"module:attr"`` of what trains with this config: an ``embodied.algorithms.base.OnPolicyLearner`` class or an
+    ``OffPolicyLearner`` class, built by ``embodied.algorithms.base.build_learner``."""
     off_policy: ClassVar[bool] = False
     """Trains from replay: the run gets the off-policy loop (``embodied.runs.offpolicy_iterations``) and actor
     (``embodied.workers.replay_training``), and the policy the workers build must have Q-functions (``embodied.policy.q_functions``)."""
@@ -174,11 +173,17 @@ class AlgorithmConfig:
     a rollout's chunk steps must cover the env's episode cap (``whole_episode_problems``)."""
     staleness_correction: ClassVar[bool] = False
     """Corrects for data acted by older weights than those it trains (decoupled PPO), so ``runner.mode: async``
-    may feed it trajectories up to its config's ``max_staleness`` (a field it must have) versions old."""
+    may feed it trajectories up to ``staleness_limit()`` versions old."""
 
     needs_q_functions: ClassVar[bool] = False
     """Its learner trains Q-functions the policy provides (``embodied.policy.q_functions``): the policy the workers build
     must have them, which is checked before any worker starts."""
+
+    def staleness_limit(self) -> int:
+        """How many weight versions older than the actor's a trajectory may be when trained on, under
+        ``runner.mode: async`` (0: synchronous). An algorithm with ``staleness_correction`` says (PPO's
+        ``max_staleness``)."""
+        return 0
 
     def validate(self, cfg: Config) -> list[str]:
         """Problems only this algorithm can see, in its own fields or against the rest of ``cfg``, each prefixed by

@@ -10,7 +10,7 @@ steps, without stopping the envs, and every chunk step records the version it ac
 
 Bounded staleness through a capacity gate: the producer starts rollout ``i`` (0-based, counted
 from the start of this process) only once the actor has published version ``v0 + i - s``, with
-``s = algorithm.max_staleness``. Rollout ``i`` is trained on by update ``i``, when the actor is at
+``s = algorithm.staleness_limit()`` (PPO's ``max_staleness``). Rollout ``i`` is trained on by update ``i``, when the actor is at
 version ``v0 + i``, so no trajectory is ever more than ``s`` versions old and at most ``s + 1``
 rollouts are produced but not yet trained on; a producer that runs ahead waits instead of
 dropping work. ``s = 0`` is the sync loop (rollout, update, in turn) to the last bit.
@@ -38,7 +38,7 @@ class AsyncIterations(EpochProducer):
 
     def __init__(self, workers: Workers, cfg: Config) -> None:
         self.cfg = cfg
-        self.staleness = cfg.algorithm.max_staleness
+        self.staleness = cfg.algorithm.staleness_limit()
         if (os.cpu_count() or 1) < 2:
             warnings.warn("runner.mode=async on a machine with one CPU: env, rollout and actor work cannot overlap, "
                           "so it runs no faster than runner.mode=sync", stacklevel=2)

@@ -92,7 +92,7 @@ def start_rollout_group(cfg: Config, backend: Backend, spec: PolicySpec, train: 
     c = cfg.cluster
     a = cfg.algorithm
     # An async run holds up to max_staleness + 1 epochs in flight; else at most two (an overlapped off-policy run).
-    hold = a.max_staleness + 2 if a.staleness_correction else HOLD_EPOCHS  # type: ignore[attr-defined]
+    hold = a.staleness_limit() + 2 if a.staleness_correction else HOLD_EPOCHS
     policy = a.worker_policy(cfg.policy)  # e.g. a noise actor over the frozen policy
     return backend.create(MultiStepRolloutWorker, [
         (r, policy, spec, train.rollout_links[r] if train else None, evaluation.rollout_links[r], shared,

@@ -68,8 +68,8 @@ class OnPolicyTraining:
 
     def __init__(self, policy: Policy, policy_cfg: PolicyConfig, algorithm: AlgorithmConfig, spec: LearnerSpec) -> None:
         self.learner: OnPolicyLearner = build_learner(algorithm, spec)  # seeded alike on every rank: one order
-        if algorithm.critic_warmup_iterations > 0 and not list(policy.value_head_parameters()):
-            raise ValueError(f"algorithm.critic_warmup_iterations={algorithm.critic_warmup_iterations}: "
+        if algorithm.warmup_iterations() > 0 and not list(policy.value_head_parameters()):
+            raise ValueError(f"algorithm.critic_warmup_iterations={algorithm.warmup_iterations()}: "
                              f"policy.type={policy_cfg.type} ({type(policy).__name__}) names no value-head "
                              f"parameters (Policy.value_head_prefixes), so warm-up could not train the critic alone")
         self.lr = spec.lr

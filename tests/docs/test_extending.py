@@ -152,7 +152,7 @@ def test_the_register_call_of_the_doc_gives_a_short_name(monkeypatch, tmp_path):
 @pytest.mark.parametrize("override,words", [
     ("algorithm.clip_coef=0.2", "algorithm.clip_coef: not a field of algorithm"),  # unknown fields, by name
     ("algorithm.gamma=1.5", "algorithm.gamma: must be in (0, 1]"),  # its validate()
-    ("algorithm.target_kl=0.1", "algorithm.target_kl: REINFORCE does not use it"),  # an inherited field it ignores
+    ("algorithm.target_kl=0.1", "algorithm.target_kl: not a field of algorithm"),  # PPO's loop's, not the family's
     ("env.auto_reset=true", "env.auto_reset: algorithm.name=my_algo.reinforce_config:ReinforceConfig runs one "
                             "episode per env"),  # needs_whole_episodes
     ("rollout.chunk_steps=3", "rollout.chunk_steps: algorithm.name=my_algo.reinforce_config:ReinforceConfig needs "

@@ -32,10 +32,6 @@ class ReinforceConfig(OnPolicyConfig):
         p = super().validate(cfg)  # OnPolicyConfig's checks: epochs, minibatches, clip, optimizer
         if not 0.0 < self.gamma <= 1.0:
             p.append(f"algorithm.gamma: must be in (0, 1], got {self.gamma}")
-        # OnPolicyConfig fields this learner does not read are refused, never ignored
-        for field, unused in (("target_kl", None), ("critic_warmup_iterations", 0), ("skip_nonfinite_updates", False)):
-            if getattr(self, field) != unused:
-                p.append(f"algorithm.{field}: REINFORCE does not use it; leave it out, got {getattr(self, field)}")
         if cfg.actor.num_ranks != 1 or cfg.actor.grad_accumulation_steps != 1:
             p.append("actor.num_ranks / actor.grad_accumulation_steps: REINFORCE here steps one rank on whole "
                      "minibatches; set both 1")

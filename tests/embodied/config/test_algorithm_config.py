@@ -134,4 +134,23 @@ def test_a_registered_algorithm_of_neither_kind_is_refused(monkeypatch):
 def test_grpo_refuses_a_critic_warm_up_it_has_no_critic_for():
     msg = error_of(["algorithm.name=grpo", "algorithm.critic_warmup_iterations=2", "env.auto_reset=false",
                     "env.max_episode_steps=16"])
-    assert "algorithm.critic_warmup_iterations: GRPO trains no critic" in msg
+    assert "algorithm.critic_warmup_iterations: not a field of algorithm 'grpo' (GRPOConfig)" in msg
+
+
+def test_the_on_policy_base_holds_only_what_every_on_policy_learner_reads():
+    """``OnPolicyConfig``: epochs, minibatches, the clip and the optimizer with its schedule, which REINFORCE, PPO
+    and GRPO all read; PPO's loop and PPO's own fields live in their configs, and the engine asks methods (a
+    warm-up, the staleness an async run may feed) that PPO's config answers with its fields."""
+    from embodied.algorithms.grpo_config import GRPOConfig
+    from embodied.algorithms.ppo_config import PPOConfig, PPOLoopConfig
+    from embodied.config.algorithm import OnPolicyConfig
+
+    shared = {f.name for f in dataclasses.fields(OnPolicyConfig)}
+    assert shared == {"name", "update_epochs", "num_minibatches", "max_grad_norm", "adam_eps", "anneal_lr",
+                      "lr_warmup_iterations"}
+    loop = {f.name for f in dataclasses.fields(PPOLoopConfig)} - shared
+    assert loop == {"target_kl", "skip_nonfinite_updates"} and issubclass(GRPOConfig, PPOLoopConfig)
+    assert "critic_warmup_iterations" not in {f.name for f in dataclasses.fields(GRPOConfig)}
+    assert (OnPolicyConfig().warmup_iterations(), OnPolicyConfig().staleness_limit()) == (0, 0)
+    ppo = PPOConfig(critic_warmup_iterations=3, max_staleness=2)
+    assert (ppo.warmup_iterations(), ppo.staleness_limit()) == (3, 2)
