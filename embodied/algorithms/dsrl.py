@@ -42,7 +42,7 @@ from torch import nn
 from embodied.algorithms.sac import SACLearner
 from embodied.checkpoint.store import check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state
 from embodied.core import rng
-from embodied.core.types import STATES, NoiseSteering, Obs, PolicyOutput
+from embodied.core.types import STATES, NoiseSteering, Obs, PolicyOutput, Trajectory
 from embodied.policy.base import Policy, PolicyConfig, PolicySpec, build_policy
 from embodied.policy.config import policy_config_class
 
@@ -214,9 +214,6 @@ class DSRLPolicy(Policy):
             return {FEATURES: acted.forward_inputs[FEATURES]}
         return {FEATURES: self._features(obs)}
 
-    def replay_actions(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor) -> torch.Tensor:
-        """The critics score the noise, not the chunk it was decoded into."""
-        return forward_inputs[NOISE]
 
 
 class DSRLLearner(SACLearner):
@@ -225,3 +222,7 @@ class DSRLLearner(SACLearner):
 
     name: ClassVar[str] = "dsrl"
     checkpoint_aliases: ClassVar[tuple[str, ...]] = ("sac",)  # DSRL runs saved before it had a name of its own
+
+    def replay_actions(self, trajectory: Trajectory) -> torch.Tensor:
+        """The critics score the noise the chunk was decoded from (recorded by ``DSRLPolicy.act``), not the chunk."""
+        return trajectory.forward_inputs[NOISE]

@@ -204,9 +204,9 @@ class SACLearner:
         return batch.iteration > self.cfg.warmup_iterations()
 
     def replay_actions(self, trajectory: Trajectory) -> torch.Tensor:
-        """What the critics score [T, N, ...]: the executed chunks, or what the policy says stands for them
-        (``Policy.replay_actions``: DSRL's initial noise)."""
-        return self.policy.replay_actions(trajectory.forward_inputs, trajectory.actions)
+        """What the critics score [T, N, ...]: the executed chunks (a variant may keep what stands for them: DSRL's
+        initial noise)."""
+        return trajectory.actions
 
     def demo_actions(self, actions: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
         """Demonstrated chunks [N, C, A] as replay holds them: as they are."""

@@ -123,11 +123,6 @@ class Policy(nn.Module, abc.ABC):
         """
         return {k: v for k, v in obs.items() if isinstance(v, np.ndarray)}
 
-    def replay_actions(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor) -> torch.Tensor:
-        """The actions an off-policy learner's critics score, from a trajectory's ``forward_inputs`` and executed
-        ``actions`` [T, N, C, A]: by default the chunks themselves (DSRL: the initial noise it chose)."""
-        return actions
-
     def observe(self, forward_inputs: dict[str, torch.Tensor]) -> None:
         """Update input statistics from a rollout batch [N, ...]; the actor calls it after each update.
 

@@ -5,11 +5,12 @@ noise policy's tensors alone, and the bad input named before any worker starts."
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from embodied.algorithms.dsrl import FEATURES, NOISE, DSRLPolicy, DSRLPolicyConfig
+from embodied.algorithms.dsrl import FEATURES, NOISE, DSRLLearner, DSRLPolicy, DSRLPolicyConfig
 from embodied.config import ConfigError, load_config
 from embodied.core.types import Trajectory
 from embodied.policies.pi0.configuration import PI0PolicyConfig
@@ -106,7 +107,9 @@ def test_replay_keeps_the_features_act_computed_and_the_noise_as_the_action(poli
     calls = []
     monkeypatch.setattr(policy.frozen, "steer", lambda o: calls.append(o) or pytest.fail("recomputed"))
     assert policy.replay_observation(obs, out) == {FEATURES: out.forward_inputs[FEATURES]}
-    assert torch.equal(policy.replay_actions(out.forward_inputs, out.actions), out.forward_inputs[NOISE])
+    trajectory = SimpleNamespace(forward_inputs={k: v[None] for k, v in out.forward_inputs.items()},
+                                 actions=out.actions[None])  # [T=1, N, ...]
+    assert torch.equal(DSRLLearner.replay_actions(None, trajectory)[0], out.forward_inputs[NOISE])  # the learner's
     assert torch.equal(policy.forward_inputs({FEATURES: out.forward_inputs[FEATURES]})[FEATURES],
                        out.forward_inputs[FEATURES])  # an obs as replay holds it
     assert torch.equal(policy.value(obs), torch.zeros(2)) and not calls
