@@ -8,9 +8,8 @@ and demonstrations (RLPD's replay), it improves on them without first unlearning
     advantage = ensemble_q(q, policy_q) - ensemble_q(pi_q, policy_q)                 # [B], no gradient
     loss = advantage_weighted_loss(policy.mode_error(features, actions), advantage, awr_temperature, awr_max_weight)
 
-Its checkpoints and metrics are ``awac``'s; a checkpoint that saved it as ``sac`` (a run that was ``sac`` with
-``awr_temperature`` set, before AWAC was an algorithm of its own) resumes as ``awac`` (``checkpoint_aliases``,
-``loader.saved_form``).
+Its checkpoints and metrics are ``awac``'s; a checkpoint that saved it as ``sac`` resumes as ``awac``
+(``AWACConfig.checkpoint_moves``, ``embodied.checkpoint.migrate``; its config through ``loader.saved_form``).
 """
 
 from __future__ import annotations
@@ -41,7 +40,6 @@ class AWACLearner(SACLearner):
 
     cfg: AWACConfig
     name: ClassVar[str] = "awac"
-    checkpoint_aliases: ClassVar[tuple[str, ...]] = ("sac",)  # AWAC runs saved before it had a name of its own
 
     def policy_objective(self, b: PolicyBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """AWAC's loss (``advantage_weighted_loss``): replay's chunks weighted by their advantage over the policy's

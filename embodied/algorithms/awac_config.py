@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from embodied.algorithms.sac_config import SACConfig
+from embodied.algorithms.sac_config import SACConfig, learner_moves
+from embodied.config.schema import KeyMove
 
 if TYPE_CHECKING:
     from embodied.config.schema import Config
@@ -22,6 +23,7 @@ class AWACConfig(SACConfig):
 
     algorithm_class: ClassVar[str] = "embodied.algorithms.awac:AWACLearner"
     split_off: ClassVar[dict[str, str]] = {}  # SAC's awr_temperature is this algorithm's own field
+    checkpoint_moves: ClassVar[tuple[KeyMove, ...]] = learner_moves("awac", saved_as="sac")
 
     name: str = "awac"  # registered algorithm name
     # Temperature of the advantage weights exp(advantage / awr_temperature), in units of the reward: lower follows

@@ -107,13 +107,6 @@ class RecordedFeatures(nn.Module):
         return inputs[FEATURES].float()
 
 
-def _renamed_noise_policy(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
-    """A state dict saved when the noise policy was ``DSRLPolicy.actor``: its ``actor.*`` keys read as
-    ``noise_policy.*``."""
-    for key in [k for k in state_dict if k.startswith(f"{prefix}actor.")]:
-        state_dict[f"{prefix}noise_policy.{key[len(prefix) + len('actor.'):]}"] = state_dict.pop(key)
-
-
 class DSRLPolicy(Policy):
     """A tanh-Gaussian noise policy over a frozen flow policy; implements
     ``embodied.policy.q_functions.QFunctionPolicy``
@@ -142,8 +135,6 @@ class DSRLPolicy(Policy):
         noise_space = PolicySpec(state_dim=size, image_shape=None, action_dim=dim, action_low=(-s,) * dim,
                                  action_high=(s,) * dim)  # mlp_sac scales its tanh into the bounds: tanh(u) * s
         self.noise_policy = build_policy(noise_config, noise_space)
-        # Checkpoints written before the rename hold its tensors as "actor.*"
-        self.register_load_state_dict_pre_hook(_renamed_noise_policy)
         # Before any update, greedy DSRL is the frozen policy's ODE from zero noise on every obs. An untrained mean
         # head instead picks an arbitrary noise per obs from features of any scale (π0's prefix means): with it,
         # greedy success before the first update measured 79.7 / 82.0 / 39.8% on seeds 0 / 1 / 2 of one checkpoint.
@@ -221,7 +212,6 @@ class DSRLLearner(SACLearner):
     ``dsrl``'s."""
 
     name: ClassVar[str] = "dsrl"
-    checkpoint_aliases: ClassVar[tuple[str, ...]] = ("sac",)  # DSRL runs saved before it had a name of its own
 
     def replay_actions(self, trajectory: Trajectory) -> torch.Tensor:
         """The critics score the noise the chunk was decoded from (recorded by ``DSRLPolicy.act``), not the chunk."""

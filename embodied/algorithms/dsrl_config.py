@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from embodied.algorithms.sac_config import SACConfig
+from embodied.algorithms.sac_config import SACConfig, learner_moves
+from embodied.config.schema import KeyMove
 from embodied.config.validate import OBS_MODE_GIVES
 
 if TYPE_CHECKING:
@@ -23,6 +24,10 @@ class DSRLConfig(SACConfig):
 
     algorithm_class: ClassVar[str] = "embodied.algorithms.dsrl:DSRLLearner"
     policy_head: ClassVar[str] = ""  # the frozen flow policy is steered as it is; the noise policy is DSRL's own
+    checkpoint_moves: ClassVar[tuple[KeyMove, ...]] = (
+        *learner_moves("dsrl", saved_as="sac"),
+        KeyMove("policy:actor.", "policy:noise_policy.", 3, "the noise policy is the policy ('actor' is the training "
+                "worker)"))
 
     name: str = "dsrl"  # registered algorithm name
     noise_scale: float = 1.0  # the noise policy's output is tanh(u) * noise_scale, per noise entry
@@ -59,6 +64,6 @@ class DSRLConfig(SACConfig):
         if self.demos is not None:
             p.append("algorithm.demos: demonstrations hold env chunks, but DSRL's actions are the frozen policy's "
                      "initial noise, which a chunk does not give (RLPD is algorithm.name=sac); unset it")
-        if self.n_step != 1:  # as before the split: DSRL's replay keeps one-chunk TD targets
+        if self.n_step != 1:  # DSRL's replay keeps one-chunk TD targets
             p.append(f"algorithm.n_step: algorithm.name={self.name} needs 1, got {self.n_step}")
         return p

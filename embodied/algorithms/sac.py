@@ -156,8 +156,6 @@ class SACLearner:
     """
 
     name: ClassVar[str] = "sac"  # checkpoint keys and metric prefix (a variant: its own)
-    # Keys an older checkpoint holds this learner's state under (a variant's saved as "sac" before it had a name)
-    checkpoint_aliases: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, policy: Policy, cfg: SACConfig, spec: LearnerSpec) -> None:
         self.policy, self.cfg = policy, cfg
@@ -304,12 +302,10 @@ class SACLearner:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.critics.load_state_dict(state["critics"])
         self.target_critics.load_state_dict(state["target_critics"])
-        self.target_encoder.load_state_dict(state.get("target_encoder", {}))  # saved without one: states (no weights)
+        self.target_encoder.load_state_dict(state["target_encoder"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        # "actor_optimizer": its key in checkpoints written before SAC's actor was called the policy
-        self.policy_optimizer.load_state_dict(state["policy_optimizer" if "policy_optimizer" in state
-                                                    else "actor_optimizer"])
+        self.policy_optimizer.load_state_dict(state["policy_optimizer"])
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
         self.generator.set_state(state["generator"])

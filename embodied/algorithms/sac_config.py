@@ -21,9 +21,23 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from embodied.config.algorithm import TDConfig
+from embodied.config.schema import KeyMove
 
 if TYPE_CHECKING:
     from embodied.config.schema import Config
+
+
+def learner_moves(name: str, saved_as: str | None = None) -> tuple[KeyMove, ...]:
+    """Where a checkpoint of the SAC family kept its learner's state: under ``saved_as`` (a variant's, written
+    before it had a name of its own: ``"sac"``), its policy's optimizer as ``actor_optimizer``, and no target
+    encoder where the policy's features have no weights (states)."""
+    moves = [KeyMove(f"{saved_as}{suffix}", f"{name}{suffix}", 3, f"algorithm.name={name}'s learner state has its "
+                     f"own key") for suffix in ("", "_counters", "_generator")] if saved_as else []
+    return (*moves,
+            KeyMove(f"{name}.actor_optimizer", f"{name}.policy_optimizer", 3,
+                    "SAC's actor is the policy ('actor' is the training worker)"),
+            KeyMove("", f"{name}.target_encoder", 3, "a states policy's features have no weights, so the target "
+                    "encoder saved nothing", default={}))
 
 
 @dataclass
@@ -38,6 +52,7 @@ class SACConfig(TDConfig):
     needs_q_functions: ClassVar[bool] = True
     policy_head: ClassVar[str] = "tanh_gaussian"
     split_off: ClassVar[dict[str, str]] = {"awr_temperature": "awac"}  # AWAC's policy loss is an algorithm of its own
+    checkpoint_moves: ClassVar[tuple[KeyMove, ...]] = learner_moves("sac")
 
     name: str = "sac"  # registered algorithm name
     tau: float = 0.005  # polyak rate of the target critics (target <- (1 - tau) target + tau online)
@@ -95,3 +110,4 @@ class SACConfig(TDConfig):
                      f"and there are none (algorithm.demos={self.demos}, algorithm.demo_ratio={self.demo_ratio}); set "
                      f"both, or bc_weight=0")
         return p
+

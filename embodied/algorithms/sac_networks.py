@@ -8,9 +8,8 @@ hidden layer (``algorithm.critic_layernorm``, RLPD's), of hidden widths ``algori
 - ``EnsembleLinear``: ``E`` independent linear layers applied in one batched matmul, ``[E, in, out]``.
 - ``MLPQEnsemble``: every critic in one batched pass (``embodied.policy.q_functions.QEnsemble``).
 
-Built where and as the policies built them before (same sizes, same order of draws), so the same seed gives the
-same critics, and their state dicts (``critics``, ``target_critics`` in a checkpoint's learner state) keep their
-keys (the widths were ``policy.critic_hidden_sizes`` then; the loader names their new place).
+Their widths are ``algorithm.critic_hidden_sizes``; their state dicts are a checkpoint's ``critics`` and
+``target_critics`` in the learner's state.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from embodied.checkpoint.migrate import FORMAT_VERSION, migrate
 from embodied.config.schema import algorithm_config_class
 from embodied.core.atomic import DiskFullError, atomic_dir, disk_full, remove_temp_files
 from embodied.core.registry import UnknownNameError
@@ -47,7 +48,6 @@ TRAINER_FILE = "trainer.pt"
 POLICY_DIR = "policy"
 REPLAY_DIR = "replay"
 MANIFEST_FILE = "manifest.json"
-FORMAT_VERSION = 2  # 1: trainer.pt (+ policy/) without a manifest
 PACKAGES = ("embodied", "torch", "numpy", "gymnasium", "mujoco", "transformers", "peft")
 
 
@@ -157,8 +157,8 @@ def non_finite_tensors(tensors: dict[str, Any], limit: int = 3) -> list[str]:
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """The trainer state of a checkpoint folder, verified; ``actor.policy_dir`` names its exported policy and
-    ``actor.replay_dir`` its replay folder, if it has them.
+    """The trainer state of a checkpoint folder, verified and in today's form (``embodied.checkpoint.migrate``);
+    ``actor.policy_dir`` names its exported policy and ``actor.replay_dir`` its replay folder, if it has them.
 
     Raises ``CheckpointError`` naming the file and what is wrong: missing, failing its checksums,
     not loadable with ``weights_only=True``, or holding non-finite weights.
@@ -176,6 +176,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
                               f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{trainer}: not a checkpoint (holds a {type(state).__name__}, not a dict)")
+    manifest = read_manifest(trainer.parent) if trainer.name == TRAINER_FILE else None
+    state = migrate(state, int(manifest.get("format_version", 1)) if manifest else 1)  # older formats: today's form
     actor = state.get("actor")
     if isinstance(actor, dict) and isinstance(actor.get("policy"), dict):
         bad = non_finite_tensors(actor["policy"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from dataclasses import dataclass
 import difflib
 import re
 import types
@@ -182,21 +183,35 @@ def _algorithm_class(data: dict[str, Any], path: str) -> type[AlgorithmConfig]:
         raise ConfigError(f"{_join(path, 'name')}: {exc}") from None
 
 
-# Fields that moved to another section: where they are now (an old recipe is told, not just refused).
-MOVED = {"actor.adam_eps": "algorithm.adam_eps", "actor.anneal_lr": "algorithm.anneal_lr",
-         "actor.lr_warmup_iterations": "algorithm.lr_warmup_iterations",
-         "policy.critic_hidden_sizes": "algorithm.critic_hidden_sizes"}  # the critics are SAC's, not the policy's
+@dataclass(frozen=True)
+class FieldChange:
+    """A config field that moved or was renamed: an old recipe is told where it went, a saved config is read in
+    today's form (``saved_form``). ``old`` and ``new`` are either dotted paths (a field moved to another section)
+    or bare names (a field renamed in place, in every section whose class has ``new`` and not ``old``)."""
 
-# Fields renamed so that a word means one thing: (config class, old name) -> (new name, why).
-RENAMED = {("Resources", "placement"): ("group_strategy", "the strategy of a Ray placement group; 'placement' alone is "
-                                       "cluster.placement: colocated or disaggregated"),
-           # SAC's actor is the policy ("actor" is the training worker's word); DSRL's critics are SAC's
-           ("SACConfig", "actor_q"): ("policy_q", "what the policy maximises over the critics; 'actor' is the "
-                                      "training worker"),
-           ("DSRLConfig", "noise_actor_hidden_sizes"): ("noise_policy_hidden_sizes", "the noise policy's layers; "
-                                                        "'actor' is the training worker"),
-           ("DSRLConfig", "noise_critic_hidden_sizes"): ("critic_hidden_sizes", "SAC's critics' widths, DSRL's "
-                                                         "among them")}
+    old: str
+    new: str
+    since: int  # the checkpoint format (embodied.checkpoint.migrate.FORMAT_VERSION) whose saved configs hold ``new``
+    why: str
+
+
+# Every field change, in one table (a field that split off into an algorithm of its own: AlgorithmConfig.split_off).
+FIELD_CHANGES = (
+    FieldChange("actor.adam_eps", "algorithm.adam_eps", 3, "the optimizer's settings are the algorithm's"),
+    FieldChange("actor.anneal_lr", "algorithm.anneal_lr", 3, "the optimizer's settings are the algorithm's"),
+    FieldChange("actor.lr_warmup_iterations", "algorithm.lr_warmup_iterations", 3,
+                "the optimizer's settings are the algorithm's"),
+    FieldChange("policy.critic_hidden_sizes", "algorithm.critic_hidden_sizes", 3, "the critics are SAC's, not the "
+                "policy's"),
+    FieldChange("placement", "group_strategy", 3, "the strategy of a Ray placement group; 'placement' alone is "
+                "cluster.placement: colocated or disaggregated"),
+    FieldChange("actor_q", "policy_q", 3, "what the policy maximises over the critics; 'actor' is the training worker"),
+    FieldChange("noise_actor_hidden_sizes", "noise_policy_hidden_sizes", 3, "the noise policy's layers; 'actor' is "
+                "the training worker"),
+    FieldChange("noise_critic_hidden_sizes", "critic_hidden_sizes", 3, "SAC's critics' widths, DSRL's among them"),
+)
+MOVED = {c.old: c.new for c in FIELD_CHANGES if "." in c.old}  # section.field -> section.field
+RENAMED = {c.old: c for c in FIELD_CHANGES if "." not in c.old}  # field -> its change, within a section
 
 
 def saved_form(raw: dict[str, Any]) -> dict[str, Any]:
@@ -248,10 +263,10 @@ def _rename(cls: type, data: Any, path: str) -> None:
             cls = _algorithm_class({"name": default_algorithm_name(), **data}, path)
     except ConfigError:
         return  # from_dict says what is wrong
-    for c in cls.__mro__:
-        for (owner, old), (new, _why) in RENAMED.items():
-            if owner == c.__name__ and old in data:
-                data.setdefault(new, data.pop(old))
+    fields = {f.name for f in dataclasses.fields(cls)}
+    for old, change in RENAMED.items():
+        if old in data and change.new in fields and old not in fields:
+            data.setdefault(change.new, data.pop(old))
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if dataclasses.is_dataclass(hints[f.name]) and f.name in data:
@@ -264,10 +279,9 @@ def _unknown_field(cls: type, path: str, key: str, fields: list[str], name: Any 
     where = _join(path, key)
     close = difflib.get_close_matches(key, fields, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    renamed = [RENAMED[c.__name__, key] for c in cls.__mro__ if (c.__name__, key) in RENAMED]  # DSRL's are SAC's too
-    if renamed:
-        new, why = renamed[0]
-        return f"{where}: renamed to {_join(path, new)} ({why})"
+    change = RENAMED.get(key)
+    if change is not None and change.new in fields:
+        return f"{where}: renamed to {_join(path, change.new)} ({change.why})"
     split = getattr(cls, "split_off", {}).get(key)
     if split:
         return (f"{where}: not a field of algorithm {name!r} ({cls.__name__}) any more, it split off into algorithm "

@@ -154,6 +154,19 @@ class ExpertLabels:
         return self.mix * self.mix_decay ** max(iteration - 1, 0)
 
 
+@dataclass(frozen=True)
+class KeyMove:
+    """A change to where a checkpoint's actor entry keeps a thing (``embodied.checkpoint.migrate``): ``old`` to
+    ``new``, dotted paths into the entry (``"sac.actor_optimizer"``), or a state dict's path and a prefix of its keys
+    (``"policy:actor."``), or, ``old`` empty, a key a format added and the value ``default`` that stands for it."""
+
+    old: str
+    new: str
+    since: int  # the first checkpoint format that writes ``new`` (embodied.checkpoint.migrate.FORMAT_VERSION)
+    why: str
+    default: Any = None
+
+
 @dataclass
 class AlgorithmConfig:
     """Fields every algorithm has. Subclasses add their own, each with a default and a doc line."""
@@ -210,6 +223,10 @@ class AlgorithmConfig:
     ``algorithm.name`` (SAC's ``awr_temperature`` is AWAC's). A recipe that sets one is refused with the algorithm to
     name; a saved config that set one is read as that algorithm where its config extends this one, and one that left
     it null without it (``embodied.config.loader.saved_form``)."""
+
+    checkpoint_moves: ClassVar[tuple[KeyMove, ...]] = ()
+    """Where this algorithm's checkpoints kept things before (its learner's state under another name, a renamed
+    optimizer, a policy's renamed modules): ``embodied.checkpoint.migrate`` brings an older checkpoint forward."""
 
     def worker_policy(self, policy: PolicyConfig) -> PolicyConfig:
         """The policy the workers build for this algorithm: ``trained_policy(policy)``, or what the algorithm wraps

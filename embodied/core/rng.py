@@ -115,7 +115,7 @@ def randint(high: int, shape: Sequence[int], device: torch.device | str | None =
 
 def sample(dist: Distribution) -> torch.Tensor:
     """A draw of ``dist`` (a Normal, an Independent Normal or a Categorical) from this thread's stream; with no
-    stream set, ``dist.sample()`` itself (so a policy used on its own draws exactly as before)."""
+    stream set, ``dist.sample()`` itself (so a policy used on its own draws from the global generator)."""
     if _STREAM.get() is None:
         return dist.sample()
     base = dist.base_dist if isinstance(dist, Independent) else dist

@@ -33,7 +33,7 @@ Writing streams (``dataset_writer``, ``DatasetWriter``): episodes are taken one 
 ``arrow_array``, never Python objects) appended to the current file, and a file that holds
 ``SHARD_MB`` is closed for the next. The files, ``state.json`` and ``dataset_info.json`` are those
 ``Dataset.save_to_disk`` writes for that many shards, so readers see no difference between a
-dataset written in one file and one written in many, and older folders read as before.
+dataset written in one file and one written in many.
 """
 
 from __future__ import annotations

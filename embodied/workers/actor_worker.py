@@ -30,6 +30,7 @@ import torch
 
 from embodied.algorithms.base import LearnerSpec, UpdateContext
 from embodied.channels import Channel
+from embodied.checkpoint.migrate import migrate_actor
 from embodied.checkpoint.store import (check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state,
                                        non_finite_tensors, save_policy_checkpoint)
 from embodied.config import ActorConfig, AlgorithmConfig
@@ -260,6 +261,7 @@ class ActorWorker:
     def load_state(self, state: dict[str, Any]) -> None:
         """Resume from ``state()`` (or a checkpoint's ``actor``), saved with any number of ranks; each rank takes
         its own share of the training's state where the ranks kept shares of their own."""
+        migrate_actor(state, type(self.algo).checkpoint_moves)  # an older entry in today's form
         shares = state.get("rank_shares") or [state]
         if len(shares) != self.ranks.size and ("replay" in shares[0] or "replay_dir" in state):
             raise ValueError(f"runner.resume_from: the checkpoint's replay was saved by {len(shares)} actor rank(s), "

@@ -63,7 +63,7 @@ def release_freed_memory() -> bool:
 # freed, MuJoCo's MjData arenas (13-15 MiB each for the built-in tasks, mostly never touched) come from the
 # heap, and every restart or replay that rebuilds them leaves resident holes there. A Reach soak's driver grew
 # ~226 MiB/h that way while its objects stayed flat. Below the threshold (rollout arrays, a tiny VLA's
-# activations) the heap keeps serving, as before.
+# activations) the heap keeps serving.
 MMAP_THRESHOLD_BYTES = 8 << 20
 
 

@@ -17,7 +17,7 @@ weights stay identical.
 
 Checkpoints hold the learner's state (``OffPolicyLearner.state_dict``: its networks, optimizers, stream) in trainer.pt
 under the learner's own name (``OffPolicyLearner.name``: ``<name>``, ``<name>_counters`` and, per rank,
-``<name>_generator``; a learner's ``checkpoint_aliases`` name the keys an older checkpoint holds it under) and,
+``<name>_generator``; ``embodied.checkpoint.migrate`` brings an older checkpoint's keys forward) and,
 unless ``algorithm.checkpoint_replay`` is off, the replay buffer as chunk files in the checkpoint's ``replay/``
 folder (``ReplayBuffer.save``), in the same atomic write as the policy: a full disk leaves the previous checkpoint as
 it was. Chunks unchanged since the checkpoint this actor last wrote or resumed from are hard-linked from it. With
@@ -180,12 +180,11 @@ class ReplayTraining:
             self.saved_replay = folder / REPLAY_DIR
 
     def load(self, state: dict[str, Any], mine: dict[str, Any], shares: int) -> None:
-        """The learner (under its name, or one of its ``checkpoint_aliases``), the streams and, if saved, replay
-        (without it replay restarts empty)."""
+        """The learner (under its name), the streams and, if saved, replay (without it replay restarts empty)."""
         if "generator" in mine:
             self.generator.set_state(mine["generator"])
-        key = next((k for k in (self.prefix, *getattr(self.learner, "checkpoint_aliases", ())) if k in state), None)
-        if key is not None:  # the learner's own name, or the one an older checkpoint saved it under
+        key = self.prefix if self.prefix in state else None
+        if key is not None:
             self.learner.load_state_dict(state[key])
             if f"{key}_generator" in mine:
                 self.learner.generator.set_state(mine[f"{key}_generator"])

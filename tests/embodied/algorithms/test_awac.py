@@ -122,7 +122,8 @@ def test_awac_by_name_logs_what_sac_with_awr_temperature_logged(case):
 def test_awac_is_registered_and_is_sac_with_its_own_two_fields():
     assert ALGORITHMS.resolve("awac") is AWACConfig and AWACConfig().name == "awac"
     assert AWACConfig.algorithm_class == "embodied.algorithms.awac:AWACLearner"
-    assert AWACLearner.name == "awac" and AWACLearner.checkpoint_aliases == ("sac",)  # its own keys; older ones read
+    assert AWACLearner.name == "awac"  # its own keys; older ones are moved (AWACConfig.checkpoint_moves)
+    assert ("sac", "awac") in {(m.old, m.new) for m in AWACConfig.checkpoint_moves}
     assert {"awr_temperature", "awr_max_weight"} <= set(AWACConfig.__dataclass_fields__)
     assert "awr_temperature" not in SACConfig.__dataclass_fields__
     cfg = load_config(RECIPE, ["algorithm.name=awac"])
@@ -175,7 +176,8 @@ def test_a_sac_learners_state_resumes_in_awacs_learner():
 
 
 def test_an_awac_checkpoint_saved_under_sac_s_keys_resumes_into_awac_s_learner():
-    """Before AWAC had its own name its runs saved the learner as ``sac`` (``checkpoint_aliases``)."""
+    """Before AWAC had its own name its runs saved the learner as ``sac``: ``embodied.checkpoint.migrate`` moves the
+    keys (``AWACConfig.checkpoint_moves``), from a checkpoint folder or from an entry without a config."""
     from embodied.workers.actor_worker import ActorWorker
 
     cfg = load_config(RECIPE, [*TINY, "algorithm.name=awac"])

@@ -187,8 +187,13 @@ def test_dsrl_on_an_mlp_is_refused_by_name():
 
 
 def test_a_state_dict_saved_when_the_noise_policy_was_called_actor_loads(policy):
-    """Checkpoints written before the rename hold the noise policy's tensors as ``actor.*``."""
+    """Checkpoints written before the rename hold the noise policy's tensors as ``actor.*``: DSRL's
+    ``checkpoint_moves`` bring them to ``noise_policy.*`` (``embodied.checkpoint.migrate``)."""
+    from embodied.algorithms.dsrl_config import DSRLConfig
+    from embodied.checkpoint.migrate import migrate_actor
+
     old = {f"actor.{k[len('noise_policy.'):]}": v + 1 for k, v in policy.state_dict().items()}
+    entry = migrate_actor({"policy": dict(old)}, DSRLConfig.checkpoint_moves)
     twin = DSRLPolicy(dsrl_config(), spec())
-    twin.load_state_dict(old)
+    twin.load_state_dict(entry["policy"])
     assert all(torch.equal(v, old[f"actor.{k[len('noise_policy.'):]}"]) for k, v in twin.state_dict().items())

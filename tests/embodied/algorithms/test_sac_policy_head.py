@@ -101,13 +101,14 @@ def test_init_from_a_checkpoint_of_the_alias_fits_the_plain_type_under_sac(tmp_p
         check_init_from(str(tmp_path / "ppo"), trained)  # PPO's Gaussian MLP: another head
 
 
-def test_the_learner_reads_the_optimizer_key_of_checkpoints_before_the_rename():
+def test_the_worker_reads_the_optimizer_key_of_checkpoints_before_the_rename():
+    """SAC's ``actor_optimizer`` of before is moved to ``policy_optimizer`` (``SACConfig.checkpoint_moves``)."""
     first = actor()
     first.update([transitions(T=4)], 1)
-    state = first.learner.state_dict()
-    state["actor_optimizer"] = state.pop("policy_optimizer")
+    entry = first.state()
+    entry["sac"]["actor_optimizer"] = entry["sac"].pop("policy_optimizer")
     second = actor()
-    second.learner.load_state_dict(state)
+    second.load_state(entry)
     assert second.learner.policy_optimizer.state_dict()["state"].keys() == \
         first.learner.policy_optimizer.state_dict()["state"].keys()
     assert all(torch.equal(a["exp_avg"], b["exp_avg"]) for a, b in zip(
