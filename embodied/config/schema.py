@@ -371,6 +371,9 @@ class SFTConfig:
     epochs: int = 20  # passes over the training episodes
     batch_size: int = 256  # chunk steps per gradient step
     lr: float = 1e-3  # Adam learning rate
+    # The learning rate over the run's steps: "constant", or "cosine", decayed from lr to 0 along a half cosine
+    # (LeRobot's default for its policies), so the last steps settle rather than move the weights by about lr.
+    lr_schedule: Literal["constant", "cosine"] = "constant"
     weight_decay: float = 0.0  # AdamW weight decay
     max_grad_norm: float = 1.0  # gradient-norm clip
     val_fraction: float = 0.1  # episodes held out for the validation loss

@@ -86,6 +86,8 @@ def sft(cfg: Config) -> SFTResult:
         fit_input_statistics(policy, train_set, cfg.sft.batch_size)
         params = [p for p in policy.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=cfg.sft.lr, weight_decay=cfg.sft.weight_decay)
+        schedule = (torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total, eta_min=0.0)
+                    if cfg.sft.lr_schedule == "cosine" else None)
         logger = MetricLogger(cfg.logger, run_dir, run_dir.name, to_dict(cfg), total, 0, None)
         step, window, t0 = 0, [], time.perf_counter()
 
@@ -102,11 +104,14 @@ def sft(cfg: Config) -> SFTResult:
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, cfg.sft.max_grad_norm)
                 optimizer.step()
+                if schedule is not None:
+                    schedule.step()
                 window.append(float(loss.detach()))
                 evaluating = step == total or bool(cfg.sft.eval_every and step % cfg.sft.eval_every == 0)
                 if evaluating or step % cfg.sft.log_every == 0:
                     metrics = {"sft/train_loss": float(np.mean(window)), "sft/epoch": step / len(loader),
-                               "sft/samples_per_s": len(window) * cfg.sft.batch_size / (time.perf_counter() - t0)}
+                               "sft/samples_per_s": len(window) * cfg.sft.batch_size / (time.perf_counter() - t0),
+                               "sft/lr": optimizer.param_groups[0]["lr"]}
                     window, t0 = [], time.perf_counter()
                     if len(val_set):
                         metrics["sft/val_loss"] = validation_loss(policy, val_set, cfg.sft.batch_size)

@@ -192,3 +192,20 @@ def test_a_list_of_folders_trains_as_one_dataset_and_a_misfit_member_is_named(tm
     with pytest.raises(ConfigError, match=r"sft.dataset\[1\]: an empty path"):
         load_config(None, [*REACH, f"sft.dataset=[{reach_demos}, '']"])
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_cosine_schedule_decays_the_learning_rate_to_zero_over_the_run(tmp_path, reach_demos):
+    """``sft.lr_schedule: cosine`` (LeRobot's default): lr at the first step, half of it midway, 0 at the last;
+    ``constant`` keeps lr throughout."""
+    cosine = run_sft(tmp_path / "cos", reach_demos, "sft.epochs=4", "sft.log_every=1", "sft.lr=0.002",
+                     "sft.lr_schedule=cosine", "runner.eval_episodes=8")
+    rates = [m["sft/lr"] for m in cosine.history]
+    total = len(rates)
+    assert rates[0] == pytest.approx(0.002 * (1 + math.cos(math.pi / total)) / 2)  # after the first step
+    assert rates[-1] == pytest.approx(0.0, abs=1e-12) and all(a >= b for a, b in zip(rates, rates[1:]))
+    assert rates[total // 2 - 1] == pytest.approx(0.001, rel=1e-6)
+    constant = run_sft(tmp_path / "const", reach_demos, "sft.epochs=2", "sft.log_every=1", "sft.lr=0.002",
+                       "runner.eval_episodes=8")
+    assert {m["sft/lr"] for m in constant.history} == {0.002}
+    with pytest.raises(ConfigError, match="sft.lr_schedule"):
+        load_config(None, ["sft.lr_schedule=linear"])
