@@ -61,8 +61,20 @@ class Sizes:
     def of(cls, quick: bool) -> Sizes:
         if quick:
             return cls((8,), (4,), (1,), 400, (), 4, 4, False, False, (8, 2, 4, 2))
-        return cls((8, 32, 128, 256), (8, 32), (1, 2, 4), 20_000, ("Push-v0", "PickPlace-v0"), 32, 16, True, True,
+        return cls((8, 32, 128, 256), (8, 32), (1, 2, 4), 20_000, other_builtin_tasks(2), 32, 16, True, True,
                    (200, 4, 8, 8))
+
+
+def other_builtin_tasks(count: int) -> tuple[str, ...]:
+    """The first ``count`` built-in tasks after the default one, in the registry's order (the env catalog's family
+    of built-in tasks): the bench names none itself."""
+    from embodied.core.registry import ENVS
+    from embodied.env_runtime.catalog import FAMILIES, EnvDescription
+
+    builtin = FAMILIES[-1][1]
+    ids = [name for name in ENVS.names(declared_order=True)
+           if EnvDescription(name, ENVS.entry_point(name), [], "").family == builtin and name != TASK]
+    return tuple(ids[:count])
 
 
 @dataclass
@@ -149,33 +161,31 @@ def throughput(report: Report, sizes: Sizes, chunk: int) -> None:
 def pipelining(report: Report, sizes: Sizes) -> None:
     """rgb observations: rollout with 1 and 2 stages beside the ideal from the env's and the policy's own
     times, for the CNN (a cheap policy: little to gain) and the tiny VLA (costs comparable to the env's)."""
-    from embodied.policies.cnn.configuration import CNNConfig
-    from embodied.policies.vla.configuration import VLAConfig
-
-    cases = [("CNN", CNNConfig(action_chunk=4), ["policy.type=cnn", "policy.action_chunk=4"])]
+    cases = [("CNN", ["policy.type=cnn", "policy.action_chunk=4"])]
     if sizes.vla:
-        vla = ["policy.type=vla", "policy.model_path=tiny:smolvlm-tiny", "policy.action_chunk=4"]
-        cases.append(("tiny VLA", VLAConfig(model_path="tiny:smolvlm-tiny", action_chunk=4), vla))
-    for name, policy_config, overrides in cases:
-        report.pipelining.append(_pipeline_case(name, policy_config, overrides, sizes))
+        cases.append(("tiny VLA", ["policy.type=vla", "policy.model_path=tiny:smolvlm-tiny", "policy.action_chunk=4"]))
+    for name, overrides in cases:
+        report.pipelining.append(_pipeline_case(name, overrides, sizes))
 
 
-def _pipeline_case(name: str, policy_config: Any, overrides: list[str], sizes: Sizes) -> dict[str, Any]:
+def _pipeline_case(name: str, overrides: list[str], sizes: Sizes) -> dict[str, Any]:
+    """The policy and the env as a run's config builds them (registry lookups: the bench names neither)."""
     import numpy as np
     import torch
 
-    from embodied.envs.chunked import ChunkedVectorEnv
-    from embodied.envs.reach import ReachEnv
-    from embodied.env_runtime.factory import policy_spec
+    from embodied.config import load_config
+    from embodied.env_runtime.factory import env_spec, make_vector_env
     from embodied.policy.base import build_policy
 
     n, chunk, steps = sizes.pipeline_envs, 4, sizes.pipeline_envs * 4 * (4 if sizes.steps < 1000 else 16)
-    venv = ChunkedVectorEnv([lambda: ReachEnv(obs_mode="rgb", max_episode_steps=50) for _ in range(n)])
+    cfg = load_config(None, [f"env.id={TASK}", "env.obs_mode=rgb", "env.max_episode_steps=50",
+                             "env.vectorization=per_env", *overrides])
+    venv = make_vector_env(cfg.env, n)
     try:
         obs = venv.reset(seed=0)
-        space = venv.envs[0]
-        policy = build_policy(policy_config, policy_spec(space.observation_space, space.action_space))
-        actions = np.zeros((n, chunk, venv.action_dim), dtype=np.float32)
+        spec = env_spec(cfg.env)
+        policy = build_policy(cfg.policy, spec)
+        actions = np.zeros((n, chunk, spec.action_dim), dtype=np.float32)
         env_s, policy_s = [], []
         for _ in range(5):
             t0 = time.perf_counter()

@@ -16,7 +16,9 @@ import math
 import time
 from dataclasses import dataclass
 
-TASK = "Reach-v0"
+from embodied.config.schema import default_env_id
+
+TASK = default_env_id()  # the default recipe's task
 
 
 @dataclass

@@ -23,7 +23,7 @@ import yaml
 from embodied.config.schema import AlgorithmConfig, Config, algorithm_config_class, default_algorithm_name
 from embodied.config.validate import validate
 from embodied.core.registry import UnknownNameError
-from embodied.policy.config import PolicyConfig, policy_config_class
+from embodied.policy.config import PolicyConfig, default_policy_type, policy_config_class
 
 
 class ConfigError(ValueError):
@@ -169,7 +169,7 @@ def from_dict(cls: type, data: Any, path: str) -> Any:
 
 
 def _policy_class(data: dict[str, Any], path: str) -> type[PolicyConfig]:
-    name = data.get("type", PolicyConfig.type)
+    name = data.get("type", default_policy_type())
     try:
         return policy_config_class(str(name))
     except (UnknownNameError, ImportError, TypeError) as exc:

@@ -58,7 +58,7 @@ class ClusterConfig:
 class EnvConfig:
     # A registered env id or 'package.module:attr' (see `embodied list envs`); or a mixture: a list of ids, or a
     # named set (e.g. libero-pro-object), whose members share observation and action spaces and split num_envs.
-    id: str | list[str] = "Reach-v0"
+    id: str | list[str] = field(default_factory=lambda: default_env_id())
     num_envs: int = 32  # N: parallel envs in the training batch
     weights: list[float] | None = None  # a mixture's relative share of num_envs per member (null: equal shares)
     obs_mode: Literal["state", "rgb", "state+rgb"] = "state"  # which observation keys the env produces
@@ -246,6 +246,14 @@ def algorithm_config_class(name: str) -> type[AlgorithmConfig]:
     return cls
 
 
+DEFAULT_ENV = "embodied.envs:DEFAULT_ID"  # the default recipe's task, which the engine does not name
+
+
+def default_env_id() -> str:
+    """``env.id`` when a config leaves it out."""
+    return str(load_entry_point(DEFAULT_ENV))
+
+
 def default_algorithm_name() -> str:
     """``algorithm.name`` when a config leaves it out."""
     return str(load_entry_point(DEFAULT_ALGORITHM))
@@ -304,7 +312,7 @@ class ExtraEval:
 
         problems = [] if self.episodes >= 1 else [f"{path}.episodes: must be >= 1, got {self.episodes}"]
         if not self.id.strip():
-            return problems + [f"{path}.id: an env id or a named set is needed (e.g. LIBERO-Object-Swap-v0)"]
+            return problems + [f"{path}.id: an env id or a named set is needed (`embodied list envs`)"]
         if self.id in ENV_SETS and self.name:
             problems.append(f"{path}.name: {self.id} is a named set of several envs, each logged under its own id")
         if "/" in self.name:

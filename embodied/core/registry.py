@@ -110,10 +110,10 @@ class Registry:
             raise ValueError(f"{self.kind} {name!r} is already registered as {self._entries[name]!r}")
         self._entries[name] = entry_point
 
-    def names(self) -> list[str]:
-        """All registered names, sorted."""
+    def names(self, declared_order: bool = False) -> list[str]:
+        """All registered names, sorted (``declared_order``: as the packages declare them, then as registered)."""
         self._discover()
-        return sorted(self._entries)
+        return list(self._entries) if declared_order else sorted(self._entries)
 
     def __contains__(self, name: str) -> bool:
         self._discover()

@@ -8,7 +8,7 @@ CLI reads the config first and starts what can run beside torch's import (the wa
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from embodied.core.registry import POLICIES
@@ -30,7 +30,7 @@ class PolicySpec:
 class PolicyConfig:
     """Fields every policy has. Subclasses add their own, each with a default and a doc line."""
 
-    type: str = "mlp"  # registered policy name (see `embodied list policies`)
+    type: str = field(default_factory=lambda: default_policy_type())  # registered policy name (`embodied list policies`)
     action_chunk: int = 1  # C: actions emitted per inference, executed open-loop by the env
     init_from: str | None = None  # checkpoint (folder or run dir) whose policy weights training starts from, e.g. SFT's
 
@@ -107,3 +107,13 @@ def policy_config_class(name: str) -> type[PolicyConfig]:
     if not (isinstance(cls, type) and issubclass(cls, PolicyConfig)):
         raise TypeError(f"policy {name!r} resolves to {cls!r}, which is not a PolicyConfig subclass")
     return cls
+
+
+DEFAULT_POLICY = "embodied.policies:DEFAULT_TYPE"  # the default recipe's policy type, which the engine does not name
+
+
+def default_policy_type() -> str:
+    """``policy.type`` when a config leaves it out."""
+    from embodied.core.registry import load_entry_point
+
+    return str(load_entry_point(DEFAULT_POLICY))
