@@ -18,7 +18,7 @@ _WHERE = {
     "LearnerSpec": "base", "LossOutput": "base", "OffPolicyLearner": "base", "build_learner": "base", "OnPolicyLearner": "base", "RolloutReset": "base",
     "UpdateContext": "base",
     "compute_gae": "gae", "episode_mean_weights": "grpo", "group_advantages": "grpo", "grpo_loss": "grpo",
-    "PPOLossOutput": "ppo", "learning_rate": "schedule", "normalize_advantages": "ppo", "ppo_loss": "ppo",
+    "learning_rate": "schedule", "normalize_advantages": "ppo", "ppo_loss": "ppo",
 }
 __getattr__ = lazy_attributes(__name__, _WHERE)
 __all__ = ["DEFAULT_NAME", *sorted(_WHERE)]

@@ -129,7 +129,8 @@ def _steps(cls: type) -> bool:
 
 @dataclass
 class LossOutput:
-    """Scalar tensors; only ``loss`` carries gradient, ``stats`` are logged as ``train/<name>``."""
+    """Scalar tensors: ``loss``, what the optimizer steps on, and ``stats``, logged as ``train/<name>`` (a term of
+    the loss keeps its gradient: PPO's critic warm-up steps on its value term alone)."""
 
     loss: torch.Tensor
     stats: dict[str, torch.Tensor]

@@ -31,18 +31,6 @@ if TYPE_CHECKING:
     from embodied.algorithms.ppo_config import PPOConfig
 
 
-@dataclass
-class PPOLossOutput:
-    """Scalar tensors. Only ``loss`` carries gradient; the rest are for logging."""
-
-    loss: torch.Tensor
-    policy_loss: torch.Tensor
-    value_loss: torch.Tensor
-    entropy: torch.Tensor
-    approx_kl: torch.Tensor
-    clip_frac: torch.Tensor
-
-
 def normalize_advantages(adv: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     """Standardize advantages to zero mean and unit std over all entries; same shape as ``adv``."""
     if adv.numel() < 2:  # the (unbiased) std of one sample is undefined
@@ -66,7 +54,7 @@ def ppo_loss(
     mask: torch.Tensor | None = None,
     behaviour_logprobs: torch.Tensor | None = None,
     averages: Averages | None = None,
-) -> PPOLossOutput:
+) -> LossOutput:
     """Clipped-surrogate PPO loss with an (optionally clipped) value loss and entropy bonus.
 
     Decoupled PPO (Hilton et al. 2022, as AReaL trains asynchronously): when the data was
@@ -99,7 +87,8 @@ def ppo_loss(
             masked mean is this part's share of the whole one (``Averages``; needs ``mask``).
 
     Returns:
-        PPOLossOutput of scalar tensors.
+        ``LossOutput``: the loss, and its terms as stats (``policy_loss``, ``value_loss``, ``entropy``, with their
+        gradients) with ``approx_kl`` and ``clip_frac`` (without).
     """
     logratio = new_logprobs - old_logprobs
     ratio = logratio.exp()
@@ -132,14 +121,8 @@ def ppo_loss(
         approx_kl = masked_mean((ratio - 1.0) - logratio, mask, averages)
         clip_frac = masked_mean(((ratio - 1.0).abs() > clip_coef).to(ratio.dtype), mask, averages)
 
-    return PPOLossOutput(
-        loss=loss,
-        policy_loss=policy_loss,
-        value_loss=value_loss,
-        entropy=entropy_mean,
-        approx_kl=approx_kl,
-        clip_frac=clip_frac,
-    )
+    return LossOutput(loss, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_mean,
+                             "approx_kl": approx_kl, "clip_frac": clip_frac})
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
@@ -183,10 +166,7 @@ class PPO:
                        clip_coef=c.clip_coef, vf_coef=c.vf_coef, ent_coef=c.ent_coef, clip_vloss=c.clip_vloss,
                        mask=mask, behaviour_logprobs=mb.get("behaviour_logprobs"), averages=averages)
         # Critic warm-up: the value head learns the (SFT) policy's returns before the policy moves.
-        loss = c.vf_coef * out.value_loss if warmup else out.loss
-        stats = {"policy_loss": out.policy_loss, "value_loss": out.value_loss, "entropy": out.entropy,
-                 "approx_kl": out.approx_kl, "clip_frac": out.clip_frac}
-        return LossOutput(loss, stats)
+        return LossOutput(c.vf_coef * out.stats["value_loss"] if warmup else out.loss, out.stats)
 
     def state_dict(self) -> dict[str, Any]:
         return {"generator": self.generator.get_state()}

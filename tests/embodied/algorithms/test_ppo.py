@@ -7,7 +7,7 @@ import torch
 
 from embodied.algorithms.base import LearnerSpec
 from embodied.policy.config import PolicySpec
-from embodied.algorithms import PPOLossOutput, normalize_advantages, ppo_loss
+from embodied.algorithms import LossOutput, normalize_advantages, ppo_loss
 
 ANY_SPEC = LearnerSpec(PolicySpec(3, None, 2, (-1.0,) * 2, (1.0,) * 2), 1, 0, 1e-3, 1)  # what prepare() never reads
 
@@ -77,6 +77,11 @@ def random_batch(shape, seed=0, with_mask=False):
     return new_lp, old_lp, adv, new_v, old_v, ret, ent, mask
 
 
+def terms(out: LossOutput) -> dict[str, torch.Tensor]:
+    """The loss and every logged term."""
+    return {"loss": out.loss, **out.stats}
+
+
 def call(batch, clip_vloss=True, **overrides):
     new_lp, old_lp, adv, new_v, old_v, ret, ent, mask = batch
     kwargs = dict(clip_coef=CLIP, vf_coef=VF, ent_coef=ENT, clip_vloss=clip_vloss, mask=mask)
@@ -94,26 +99,26 @@ SHAPES = [(16,), (8, 4), (6, 4, 3)]
 def test_matches_reference(shape, with_mask, clip_vloss, seed):
     batch = random_batch(shape, seed=seed, with_mask=with_mask)
     out = call(batch, clip_vloss=clip_vloss)
-    assert isinstance(out, PPOLossOutput)
+    assert isinstance(out, LossOutput)
 
     as_lists = [x.tolist() if x is not None else None for x in batch]
     expected = reference_ppo(*as_lists, clip_vloss=clip_vloss)
     for name, value in expected.items():
-        got = getattr(out, name)
+        got = terms(out)[name]
         assert got.dim() == 0, name
         torch.testing.assert_close(got, torch.tensor(value, dtype=torch.float64), msg=name)
     # the random ratios really exercise the clipping
-    assert 0.0 < out.clip_frac.item() < 1.0
+    assert 0.0 < out.stats["clip_frac"].item() < 1.0
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=["chunk", "action", "token"])
 def test_ratio_one(shape):
     new_lp, _, adv, new_v, old_v, ret, ent, _ = random_batch(shape, seed=1)
     out = call((new_lp, new_lp.clone(), adv, new_v, old_v, ret, ent, None))
-    assert out.clip_frac.item() == 0.0
-    assert out.approx_kl.item() == pytest.approx(0.0, abs=1e-12)
+    assert out.stats["clip_frac"].item() == 0.0
+    assert out.stats["approx_kl"].item() == pytest.approx(0.0, abs=1e-12)
     # with a [B] advantage broadcast over equally many entries per row, the mean is mean(A)
-    torch.testing.assert_close(out.policy_loss, -adv.mean())
+    torch.testing.assert_close(out.stats["policy_loss"], -adv.mean())
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=["chunk", "action", "token"])
@@ -131,7 +136,7 @@ def test_gradients_flow(shape):
     assert (new_lp.grad[~mask] == 0).all()
     assert (ent.grad[~mask] == 0).all()
     # diagnostics are detached
-    assert not out.approx_kl.requires_grad and not out.clip_frac.requires_grad
+    assert not out.stats["approx_kl"].requires_grad and not out.stats["clip_frac"].requires_grad
 
 
 @pytest.mark.parametrize("shape", [(8, 4), (6, 4, 3)], ids=["action", "token"])
@@ -152,8 +157,8 @@ def test_masked_entries_do_not_matter(shape):
     old_v2[1] -= 5.0
     ret2[1] += 3.0
     changed = call((new_lp2, old_lp2, adv2, new_v2, old_v2, ret2, ent2, mask))
-    for name in ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac"):
-        torch.testing.assert_close(getattr(changed, name), getattr(base, name), msg=name)
+    for name, value in terms(base).items():
+        torch.testing.assert_close(terms(changed)[name], value, msg=name)
 
     # a float mask behaves like the bool one
     as_float = call(batch[:-1] + (mask.double(),))
@@ -172,7 +177,7 @@ def test_chunk_entropy_with_finer_logprobs():
     ent_b = ent[:, 0]
     out = call((new_lp, old_lp, adv, new_v, old_v, ret, ent_b, mask))
     executed_rows = mask.any(dim=1)
-    torch.testing.assert_close(out.entropy, ent_b[executed_rows].mean())
+    torch.testing.assert_close(out.stats["entropy"], ent_b[executed_rows].mean())
 
 
 def test_normalize_advantages():
@@ -195,8 +200,8 @@ def test_decoupled_loss_matches_reference(shape, with_mask):
     expected = reference_ppo(*[x.tolist() if x is not None else None for x in batch], clip_vloss=True,
                              behav_lp=behav.tolist())
     for name, value in expected.items():
-        torch.testing.assert_close(getattr(out, name), torch.tensor(value, dtype=torch.float64), msg=name)
-    assert out.policy_loss != call(batch).policy_loss  # the weights matter
+        torch.testing.assert_close(terms(out)[name], torch.tensor(value, dtype=torch.float64), msg=name)
+    assert out.stats["policy_loss"] != call(batch).stats["policy_loss"]  # the weights matter
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=["chunk", "action", "token"])
@@ -205,8 +210,8 @@ def test_decoupled_loss_with_an_up_to_date_behaviour_policy_is_ppo_to_the_last_b
     new_lp = batch[0].clone().requires_grad_(True)
     plain = call((new_lp, *batch[1:]))
     decoupled = call((new_lp, *batch[1:]), behaviour_logprobs=batch[1].clone())
-    for name in ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac"):
-        assert torch.equal(getattr(plain, name), getattr(decoupled, name)), name
+    for name, value in terms(plain).items():
+        assert torch.equal(terms(decoupled)[name], value), name
     (g1,) = torch.autograd.grad(plain.loss, new_lp)
     (g2,) = torch.autograd.grad(decoupled.loss, new_lp)
     assert torch.equal(g1, g2)
