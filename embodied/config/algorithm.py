@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from embodied.config.schema import AlgorithmConfig, Config
+from embodied.config.sections import empty_paths
 
 
 @dataclass
@@ -208,16 +209,3 @@ def whole_episode_problems(cfg: Config, episode_steps: int) -> list[str]:
             f"{cfg.rollout.chunk_steps} chunk steps x policy.action_chunk={cfg.policy.action_chunk} = {covered} "
             f"sub-steps < env.max_episode_steps={episode_steps}"
             + (" (the env's own cap: env.max_episode_steps is not set)" if cfg.env.max_episode_steps is None else "")]
-
-
-def empty_paths(name: str, paths: str | list[str] | None) -> list[str]:
-    """An empty folder name (an unset shell variable, most often) or an empty list, as a problem naming ``name``."""
-    if paths is None:
-        return []
-    if isinstance(paths, list) and not paths:
-        return [f"{name}: an empty list of folders; name at least one, or set it to null"]
-    for i, path in enumerate([paths] if isinstance(paths, str) else paths):
-        if path.strip() == "":
-            where = name if isinstance(paths, str) else f"{name}[{i}]"
-            return [f"{where}: an empty path (an unset shell variable?); leave it out or set it to null"]
-    return []

@@ -1,0 +1,453 @@
+"""The sections of an experiment's config, each a dataclass with every field's default and one-line doc, and the
+checks only it can make of its own fields (``validate(path)``); ``embodied.config.schema.Config`` holds them, and
+``embodied.config.validate`` adds what no one section can see (fields against each other's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from embodied.core.registry import ENV_SETS, ENVS, UnknownNameError, load_entry_point
+
+
+def split_counts(total: int, weights: list[float]) -> list[int]:
+    """``total`` items over ``len(weights)`` parts in proportion to ``weights``: each part its share rounded down
+    (at least one), then the items left to the parts furthest below their share (ties: the earlier part).
+    Raises ``ValueError`` when there are fewer items than parts or a weight is not positive."""
+    if total < len(weights):
+        raise ValueError(f"{total} envs cannot give each of {len(weights)} members one")
+    if not weights or min(weights) <= 0 or not all(map(math.isfinite, weights)):
+        raise ValueError(f"weights must be positive numbers, got {weights}")
+    ideal = [total * w / sum(weights) for w in weights]
+    counts = [max(1, math.floor(x)) for x in ideal]
+    while sum(counts) < total:
+        counts[max(range(len(counts)), key=lambda i: (ideal[i] - counts[i], -i))] += 1
+    while sum(counts) > total:  # the minimum of one took envs from the others
+        counts[min((i for i in range(len(counts)) if counts[i] > 1), key=lambda i: (ideal[i] - counts[i], i))] -= 1
+    return counts
+
+
+def due(it: int, every: int, last: int) -> bool:
+    """Every ``every`` iterations (0: never) and always at the last one."""
+    return it == last or (every > 0 and it % every == 0)
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "experiment"  # run name; each run makes <output_dir>/<name>-<YYYYmmdd-HHMMSS> (-2, -3... if taken)
+    seed: int = 0  # seeds torch, numpy and the envs (eval envs use a disjoint range)
+    output_dir: str = "runs"  # parent folder of run directories (checkpoints, logs, plots)
+
+    def validate(self, path: str = "experiment") -> list[str]:
+        """Problems of this section's own fields, each prefixed by its path."""
+        return [] if 0 <= self.seed < 2**32 else [f"{path}.seed: must be in [0, 2**32) (numpy's seed range), got "
+                                                   f"{self.seed}"]
+
+
+@dataclass
+class Resources:
+    """What one worker of a group reserves on a Ray cluster (the local backend checks GPUs only)."""
+
+    num_cpus: float = 0.0  # 0: the workers of a run share the machine's CPUs
+    num_gpus: float = 0.0  # fractions share a GPU between workers
+    # Ray custom resources per worker, e.g. {learner: 1} for nodes started with `ray start --resources='{"learner": 4}'`:
+    # the group's workers go only to nodes that have them.
+    resources: dict[str, float] = field(default_factory=dict)
+    # Ray: the group's workers in one Ray placement group of this strategy: packed onto as few nodes as possible or
+    # spread over as many as possible (each worker one bundle of the resources above, which must not be all 0);
+    # None: no placement group. ("placement" alone is cluster.placement's word: colocated or disaggregated.)
+    group_strategy: Literal["pack", "spread", "strict_pack", "strict_spread"] | None = None
+
+    def validate(self, path: str, backend: str) -> list[str]:
+        """Problems of these resources (``path``: ``cluster.env_resources``), on ``backend``."""
+        p = [f"{path}.{name}: must be a number >= 0, got {value}" for name, value in
+             (("num_cpus", self.num_cpus), ("num_gpus", self.num_gpus)) if not (math.isfinite(value) and value >= 0)]
+        p += [f"{path}.resources.{name}: must be a number > 0, got {value!r}" for name, value in self.resources.items()
+              if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0)]
+        if self.group_strategy is not None and backend != "ray":
+            p.append(f"{path}.group_strategy: placement groups are Ray's; cluster.backend is {backend!r}")
+        if self.group_strategy is not None and not (self.num_cpus > 0 or self.num_gpus > 0 or self.resources):
+            p.append(f"{path}.group_strategy: {self.group_strategy} needs something to place: set num_cpus, num_gpus "
+                     f"or resources of {path} (a placement group's bundles cannot be empty)")
+        return p
+
+
+@dataclass
+class ClusterConfig:
+    backend: Literal["local", "ray"] = "local"  # local: workers in this process; ray: one Ray actor each
+    # colocated: rollout workers act with the actor's own module (local only: nothing to sync);
+    # disaggregated: each rollout worker has its own copy, synced with the trainable tensors and a version.
+    # None: colocated on local, disaggregated on Ray.
+    placement: Literal["colocated", "disaggregated"] | None = None
+    env_resources: Resources = field(default_factory=Resources)  # per env worker
+    rollout_resources: Resources = field(default_factory=Resources)  # per rollout worker
+    actor_resources: Resources = field(default_factory=Resources)  # per actor rank (actor.num_ranks)
+    address: str | None = None  # Ray cluster to join ("host:port" of its head, or "auto"); None starts a local Ray
+    connect_timeout_s: float = 30.0  # seconds to reach cluster.address before the run fails with an error
+    num_env_workers: int = 1  # E: env worker ranks, each owning a contiguous slice of the envs
+    num_rollout_workers: int = 1  # R: rollout worker ranks, independent of E
+    torch_threads: int = 1  # torch intra-op threads in each worker (small MLPs run faster on one)
+
+    def validate(self, path: str = "cluster") -> list[str]:
+        """Problems of this section's own fields, each prefixed by its path."""
+        p = [f"{path}.{name}: must be >= 1, got {n}" for name, n in
+             (("num_env_workers", self.num_env_workers), ("num_rollout_workers", self.num_rollout_workers)) if n < 1]
+        t = self.connect_timeout_s
+        if not (math.isfinite(t) and t > 0):
+            p.append(f"{path}.connect_timeout_s: must be a positive number of seconds, got {t}")
+        if self.torch_threads < 1:
+            p.append(f"{path}.torch_threads: must be >= 1, got {self.torch_threads}")
+        if self.placement == "colocated" and self.backend == "ray":
+            p.append(f"{path}.placement: colocated needs cluster.backend=local (on Ray every worker is a process of "
+                     "its own; use disaggregated, or leave placement unset)")
+        for group in ("env", "rollout", "actor"):
+            p += getattr(self, f"{group}_resources").validate(f"{path}.{group}_resources", self.backend)
+        if self.address is not None and self.backend != "ray":
+            p.append(f"{path}.address: only used with cluster.backend=ray, got backend={self.backend!r}")
+        return p
+
+
+@dataclass
+class EnvConfig:
+    # A registered env id or 'package.module:attr' (see `embodied list envs`); or a mixture: a list of ids, or a
+    # named set (e.g. libero-pro-object), whose members share observation and action spaces and split num_envs.
+    id: str | list[str] = field(default_factory=lambda: default_env_id())
+    num_envs: int = 32  # N: parallel envs in the training batch
+    weights: list[float] | None = None  # a mixture's relative share of num_envs per member (null: equal shares)
+    obs_mode: Literal["state", "rgb", "state+rgb"] = "state"  # which observation keys the env produces
+    # Env steps (sub-steps, not chunks) before truncation; null: the env's own cap (a built-in task's, a LIBERO
+    # suite's published one, a gymnasium id's registered limit), or 50 for an env that declares none.
+    max_episode_steps: int | None = None
+    auto_reset: bool = True  # reset done envs at the chunk boundary (off: done envs stay done)
+    kwargs: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for the env constructor
+    # native: an env class that names a batched twin for this obs mode (the built-in tasks, state obs) is stepped
+    # by it, a whole chunk of all envs natively; per_env: always one gymnasium env per env (rgb always is).
+    vectorization: Literal["native", "per_env"] = "native"
+    preflight: bool = True  # run check-env's fast checks on one env in the driver before any worker starts
+    # An env step (or reset) that takes longer is a failure: its env worker is restarted (runner.max_worker_restarts).
+    step_timeout_s: float | None = 120.0  # null: no limit
+    build_retries: int = 2  # an env constructor that raises is tried again this often (EGL, a model compile, a file lock)
+    build_backoff_s: float = 1.0  # seconds before the first retry of a constructor, doubled for each next one
+
+    def validate(self, path: str = "env") -> list[str]:
+        """Problems of this section's own fields, each prefixed by its path."""
+        p = env_problems(self, path)
+        s, b = self.step_timeout_s, self.build_backoff_s
+        if not (s is None or (math.isfinite(s) and s > 0)):
+            p.append(f"{path}.step_timeout_s: must be a positive number of seconds (or null: no limit), got {s}")
+        if self.build_retries < 0:
+            p.append(f"{path}.build_retries: must be >= 0 (0: no retry), got {self.build_retries}")
+        if not (math.isfinite(b) and b >= 0):
+            p.append(f"{path}.build_backoff_s: must be a number of seconds >= 0, got {b}")
+        return p
+
+    def members(self) -> list[str]:
+        """The env ids of this config, each once, in order: ``[id]`` for one env; a list's ids and each named
+        set's (``ENV_SETS``) for a mixture."""
+        names = [self.id] if isinstance(self.id, str) else list(self.id)
+        ids = [i for name in names for i in (ENV_SETS.resolve(name) if name in ENV_SETS else [name])]
+        return list(dict.fromkeys(ids))
+
+    def member(self, env_id: str) -> EnvConfig:
+        """This config with one member's id: what builds, checks and evaluates that member."""
+        return dataclasses.replace(self, id=env_id, weights=None)
+
+    def first_member(self) -> EnvConfig:
+        """The first member's config: members share spaces, so it stands for all where only spaces matter."""
+        return self.member(self.members()[0])
+
+    def member_counts(self, num_envs: int | None = None) -> list[int]:
+        """Envs of each member in a batch of ``num_envs`` (default ``self.num_envs``): shares by ``weights``
+        (equal without), each member at least one env, rounded by largest remainder so they sum to the batch."""
+        ids, total = self.members(), self.num_envs if num_envs is None else num_envs
+        weights = self.weights if self.weights is not None else [1.0] * len(ids)
+        return split_counts(total, weights)
+
+
+@dataclass
+class EvalEnvConfig:
+    """Eval envs; a field left null takes the training env's value. Eval never auto-resets."""
+
+    id: str | list[str] | None = None  # env id, or a mixture (a list or a named set: one eval a member); null = env.id
+    num_envs: int | None = None  # parallel eval envs; null = env.num_envs
+    obs_mode: Literal["state", "rgb", "state+rgb"] | None = None  # null = env.obs_mode
+    max_episode_steps: int | None = None  # null = env.max_episode_steps (both null: the eval env's own cap)
+    kwargs: dict[str, Any] | None = None  # null = env.kwargs
+    # per_env (not env.vectorization): eval videos get a frame per sub-step, and `embodied eval` gives the same
+    # numbers with or without --video (a batched twin matches the per-env path to ~1e-13, not to the bit).
+    vectorization: Literal["native", "per_env"] = "per_env"
+
+    def validate(self, path: str = "eval_env") -> list[str]:
+        """Problems of the fields it sets (a field left null is the training env's, checked there)."""
+        return env_problems(self, path)
+
+
+def env_problems(env: EnvConfig | EvalEnvConfig, path: str) -> list[str]:
+    """What an env section and an eval env section share: the env count, the episode cap, known ids."""
+    p = []
+    if env.num_envs is not None and env.num_envs < 1:
+        p.append(f"{path}.num_envs: must be >= 1, got {env.num_envs}")
+    if env.max_episode_steps is not None and env.max_episode_steps < 1:
+        p.append(f"{path}.max_episode_steps: must be >= 1, got {env.max_episode_steps}")
+    try:
+        for env_id in (EnvConfig(id=env.id).members() if env.id is not None else []):
+            ENVS.entry_point(env_id)
+    except UnknownNameError as exc:
+        p.append(f"{path}.id: {exc} Named sets: {', '.join(ENV_SETS.names()) or '(none)'}")
+    return p
+
+
+DEFAULT_ENV = "embodied.envs:DEFAULT_ID"  # the default recipe's task, which the engine does not name
+
+
+def default_env_id() -> str:
+    """``env.id`` when a config leaves it out."""
+    return str(load_entry_point(DEFAULT_ENV))
+
+
+@dataclass
+class RolloutConfig:
+    chunk_steps: int = 16  # chunk steps per env in one rollout epoch (T)
+    pipeline_stages: int = 1  # 2: each env worker's envs step in two halves, one stepping while the other is inferred
+
+    def validate(self, path: str = "rollout") -> list[str]:
+        """Problems of this section's own fields, each prefixed by its path."""
+        return [f"{path}.{name}: must be >= 1, got {n}" for name, n in
+                (("chunk_steps", self.chunk_steps), ("pipeline_stages", self.pipeline_stages)) if n < 1]
+
+
+@dataclass
+class ActorConfig:
+    # Adam learning rate. Its epsilon and schedule are the algorithm's (algorithm.adam_eps, algorithm.anneal_lr,
+    # algorithm.lr_warmup_iterations of an on-policy algorithm), where they take effect.
+    lr: float = 3e-4
+    # Data-parallel actor ranks (cluster.backend=ray): one torch.distributed process group; each minibatch is
+    # split over the ranks and the gradients summed, so N ranks take the step one rank would.
+    num_ranks: int = 1
+    # ddp: every rank holds the whole policy; fsdp: parameters, gradients and optimizer state sharded (FSDP2).
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    dist_backend: Literal["auto", "gloo", "nccl"] = "auto"  # process-group backend (auto: nccl on GPUs, else gloo)
+    grad_accumulation_steps: int = 1  # micro-batches per minibatch: the same step in less memory
+    # An exponential moving average of the trained weights, updated after every optimizer step (0: none). Evals,
+    # checkpoints' policy/ and what init_from or `embodied eval` reads are the average; rollouts act with the live
+    # weights (on-policy), kept in the checkpoint too for resume. openpi trains π0 with 0.99.
+    ema_decay: float = 0.0
+
+    def validate(self, path: str = "actor") -> list[str]:
+        """Problems of this section's own fields, each prefixed by its path."""
+        p = [] if self.lr > 0 else [f"{path}.lr: must be > 0, got {self.lr}"]
+        if not 0.0 <= self.ema_decay < 1.0:
+            p.append(f"{path}.ema_decay: must be in [0, 1) (0: no average), got {self.ema_decay}")
+        if self.num_ranks < 1:
+            p.append(f"{path}.num_ranks: must be >= 1, got {self.num_ranks}")
+        if self.grad_accumulation_steps < 1:
+            p.append(f"{path}.grad_accumulation_steps: must be >= 1, got {self.grad_accumulation_steps}")
+        return p
+
+
+@dataclass
+class ExtraEval:
+    """One more env evaluated every ``runner.eval_every`` beside the training env (what training does to other
+    tasks, or to a perturbed suite), logged as ``eval/<env id>/success_rate`` (and ``/ci_low``, ``/ci_high``)."""
+
+    id: str = ""  # an env id, or a named set (`embodied eval --suites`'s, e.g. libero-pro-object) for each of its ids
+    episodes: int = 10  # episodes per eval of each env (a fixed eval set, e.g. LIBERO's: spread evenly over it)
+    # env.kwargs set over the eval env's for this one, e.g. {task_ids: [1, 2, 3]}: the other tasks of the suite trained on
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    name: str = ""  # the metric's name, eval/<name>/success_rate (default: the env id); needed to tell apart two
+    # entries of the same id
+
+    def validate(self, path: str) -> list[str]:
+        """Problems of this entry, each prefixed by ``path`` (``runner.extra_evals[0]``)."""
+        problems = [] if self.episodes >= 1 else [f"{path}.episodes: must be >= 1, got {self.episodes}"]
+        if not self.id.strip():
+            return problems + [f"{path}.id: an env id or a named set is needed (`embodied list envs`)"]
+        if self.id in ENV_SETS and self.name:
+            problems.append(f"{path}.name: {self.id} is a named set of several envs, each logged under its own id")
+        if "/" in self.name:
+            problems.append(f"{path}.name: {self.name!r} would split the metric's name; use no '/'")
+        if self.id not in ENV_SETS:
+            try:
+                ENVS.entry_point(self.id)
+            except UnknownNameError as exc:
+                problems.append(f"{path}.id: {exc} Named sets: {', '.join(ENV_SETS.names()) or '(none)'}")
+        return problems
+
+
+@dataclass
+class RunnerConfig:
+    iterations: int = 100  # training iterations (sync, rollout, update, log)
+    # sync: rollout, then update, in turn. async (embodied/runs/async_iterations.py): env and rollout workers keep
+    # producing the next rollouts while the actor trains on earlier ones (algorithm.max_staleness bounds the lag).
+    mode: Literal["sync", "async"] = "sync"
+    eval_every: int = 10  # iterations between evals (0: only at the end)
+    eval_episodes: int = 32  # episodes per eval (deterministic actions)
+    checkpoint_every: int = 50  # iterations between checkpoints (0: only at the end)
+    eval_video: Literal["none", "last", "all"] = "none"  # evals that record videos (see logger.video); envs must render
+    # More envs evaluated at every eval beside the training env, each with its own episode count, e.g.
+    # [{id: LIBERO-Object-Swap-v0, episodes: 10}]; engine-generic (any env id, or a named set of them).
+    extra_evals: list[ExtraEval] = field(default_factory=list)
+    # A checkpoint folder, or a run dir (its newest valid checkpoint), to continue in its run dir;
+    # "auto": the newest run of experiment.name under experiment.output_dir that has one (else start afresh).
+    resume_from: str | None = None
+    keep_checkpoints: int = 0  # the newest checkpoints kept on disk (0: all)
+    # Env workers that fail (an env raises, hangs past env.step_timeout_s, or its process dies) are restarted and the
+    # rollout epoch (or eval round) redone from its start. A rate, not a lifetime count: at most this many restarts
+    # within any runner.restart_window iterations, training and eval env workers together; one more stops the run
+    # after checkpointing the last completed iteration (0: the first failure stops it).
+    max_worker_restarts: int = 3
+    restart_window: int = 20  # iterations over which runner.max_worker_restarts counts (3 in 20: hours of LIBERO)
+    max_total_restarts: int | None = None  # an optional lifetime cap on the run's env worker restarts (null: none)
+    # A worker rebuilt again within runner.restart_window iterations of its last rebuild first waits this long,
+    # doubled for each further such rebuild, so a flapping simulator (GL context, license server, disk) can recover.
+    restart_backoff_s: float = 5.0  # 0: no wait
+    restart_backoff_max_s: float = 300.0  # the backoff's cap (>= runner.restart_backoff_s)
+    # A worker that fails the same way (the same env call) within this many iterations of a rebuild from fresh
+    # seeds, and again after the next rebuild, fails from any state: the run stops with that diagnosis at once.
+    broken_env_iterations: int | None = 5  # null: never diagnosed (only the rate stops the run)
+    # Resume a checkpoint's env snapshots (pickles) even when they do not carry a signature made with your own key
+    # (embodied.checkpoint.trust): only for a run folder you trust, e.g. one you made on another machine.
+    trust_checkpoint: bool = False
+    plot: bool = True  # write learning_curves.png into the run dir at the end of training
+
+    def validate(self, path: str = "runner") -> list[str]:
+        """Problems of this section's own fields, each prefixed by its path."""
+        p = [f"{path}.{name}: must be >= {low}{note}, got {n}" for name, n, low, note in (
+            ("iterations", self.iterations, 1, ""), ("eval_every", self.eval_every, 0, ""),
+            ("eval_episodes", self.eval_episodes, 1, ""), ("checkpoint_every", self.checkpoint_every, 0, ""),
+            ("keep_checkpoints", self.keep_checkpoints, 0, " (0 keeps all)")) if n < low]
+        if self.resume_from is not None and self.resume_from.strip() == "":
+            p.append(f"{path}.resume_from: an empty path (an unset shell variable?); leave it out or set it to null "
+                     "to start without one")
+        p += self._restart_problems(path)
+        for i, extra in enumerate(self.extra_evals):
+            p += extra.validate(f"{path}.extra_evals[{i}]")
+        names = [e.name or e.id for e in self.extra_evals]
+        if len(set(names)) != len(names):
+            p.append(f"{path}.extra_evals: two entries log under one name ({names}); give {path}.extra_evals[i].name "
+                     "to tell them apart")
+        return p
+
+    def _restart_problems(self, path: str) -> list[str]:
+        """The restart rate, its lifetime cap, the backoff and the broken-env horizon (``embodied.workers.restarts``)."""
+        p = []
+        if self.max_worker_restarts < 0:
+            p.append(f"{path}.max_worker_restarts: must be >= 0 (0: no restarts), got {self.max_worker_restarts}")
+        if self.restart_window < 1:
+            p.append(f"{path}.restart_window: must be >= 1 (iterations over which {path}.max_worker_restarts "
+                     f"counts), got {self.restart_window}")
+        if self.max_total_restarts is not None and self.max_total_restarts < 0:
+            p.append(f"{path}.max_total_restarts: a lifetime cap must be >= 0 (or null: no cap), got "
+                     f"{self.max_total_restarts}")
+        base, cap = self.restart_backoff_s, self.restart_backoff_max_s
+        if not (math.isfinite(base) and base >= 0):
+            p.append(f"{path}.restart_backoff_s: must be a number of seconds >= 0 (0: no wait), got {base}")
+        elif not (math.isfinite(cap) and cap >= base):
+            p.append(f"{path}.restart_backoff_max_s: the backoff's cap must be >= its base "
+                     f"{path}.restart_backoff_s={base:g}, got {cap}")
+        if self.broken_env_iterations is not None and self.broken_env_iterations < 0:
+            p.append(f"{path}.broken_env_iterations: must be >= 0 (or null: no diagnosis), got "
+                     f"{self.broken_env_iterations}")
+        return p
+
+    def checkpoints_at(self, it: int) -> bool:
+        """Whether iteration ``it`` ends with a scheduled checkpoint (a stop signal or a full disk adds others)."""
+        return due(it, self.checkpoint_every, self.iterations)
+
+
+@dataclass
+class SFTConfig:
+    """Behaviour cloning from demonstrations (``embodied sft``); the result starts RL via policy.init_from."""
+
+    dataset: str | list[str] | None = None  # folder written by `embodied collect`, or a LeRobot dataset folder (docs/lerobot.md); a list of folders reads as one
+    # LeRobot datasets: our key (states, main_images, wrist_images, actions) -> the dataset's feature name, e.g.
+    # {main_images: observation.images.top}. A key left out is looked up among the usual names (LIBERO's, ALOHA's,
+    # embodied's own); null: not read (the policy does not use it).
+    features: dict[str, str | None] = field(default_factory=dict)
+    frame_cache_mb: float = 1024.0  # LeRobot datasets: decoded camera frames kept in memory (least recently used go)
+    epochs: int = 20  # passes over the training episodes
+    batch_size: int = 256  # chunk steps per gradient step
+    lr: float = 1e-3  # Adam learning rate
+    # The learning rate over the run's steps: "constant", or "cosine", decayed from lr to 0 along a half cosine
+    # (LeRobot's default for its policies), so the last steps settle rather than move the weights by about lr.
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    weight_decay: float = 0.0  # AdamW weight decay
+    max_grad_norm: float = 1.0  # gradient-norm clip
+    val_fraction: float = 0.1  # episodes held out for the validation loss
+    first_step_weight: float = 1.0  # how often each episode's first chunk step is drawn relative to the others (1: uniform); where the demonstrator picks its target, and one row in several
+    eval_every: int = 0  # gradient steps between success evals and checkpoints (0: only at the end)
+    log_every: int = 20  # gradient steps between metric rows
+
+    def validate(self, path: str = "sft") -> list[str]:
+        """Problems of this section's own fields, each prefixed by its path."""
+        checks = ((self.epochs >= 1, "epochs", "must be >= 1"), (self.batch_size >= 1, "batch_size", "must be >= 1"),
+                  (self.lr > 0, "lr", "must be > 0"), (self.weight_decay >= 0, "weight_decay", "must be >= 0"),
+                  (self.max_grad_norm > 0, "max_grad_norm", "must be > 0"),
+                  (0.0 <= self.val_fraction < 1.0, "val_fraction", "must be in [0, 1)"),
+                  (self.first_step_weight > 0, "first_step_weight", "must be > 0 (1: uniform)"),
+                  (self.eval_every >= 0, "eval_every", "must be >= 0"), (self.log_every >= 1, "log_every", "must be >= 1"),
+                  (self.frame_cache_mb >= 0, "frame_cache_mb", "must be >= 0 (0: no cache)"))
+        p = [f"{path}.{name}: {rule}, got {getattr(self, name)}" for ok, name, rule in checks if not ok]
+        for key, name in self.features.items():
+            if key not in SFT_FEATURE_KEYS:
+                p.append(f"{path}.features.{key}: unknown key; the keys are {', '.join(SFT_FEATURE_KEYS)}")
+            elif name is not None and (not isinstance(name, str) or not name):
+                p.append(f"{path}.features.{key}: a feature name (string) or null, got {name!r}")
+        return p + empty_paths(f"{path}.dataset", self.dataset)
+
+
+@dataclass
+class VideoConfig:
+    """Eval videos: one mp4 per recorded episode plus a tiled grid of them."""
+
+    fps: int = 20  # frames (env sub-steps) per second of video
+    size: int = 256  # pixels per side of one episode's frames (resized from the env's render; even)
+    max_videos: int = 4  # episodes recorded per eval: the first ones of the fixed eval set
+    overlay: bool = True  # draw step, reward, return, success and the instruction on the frames
+    grid: bool = True  # also tile the recorded episodes side by side into grid_*.mp4
+
+    def validate(self, path: str = "logger.video") -> list[str]:
+        """Problems of this section's own fields, each prefixed by its path."""
+        p = [] if self.fps >= 1 else [f"{path}.fps: must be >= 1, got {self.fps}"]
+        if not (self.size >= 16 and self.size % 2 == 0):
+            p.append(f"{path}.size: must be even and >= 16 (video codecs), got {self.size}")
+        if self.max_videos < 1:
+            p.append(f"{path}.max_videos: must be >= 1, got {self.max_videos}")
+        return p
+
+
+@dataclass
+class LoggerConfig:
+    backends: list[Literal["console", "wandb", "tensorboard"]] = field(
+        default_factory=lambda: ["console", "wandb"])  # metric sinks (metrics.jsonl is always written)
+    project: str = "embodied"  # wandb project
+    wandb_mode: Literal["offline", "online", "disabled"] = "offline"  # WANDB_MODE env var overrides
+    wandb_summary: bool = False  # print wandb's banner and end-of-run summary (off: wandb stays quiet)
+    progress_bar: bool = True  # show a tqdm bar (off: a line per log)
+    video: VideoConfig = field(default_factory=VideoConfig)  # eval videos (runner.eval_video, embodied eval --video)
+
+    def validate(self, path: str = "logger") -> list[str]:
+        """Problems of this section's own fields, each prefixed by its path."""
+        p = self.video.validate(f"{path}.video")
+        if len(set(self.backends)) != len(self.backends):
+            p.append(f"{path}.backends: each backend at most once, got {self.backends}")
+        return p
+
+
+SFT_FEATURE_KEYS = ("states", "main_images", "wrist_images", "actions")  # what sft.features maps
+
+
+def empty_paths(name: str, paths: str | list[str] | None) -> list[str]:
+    """An empty folder name (an unset shell variable, most often) or an empty list, as a problem naming ``name``."""
+    if paths is None:
+        return []
+    if isinstance(paths, list) and not paths:
+        return [f"{name}: an empty list of folders; name at least one, or set it to null"]
+    for i, path in enumerate([paths] if isinstance(paths, str) else paths):
+        if path.strip() == "":
+            where = name if isinstance(paths, str) else f"{name}[{i}]"
+            return [f"{where}: an empty path (an unset shell variable?); leave it out or set it to null"]
+    return []

@@ -1,0 +1,46 @@
+"""Each config section checks its own fields (``validate(path)`` on its dataclass, ``embodied.config.sections``), as
+the policy and algorithm sections do; ``embodied.config.validate`` keeps only checks of fields against each
+other's."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from embodied.config import ConfigError, load_config
+from embodied.config.schema import Config
+from embodied.config.sections import (ActorConfig, ClusterConfig, EnvConfig, ExperimentConfig, LoggerConfig,
+                                      Resources, RolloutConfig, RunnerConfig, SFTConfig)
+
+
+def test_every_section_of_the_config_validates_itself():
+    for f in dataclasses.fields(Config):
+        section = getattr(Config(), f.name)
+        assert callable(getattr(section, "validate", None)), f.name
+
+
+@pytest.mark.parametrize("section,path,expected", [
+    (ExperimentConfig(seed=-1), "experiment", "experiment.seed: must be in [0, 2**32)"),
+    (EnvConfig(id="Reach-v0", num_envs=0, build_retries=-1), "env", "env.num_envs: must be >= 1"),
+    (EnvConfig(id="No-such-v0"), "env", "env.id: "),
+    (ClusterConfig(torch_threads=0, env_resources=Resources(num_gpus=-1.0)), "cluster",
+     "cluster.env_resources.num_gpus: must be a number >= 0"),
+    (RolloutConfig(pipeline_stages=0), "rollout", "rollout.pipeline_stages: must be >= 1"),
+    (ActorConfig(lr=0.0, ema_decay=1.0), "actor", "actor.ema_decay: must be in [0, 1)"),
+    (RunnerConfig(restart_backoff_s=2.0, restart_backoff_max_s=1.0), "runner",
+     "runner.restart_backoff_max_s: the backoff's cap must be >= its base runner.restart_backoff_s=2"),
+    (SFTConfig(features={"imgs": "x"}, dataset=[""]), "sft", "sft.features.imgs: unknown key"),
+    (LoggerConfig(backends=["console", "console"]), "logger", "logger.backends: each backend at most once"),
+])
+def test_a_section_names_its_own_bad_field_by_its_path(section, path, expected):
+    problems = section.validate(path)
+    assert any(p.startswith(expected) for p in problems), problems
+    assert all(p.startswith(path + ".") for p in problems)
+
+
+def test_the_whole_config_reports_a_section_s_problem_and_one_across_sections():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["sft.epochs=0", "cluster.num_env_workers=64", "env.num_envs=8"])
+    assert "sft.epochs: must be >= 1" in str(err.value)  # the section's own
+    assert "cluster.num_env_workers: 64 ranks for env.num_envs=8" in str(err.value)  # fields against each other
