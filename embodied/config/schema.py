@@ -157,7 +157,7 @@ class Config:
     actor: ActorConfig = field(default_factory=ActorConfig)
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
-    sft: SFTConfig = field(default_factory=SFTConfig)
+    sft: SFTConfig | None = None  # behaviour cloning (`embodied sft`): only where a recipe has one
 
     def eval_members(self) -> list[str]:
         """The env ids the eval env evaluates: one, or each member of a mixture (each its own eval)."""

@@ -99,7 +99,7 @@ def validate(cfg: Config) -> list[str]:
     # eval_env fields left null inherit env's and are checked there, so each problem is named once.
     for section in (cfg.experiment, cfg.env, cfg.eval_env, cfg.cluster, cfg.rollout, cfg.actor, cfg.runner, cfg.sft,
                     cfg.logger):
-        p += section.validate()
+        p += section.validate() if section is not None else []
     need(cfg.policy.action_chunk >= 1, f"policy.action_chunk: chunk size must be >= 1, got {cfg.policy.action_chunk}")
     # `policy.init_from=$RUN` with $RUN unset would otherwise train from scratch without a word.
     need(cfg.policy.init_from is None or cfg.policy.init_from.strip() != "",

@@ -17,6 +17,7 @@ same sinks and ``learning_curves.png``, and the checkpoint is the same folder fo
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 import warnings
@@ -31,6 +32,7 @@ from embodied.backends import make_backend, user_packages
 from embodied.checkpoint.store import (check_init_from, check_policy_spec, find_checkpoint, load_checkpoint,
                                        load_policy_state, save_policy_checkpoint)
 from embodied.config import Config, ConfigError, EnvConfig, to_dict
+from embodied.config.sections import SFTConfig
 from embodied.data import Demonstrations, ReadOptions, collate, open_demonstrations
 from embodied.env_runtime.factory import control_frequency
 from embodied.env_runtime.preflight import check_policy_fits
@@ -52,6 +54,8 @@ class SFTResult:
 
 def sft(cfg: Config) -> SFTResult:
     """Behaviour cloning of ``cfg.policy`` on ``cfg.sft.dataset``; evaluates on ``cfg``'s eval envs."""
+    if cfg.sft is None:  # a recipe without an sft: section; its defaults (and the error naming sft.dataset)
+        cfg = dataclasses.replace(cfg, sft=SFTConfig())
     data = open_dataset(cfg)
     if cfg.policy.init_from:  # continue SFT, or fine-tune a checkpoint on new demonstrations
         try:
@@ -136,7 +140,7 @@ def sft(cfg: Config) -> SFTResult:
 
 def open_dataset(cfg: Config) -> Demonstrations:
     """The demonstrations ``sft.dataset`` names (either format), checked before any worker starts."""
-    if not cfg.sft.dataset:
+    if cfg.sft is None or not cfg.sft.dataset:
         raise ConfigError("sft.dataset: no dataset named; set it to a folder written by `embodied collect` or a "
                           "LeRobot dataset folder")
     options = ReadOptions(cfg.policy.action_chunk, cfg.sft.features, cfg.sft.frame_cache_mb)

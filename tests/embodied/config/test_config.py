@@ -399,7 +399,8 @@ def test_numeric_ranges_and_non_finite_numbers_are_refused_once(override, expect
 def test_sft_features_map_our_keys_to_dataset_feature_names_or_null():
     cfg = load_config(None, ["sft.features.main_images=observation.images.top", "sft.features.wrist_images=null"])
     assert cfg.sft.features == {"main_images": "observation.images.top", "wrist_images": None}
-    assert load_config(None).sft.features == {}  # the usual names are looked up
+    assert load_config(None, ["sft.epochs=3"]).sft.features == {}  # the usual names are looked up
+    assert load_config(None).sft is None  # a recipe without an sft: section has none
     for override, expected in (("sft.features.camera=x", "sft.features.camera: unknown key; the keys are states, "
                                                          "main_images, wrist_images, actions"),
                                ("sft.features.states=3", "sft.features.states: a feature name (string) or null"),

@@ -15,9 +15,9 @@ from embodied.config.sections import (ActorConfig, ClusterConfig, EnvConfig, Exp
 
 
 def test_every_section_of_the_config_validates_itself():
+    cfg = Config(sft=SFTConfig())  # sft: only where a recipe has one
     for f in dataclasses.fields(Config):
-        section = getattr(Config(), f.name)
-        assert callable(getattr(section, "validate", None)), f.name
+        assert callable(getattr(getattr(cfg, f.name), "validate", None)), f.name
 
 
 @pytest.mark.parametrize("section,path,expected", [
