@@ -6,7 +6,7 @@
 
 The recipe's env is wrapped in ``ChaosEnv``, whose ``step`` raises once every ``--restart-every-s`` seconds
 in each process: a transient fault (the exact replay of the epoch passes), so each one is an env-worker
-restart and the run goes on as it would have. ``runner.max_worker_restarts`` is lifted (and the backoff and the
+restart and the run goes on as it would have. ``runner.faults.max_worker_restarts`` is lifted (and the backoff and the
 broken-env diagnosis, which a fault forced every few seconds in every process would trigger, are off), the run is
 stopped after ``--minutes`` (SIGTERM: it saves a checkpoint and stops), and ``metrics.jsonl`` is read
 back: for every ``sys/rss_mib/<worker>`` its value after warm-up, at the end, and its least-squares slope
@@ -84,9 +84,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = load_config(args.config, [*args.overrides, "env.id=benchmarks.soak:ChaosEnv",
                                     f"env.kwargs={json.dumps(wrapped)}", f"eval_env.id={cfg.resolved_eval_env().id}",
                                     f"eval_env.kwargs={json.dumps(cfg.resolved_eval_env().kwargs)}",
-                                    "runner.iterations=1000000", "runner.max_worker_restarts=1000000",
+                                    "runner.iterations=1000000", "runner.faults.max_worker_restarts=1000000",
                                     # forced faults, not a flapping or broken simulator: no backoff, no diagnosis
-                                    "runner.restart_backoff_s=0", "runner.broken_env_iterations=null",
+                                    "runner.faults.restart_backoff_s=0", "runner.faults.broken_env_iterations=null",
                                     "runner.keep_checkpoints=2", "runner.plot=false"])
     stop = threading.Timer(args.minutes * 60, os.kill, (os.getpid(), signal.SIGTERM))
     stop.daemon = True

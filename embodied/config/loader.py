@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import warnings
 from dataclasses import dataclass
 import difflib
 import re
@@ -38,6 +39,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         source = str(path)
         raw = read_yaml(Path(path))
     raw = apply_overrides(raw, overrides)
+    notes: list[str] = []
+    raw = move_fields(raw, notes)  # an old recipe (or override) keeps loading, told where each field went
+    for note in notes:
+        warnings.warn(f"{_blame(note, overrides, source)}: {note}; it was read there, write it there", FutureWarning,
+                      stacklevel=2)
     try:
         cfg = from_dict(Config, raw, "")
     except ConfigError as exc:
@@ -209,25 +215,51 @@ FIELD_CHANGES = (
     FieldChange("noise_actor_hidden_sizes", "noise_policy_hidden_sizes", 3, "the noise policy's layers; 'actor' is "
                 "the training worker"),
     FieldChange("noise_critic_hidden_sizes", "critic_hidden_sizes", 3, "SAC's critics' widths, DSRL's among them"),
+    *(FieldChange(f"runner.{name}", f"runner.faults.{name}", 3, "what a run does when env workers fail is one "
+                  "subsection") for name in ("max_worker_restarts", "restart_window", "max_total_restarts",
+                                             "restart_backoff_s", "restart_backoff_max_s", "broken_env_iterations")),
 )
-MOVED = {c.old: c.new for c in FIELD_CHANGES if "." in c.old}  # section.field -> section.field
+MOVED = {c.old: c.new for c in FIELD_CHANGES if "." in c.old}  # section.field -> section[.subsection].field
 RENAMED = {c.old: c for c in FIELD_CHANGES if "." not in c.old}  # field -> its change, within a section
 
 
-def saved_form(raw: dict[str, Any]) -> dict[str, Any]:
-    """A config saved before fields moved (``MOVED``), were renamed (``RENAMED``) or split off into an algorithm of
-    their own (``AlgorithmConfig.split_off``) in today's form (a copy): what a recipe is refused for, a checkpoint's
-    config is translated."""
-    out = copy.deepcopy(raw)
-    for old, new in MOVED.items():
-        (section, key), (to, to_key) = old.split("."), new.split(".")
-        if isinstance(out.get(section), dict) and key in out[section]:
-            value = out[section].pop(key)
-            out.setdefault(to, {}).setdefault(to_key, value)
+def saved_form(raw: dict[str, Any], notes: list[str] | None = None) -> dict[str, Any]:
+    """A config written before fields moved (``MOVED``), were renamed (``RENAMED``) or split off into an algorithm of
+    their own (``AlgorithmConfig.split_off``) in today's form (a copy): a checkpoint's config, or an old recipe (whose
+    loader is told each move, in ``notes``)."""
+    out = move_fields(raw, notes)
     if isinstance(out.get("algorithm"), dict):
         _split_off(out["algorithm"])
     _rename(Config, out, "")
     return out
+
+
+def move_fields(raw: dict[str, Any], notes: list[str] | None = None) -> dict[str, Any]:
+    """``raw`` (a copy) with every field that moved to another section (``MOVED``) in its new place; each move
+    is told in ``notes``."""
+    out = copy.deepcopy(raw)
+    for old, new in MOVED.items():
+        *parents, key = old.split(".")
+        section = _section(out, parents)
+        if isinstance(section, dict) and key in section:
+            value = section.pop(key)
+            *to, to_key = new.split(".")
+            target = _section(out, to, create=True)
+            if isinstance(target, dict):
+                target.setdefault(to_key, value)
+                if notes is not None:
+                    notes.append(f"{old}: moved to {new} ({next(c.why for c in FIELD_CHANGES if c.old == old)})")
+    return out
+
+
+def _section(data: dict[str, Any], path: list[str], create: bool = False) -> Any:
+    """The nested dict at ``path`` (None where a part is missing or not a dict; ``create``: made where missing)."""
+    node: Any = data
+    for part in path:
+        if create and isinstance(node, dict) and node.get(part) is None:
+            node[part] = {}
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
 
 
 def _split_off(section: dict[str, Any]) -> None:

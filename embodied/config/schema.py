@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 
 from embodied.config.sections import (DEFAULT_ENV, ActorConfig, ClusterConfig, EnvConfig, EvalEnvConfig,  # noqa: F401
                                       ExperimentConfig, ExtraEval, LoggerConfig, Resources, RolloutConfig,
-                                      RunnerConfig, SFTConfig, VideoConfig, default_env_id, due, split_counts)
+                                      RunnerConfig, SFTConfig, VideoConfig, default_env_id, due, split_counts,
+                                      FaultsConfig)
 from embodied.core.registry import ALGORITHMS, load_entry_point
 from embodied.policy.config import PolicyConfig
 

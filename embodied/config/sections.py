@@ -278,60 +278,25 @@ class ExtraEval:
 
 
 @dataclass
-class RunnerConfig:
-    iterations: int = 100  # training iterations (sync, rollout, update, log)
-    # sync: rollout, then update, in turn. async (embodied/runs/async_iterations.py): env and rollout workers keep
-    # producing the next rollouts while the actor trains on earlier ones (algorithm.max_staleness bounds the lag).
-    mode: Literal["sync", "async"] = "sync"
-    eval_every: int = 10  # iterations between evals (0: only at the end)
-    eval_episodes: int = 32  # episodes per eval (deterministic actions)
-    checkpoint_every: int = 50  # iterations between checkpoints (0: only at the end)
-    eval_video: Literal["none", "last", "all"] = "none"  # evals that record videos (see logger.video); envs must render
-    # More envs evaluated at every eval beside the training env, each with its own episode count, e.g.
-    # [{id: LIBERO-Object-Swap-v0, episodes: 10}]; engine-generic (any env id, or a named set of them).
-    extra_evals: list[ExtraEval] = field(default_factory=list)
-    # A checkpoint folder, or a run dir (its newest valid checkpoint), to continue in its run dir;
-    # "auto": the newest run of experiment.name under experiment.output_dir that has one (else start afresh).
-    resume_from: str | None = None
-    keep_checkpoints: int = 0  # the newest checkpoints kept on disk (0: all)
+class FaultsConfig:
+    """What a run does when env workers fail (``embodied.workers.restarts``): restart them, at a bounded rate."""
+
     # Env workers that fail (an env raises, hangs past env.step_timeout_s, or its process dies) are restarted and the
     # rollout epoch (or eval round) redone from its start. A rate, not a lifetime count: at most this many restarts
-    # within any runner.restart_window iterations, training and eval env workers together; one more stops the run
-    # after checkpointing the last completed iteration (0: the first failure stops it).
+    # within any runner.faults.restart_window iterations, training and eval env workers together; one more stops the
+    # run after checkpointing the last completed iteration (0: the first failure stops it).
     max_worker_restarts: int = 3
-    restart_window: int = 20  # iterations over which runner.max_worker_restarts counts (3 in 20: hours of LIBERO)
+    restart_window: int = 20  # iterations over which max_worker_restarts counts (3 in 20: hours of LIBERO)
     max_total_restarts: int | None = None  # an optional lifetime cap on the run's env worker restarts (null: none)
-    # A worker rebuilt again within runner.restart_window iterations of its last rebuild first waits this long,
+    # A worker rebuilt again within runner.faults.restart_window iterations of its last rebuild first waits this long,
     # doubled for each further such rebuild, so a flapping simulator (GL context, license server, disk) can recover.
     restart_backoff_s: float = 5.0  # 0: no wait
-    restart_backoff_max_s: float = 300.0  # the backoff's cap (>= runner.restart_backoff_s)
+    restart_backoff_max_s: float = 300.0  # the backoff's cap (>= runner.faults.restart_backoff_s)
     # A worker that fails the same way (the same env call) within this many iterations of a rebuild from fresh
     # seeds, and again after the next rebuild, fails from any state: the run stops with that diagnosis at once.
     broken_env_iterations: int | None = 5  # null: never diagnosed (only the rate stops the run)
-    # Resume a checkpoint's env snapshots (pickles) even when they do not carry a signature made with your own key
-    # (embodied.checkpoint.trust): only for a run folder you trust, e.g. one you made on another machine.
-    trust_checkpoint: bool = False
-    plot: bool = True  # write learning_curves.png into the run dir at the end of training
 
-    def validate(self, path: str = "runner") -> list[str]:
-        """Problems of this section's own fields, each prefixed by its path."""
-        p = [f"{path}.{name}: must be >= {low}{note}, got {n}" for name, n, low, note in (
-            ("iterations", self.iterations, 1, ""), ("eval_every", self.eval_every, 0, ""),
-            ("eval_episodes", self.eval_episodes, 1, ""), ("checkpoint_every", self.checkpoint_every, 0, ""),
-            ("keep_checkpoints", self.keep_checkpoints, 0, " (0 keeps all)")) if n < low]
-        if self.resume_from is not None and self.resume_from.strip() == "":
-            p.append(f"{path}.resume_from: an empty path (an unset shell variable?); leave it out or set it to null "
-                     "to start without one")
-        p += self._restart_problems(path)
-        for i, extra in enumerate(self.extra_evals):
-            p += extra.validate(f"{path}.extra_evals[{i}]")
-        names = [e.name or e.id for e in self.extra_evals]
-        if len(set(names)) != len(names):
-            p.append(f"{path}.extra_evals: two entries log under one name ({names}); give {path}.extra_evals[i].name "
-                     "to tell them apart")
-        return p
-
-    def _restart_problems(self, path: str) -> list[str]:
+    def validate(self, path: str = "runner.faults") -> list[str]:
         """The restart rate, its lifetime cap, the backoff and the broken-env horizon (``embodied.workers.restarts``)."""
         p = []
         if self.max_worker_restarts < 0:
@@ -351,6 +316,48 @@ class RunnerConfig:
         if self.broken_env_iterations is not None and self.broken_env_iterations < 0:
             p.append(f"{path}.broken_env_iterations: must be >= 0 (or null: no diagnosis), got "
                      f"{self.broken_env_iterations}")
+        return p
+
+
+@dataclass
+class RunnerConfig:
+    iterations: int = 100  # training iterations (sync, rollout, update, log)
+    # sync: rollout, then update, in turn. async (embodied/runs/async_iterations.py): env and rollout workers keep
+    # producing the next rollouts while the actor trains on earlier ones (algorithm.max_staleness bounds the lag).
+    mode: Literal["sync", "async"] = "sync"
+    eval_every: int = 10  # iterations between evals (0: only at the end)
+    eval_episodes: int = 32  # episodes per eval (deterministic actions)
+    checkpoint_every: int = 50  # iterations between checkpoints (0: only at the end)
+    eval_video: Literal["none", "last", "all"] = "none"  # evals that record videos (see logger.video); envs must render
+    # More envs evaluated at every eval beside the training env, each with its own episode count, e.g.
+    # [{id: LIBERO-Object-Swap-v0, episodes: 10}]; engine-generic (any env id, or a named set of them).
+    extra_evals: list[ExtraEval] = field(default_factory=list)
+    # A checkpoint folder, or a run dir (its newest valid checkpoint), to continue in its run dir;
+    # "auto": the newest run of experiment.name under experiment.output_dir that has one (else start afresh).
+    resume_from: str | None = None
+    keep_checkpoints: int = 0  # the newest checkpoints kept on disk (0: all)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)  # what a run does when env workers fail
+    # Resume a checkpoint's env snapshots (pickles) even when they do not carry a signature made with your own key
+    # (embodied.checkpoint.trust): only for a run folder you trust, e.g. one you made on another machine.
+    trust_checkpoint: bool = False
+    plot: bool = True  # write learning_curves.png into the run dir at the end of training
+
+    def validate(self, path: str = "runner") -> list[str]:
+        """Problems of this section's own fields, each prefixed by its path."""
+        p = [f"{path}.{name}: must be >= {low}{note}, got {n}" for name, n, low, note in (
+            ("iterations", self.iterations, 1, ""), ("eval_every", self.eval_every, 0, ""),
+            ("eval_episodes", self.eval_episodes, 1, ""), ("checkpoint_every", self.checkpoint_every, 0, ""),
+            ("keep_checkpoints", self.keep_checkpoints, 0, " (0 keeps all)")) if n < low]
+        if self.resume_from is not None and self.resume_from.strip() == "":
+            p.append(f"{path}.resume_from: an empty path (an unset shell variable?); leave it out or set it to null "
+                     "to start without one")
+        p += self.faults.validate(f"{path}.faults")
+        for i, extra in enumerate(self.extra_evals):
+            p += extra.validate(f"{path}.extra_evals[{i}]")
+        names = [e.name or e.id for e in self.extra_evals]
+        if len(set(names)) != len(names):
+            p.append(f"{path}.extra_evals: two entries log under one name ({names}); give {path}.extra_evals[i].name "
+                     "to tell them apart")
         return p
 
     def checkpoints_at(self, it: int) -> bool:

@@ -68,7 +68,7 @@ class PeriodicEval:
     """Eval during training that never stops training.
 
     An eval env worker that fails is replaced and its round redone within the run's restart rate, which
-    training shares (``runner.max_worker_restarts`` within ``runner.restart_window``; see ``Evaluator``);
+    training shares (``runner.faults.max_worker_restarts`` within ``runner.faults.restart_window``; see ``Evaluator``);
     an eval that still raises (the rate spent, an env broken in every process) is reported, its episodes
     counted as dropped, and periodic eval is switched off, but training goes on (a hung eval env is left
     behind, never waited on); video problems are reported and the run goes on without them.

@@ -68,7 +68,7 @@ class Workers:
     colocated: bool  # rollout workers act with the actor's own module
     resets: Resets | None  # how envs start each rollout epoch (on-policy runs: OnPolicyConfig.rollout_reset)
     train_envs: EnvGroup  # env_group with the rollout ranks' side of its exchange
-    restarts: RestartBudget  # the run's restart rate (runner.max_worker_restarts...), shared with the evaluator
+    restarts: RestartBudget  # the run's restart rate (runner.faults.max_worker_restarts...), shared with the evaluator
     weights_inbox: Channel | None = None  # async runs: new weights reach rollout workers mid-epoch (key rollout<r>)
     # Rollout rank r's trajectories to actor rank r mod N (key actor<rank>), straight from worker to worker.
     trajectories: Channel | None = None

@@ -1,10 +1,10 @@
 """How many env worker restarts a run allows, how long a rebuild waits, and when an env is broken for good.
 
-``runner.max_worker_restarts`` is a rate, not a lifetime count: at most that many restarts within any
-``runner.restart_window`` iterations, training and eval env workers together (``RestartWindow``), and, if set,
-at most ``runner.max_total_restarts`` in the run. A run of hours with a fault an hour never runs out; a burst
+``runner.faults.max_worker_restarts`` is a rate, not a lifetime count: at most that many restarts within any
+``runner.faults.restart_window`` iterations, training and eval env workers together (``RestartWindow``), and, if set,
+at most ``runner.faults.max_total_restarts`` in the run. A run of hours with a fault an hour never runs out; a burst
 of faults stops it. A worker rebuilt again within the window of its last rebuild first waits (``Backoff``:
-``runner.restart_backoff_s``, doubled for each further one, at most ``runner.restart_backoff_max_s``), so a
+``runner.faults.restart_backoff_s``, doubled for each further one, at most ``runner.faults.restart_backoff_max_s``), so a
 flapping resource (a GL context, a license server, a full disk) gets time to recover.
 
 A worker whose rebuilt processes keep failing the same way has an env that fails from any state
@@ -49,8 +49,8 @@ class FaultStop(RuntimeError):
 
 
 class RestartRateError(FaultStop):
-    """Faults came faster than ``runner.max_worker_restarts`` within ``runner.restart_window`` iterations, or the
-    run reached ``runner.max_total_restarts``."""
+    """Faults came faster than ``runner.faults.max_worker_restarts`` within ``runner.faults.restart_window`` iterations, or the
+    run reached ``runner.faults.max_total_restarts``."""
 
 
 class BrokenEnvError(FaultStop):
@@ -69,11 +69,11 @@ class RestartWindow:
 
     def __post_init__(self) -> None:  # built by code too, not only from a checked config
         if self.limit < 0:
-            raise ValueError(f"runner.max_worker_restarts: must be >= 0 (0: no restarts), got {self.limit}")
+            raise ValueError(f"runner.faults.max_worker_restarts: must be >= 0 (0: no restarts), got {self.limit}")
         if self.window < 1:
-            raise ValueError(f"runner.restart_window: must be >= 1, got {self.window}")
+            raise ValueError(f"runner.faults.restart_window: must be >= 1, got {self.window}")
         if self.cap is not None and self.cap < 0:
-            raise ValueError(f"runner.max_total_restarts: must be >= 0 (or None: no cap), got {self.cap}")
+            raise ValueError(f"runner.faults.max_total_restarts: must be >= 0 (or None: no cap), got {self.cap}")
 
     def count(self, iteration: int) -> int:
         """Restarts within the window that ends at ``iteration``."""
@@ -82,12 +82,12 @@ class RestartWindow:
     def refusal(self, iteration: int) -> str | None:
         """Why one more restart at ``iteration`` is refused, or None."""
         if self.cap is not None and self.total >= self.cap:
-            return f"the run already restarted env workers {self.total} times (runner.max_total_restarts={self.cap})"
+            return f"the run already restarted env workers {self.total} times (runner.faults.max_total_restarts={self.cap})"
         if self.limit == 0:
-            return "runner.max_worker_restarts=0 allows no restart"
+            return "runner.faults.max_worker_restarts=0 allows no restart"
         if self.count(iteration) >= self.limit:
             at = ", ".join(str(i) for i in self.recent if i > iteration - self.window)
-            return (f"faults came faster than runner.max_worker_restarts={self.limit} within runner.restart_window="
+            return (f"faults came faster than runner.faults.max_worker_restarts={self.limit} within runner.faults.restart_window="
                     f"{self.window} iterations (restarts at iterations {at}; {self.total} in the run)")
         return None
 
@@ -109,7 +109,7 @@ class Backoff:
 
     def __post_init__(self) -> None:
         if not 0 <= self.base_s <= self.max_s:
-            raise ValueError(f"runner.restart_backoff_max_s: must be >= runner.restart_backoff_s >= 0, got "
+            raise ValueError(f"runner.faults.restart_backoff_max_s: must be >= runner.faults.restart_backoff_s >= 0, got "
                              f"{self.max_s} and {self.base_s}")
 
     def delay(self, worker: str, iteration: int) -> tuple[float, int]:
@@ -196,7 +196,8 @@ class RestartBudget:
         self.explained = False  # why a replayed fault drops episodes was printed (once a run)
 
     @classmethod
-    def of(cls, r: RunnerConfig) -> RestartBudget:
+    def of(cls, runner: RunnerConfig) -> RestartBudget:
+        r = runner.faults
         return cls(r.max_worker_restarts, r.restart_window, r.max_total_restarts, r.restart_backoff_s,
                    r.restart_backoff_max_s, r.broken_env_iterations)
 
@@ -240,8 +241,8 @@ class RestartBudget:
         wait = ""
         if restart.wait_s > 0:
             wait = (f"waiting {restart.wait_s:g} s first (rebuild {restart.quick + 1} of this worker in a row within "
-                    f"runner.restart_window; runner.restart_backoff_s={self.backoff.base_s:g} doubling, at most "
-                    f"runner.restart_backoff_max_s={self.backoff.max_s:g}), then ")
+                    f"runner.faults.restart_window; runner.faults.restart_backoff_s={self.backoff.base_s:g} doubling, at most "
+                    f"runner.faults.restart_backoff_max_s={self.backoff.max_s:g}), then ")
         who = "it" if len(failure.ranks) == 1 else f"ranks {sorted(failure.ranks)}"
         if fresh_seed is not None and failure.section == "env":  # eval counts its own (``Evaluator.dropped``)
             self.episodes_dropped += dropped
@@ -259,7 +260,7 @@ class RestartBudget:
     def _fresh_reason(self, restart: Restart) -> str:
         if not restart.suspect:
             return ", again on the exact replay"
-        return (f", again in a process rebuilt within runner.broken_env_iterations={self.watch.within} iterations "
+        return (f", again in a process rebuilt within runner.faults.broken_env_iterations={self.watch.within} iterations "
                 "(a first sign of an env that fails from any state: one more and the run stops)")
 
     def _why(self, failure: WorkerFailure, restart: Restart) -> str:
@@ -316,7 +317,7 @@ def broken_diagnosis(failure: WorkerFailure, streak: Streak, within: int | None)
     command = failure.reproduce or f"embodied check-env {failure.env_id}"
     return (f"{failure.section} worker {rank} ({failure.env_id}, envs {a}-{b - 1}) fails from any state: it "
             f"{streak.call} in {rebuilt + 1} processes in a row (failures at iterations {at}, each within "
-            f"runner.broken_env_iterations={within} of the one before): the {rebuilt} fresh processes rebuilt for it "
+            f"runner.faults.broken_env_iterations={within} of the one before): the {rebuilt} fresh processes rebuilt for it "
             f"(an exact replay, then envs reset from fresh seeds) failed the same way. No single state explains "
-            f"that, so restarting it again would only spend runner.max_worker_restarts. Next step: reproduce it "
+            f"that, so restarting it again would only spend runner.faults.max_worker_restarts. Next step: reproduce it "
             f"outside training with `{command}` (raise --steps until it fails) and fix the env")

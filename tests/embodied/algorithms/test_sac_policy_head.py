@@ -55,7 +55,6 @@ def test_mlp_and_its_alias_build_the_same_policy_and_critics_and_log_the_same_up
 
 
 @pytest.mark.parametrize("recipe, override, message", [
-    (RECIPE, "policy.critic_hidden_sizes=[8]", "policy.critic_hidden_sizes: moved to algorithm.critic_hidden_sizes"),
     (RECIPE, "algorithm.actor_q=min", "algorithm.actor_q: renamed to algorithm.policy_q"),
     ("dsrl", "algorithm.actor_q=min", "algorithm.actor_q: renamed to algorithm.policy_q"),
     ("dsrl", "algorithm.noise_actor_hidden_sizes=[8]",
@@ -114,3 +113,9 @@ def test_the_worker_reads_the_optimizer_key_of_checkpoints_before_the_rename():
     assert all(torch.equal(a["exp_avg"], b["exp_avg"]) for a, b in zip(
         first.learner.policy_optimizer.state_dict()["state"].values(),
         second.learner.policy_optimizer.state_dict()["state"].values(), strict=True))
+
+
+def test_a_moved_field_of_an_old_recipe_is_read_in_its_new_place_with_a_warning():
+    with pytest.warns(FutureWarning, match="policy.critic_hidden_sizes: moved to algorithm.critic_hidden_sizes"):
+        cfg = load_config(None, ["algorithm.name=sac", "policy.critic_hidden_sizes=[8]"])
+    assert cfg.algorithm.critic_hidden_sizes == [8]

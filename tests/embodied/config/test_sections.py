@@ -10,7 +10,7 @@ import pytest
 
 from embodied.config import ConfigError, load_config
 from embodied.config.schema import Config
-from embodied.config.sections import (ActorConfig, ClusterConfig, EnvConfig, ExperimentConfig, LoggerConfig,
+from embodied.config.sections import (ActorConfig, ClusterConfig, EnvConfig, ExperimentConfig, FaultsConfig, LoggerConfig,
                                       Resources, RolloutConfig, RunnerConfig, SFTConfig)
 
 
@@ -28,8 +28,8 @@ def test_every_section_of_the_config_validates_itself():
      "cluster.env_resources.num_gpus: must be a number >= 0"),
     (RolloutConfig(pipeline_stages=0), "rollout", "rollout.pipeline_stages: must be >= 1"),
     (ActorConfig(lr=0.0, ema_decay=1.0), "actor", "actor.ema_decay: must be in [0, 1)"),
-    (RunnerConfig(restart_backoff_s=2.0, restart_backoff_max_s=1.0), "runner",
-     "runner.restart_backoff_max_s: the backoff's cap must be >= its base runner.restart_backoff_s=2"),
+    (RunnerConfig(faults=FaultsConfig(restart_backoff_s=2.0, restart_backoff_max_s=1.0)), "runner",
+     "runner.faults.restart_backoff_max_s: the backoff's cap must be >= its base runner.faults.restart_backoff_s=2"),
     (SFTConfig(features={"imgs": "x"}, dataset=[""]), "sft", "sft.features.imgs: unknown key"),
     (LoggerConfig(backends=["console", "console"]), "logger", "logger.backends: each backend at most once"),
 ])
@@ -44,3 +44,16 @@ def test_the_whole_config_reports_a_section_s_problem_and_one_across_sections():
         load_config(None, ["sft.epochs=0", "cluster.num_env_workers=64", "env.num_envs=8"])
     assert "sft.epochs: must be >= 1" in str(err.value)  # the section's own
     assert "cluster.num_env_workers: 64 ranks for env.num_envs=8" in str(err.value)  # fields against each other
+
+
+def test_an_old_recipe_s_restart_fields_load_into_runner_faults_with_a_message(tmp_path):
+    recipe = tmp_path / "old.yaml"
+    recipe.write_text("runner:\n  iterations: 3\n  max_worker_restarts: 7\n  restart_backoff_s: 0\n")
+    with pytest.warns(FutureWarning, match=r"old.yaml: runner.max_worker_restarts: moved to "
+                                           r"runner.faults.max_worker_restarts"):
+        cfg = load_config(recipe)
+    assert (cfg.runner.iterations, cfg.runner.faults.max_worker_restarts, cfg.runner.faults.restart_backoff_s) == \
+        (3, 7, 0.0)
+    saved = {"runner": {"max_worker_restarts": 2}}  # a checkpoint's config of before: read the same way, quietly
+    from embodied.config.loader import saved_form
+    assert saved_form(saved)["runner"] == {"faults": {"max_worker_restarts": 2}}

@@ -19,7 +19,7 @@ FAILING = ["env.id=tests.toy_envs:FailingEnv", "env.num_envs=4", "env.max_episod
            "policy.type=mlp", "policy.hidden_sizes=[8]", "policy.action_chunk=2", "rollout.chunk_steps=4",
            "algorithm.num_minibatches=1", "runner.iterations=2", "runner.eval_every=0", "runner.eval_episodes=2",
            "logger.backends=[]", "logger.progress_bar=false", "runner.plot=false", "experiment.seed=0",
-           "runner.restart_backoff_s=0"]
+           "runner.faults.restart_backoff_s=0"]
 
 
 def check_message(text: str) -> None:

@@ -155,7 +155,7 @@ def test_a_replaced_env_worker_keeps_its_members_and_the_run_is_the_clean_one(tm
             "policy.hidden_sizes=[8]", "policy.action_chunk=2", "rollout.chunk_steps=4", "algorithm.num_minibatches=2",
             "runner.iterations=3", "runner.eval_every=0", "runner.eval_episodes=2", "runner.checkpoint_every=0",
             "logger.backends=[console]", "logger.progress_bar=false", "runner.plot=false",
-            "runner.restart_backoff_s=0", f"experiment.output_dir={folder}"]))
+            "runner.faults.restart_backoff_s=0", f"experiment.output_dir={folder}"]))
 
     faulted = run(tmp_path / "faulted")
     assert marker.exists() and faulted.history[-1]["workers/restarts"] == 1.0

@@ -80,7 +80,7 @@ def toy_config(tmp_path: Path, *overrides: str):
         "policy.type=mlp", "policy.hidden_sizes=[8]", "policy.action_chunk=2", "rollout.chunk_steps=4",
         "algorithm.num_minibatches=1", "algorithm.update_epochs=1", "runner.iterations=2", "runner.eval_every=1",
         "runner.eval_episodes=2", "logger.backends=[console]", "logger.progress_bar=false", "runner.plot=false",
-        "runner.restart_backoff_s=0", f"experiment.output_dir={tmp_path}", *overrides,
+        "runner.faults.restart_backoff_s=0", f"experiment.output_dir={tmp_path}", *overrides,
     ])
 
 
@@ -232,7 +232,7 @@ def test_an_eval_env_failing_at_reset_does_not_hang_training(tmp_path):
     with pytest.warns(UserWarning, match="(?s)eval at iteration 1 failed.*reset failed"):
         # No restarts: a replacement's first reset (the eval round's) would work, as this env's first reset does.
         result = train(toy_config(tmp_path, "eval_env.id=test-failing-reset", "env.preflight=false",
-                                  "runner.max_worker_restarts=0"))  # see above
+                                  "runner.faults.max_worker_restarts=0"))  # see above
     assert result.history[0]["eval/failed"] == 1.0 and len(result.history) == 2
 
 

@@ -38,7 +38,7 @@ def faulty_config(tmp_path: Path, fault: str, marker: Path, *overrides: str):
         "policy.type=mlp", "policy.hidden_sizes=[8]", "policy.action_chunk=2", "rollout.chunk_steps=4",
         "algorithm.num_minibatches=2", "algorithm.update_epochs=2", "runner.iterations=3", "runner.eval_every=0",
         "runner.eval_episodes=2", "runner.checkpoint_every=0", "logger.backends=[console]",
-        "logger.progress_bar=false", "runner.plot=false", "runner.restart_backoff_s=0",
+        "logger.progress_bar=false", "runner.plot=false", "runner.faults.restart_backoff_s=0",
         f"experiment.output_dir={tmp_path}", *overrides,
     ])
 
@@ -107,8 +107,8 @@ def test_when_the_rate_is_spent_the_error_names_env_worker_env_index_iteration_a
         "env.id=tests.toy_envs:FailingEnv", "env.kwargs={fail_at: 3, fail_env: 1}", "env.num_envs=4",
         "cluster.num_env_workers=2", "env.preflight=false", "eval_env.num_envs=2", "policy.type=mlp",
         "policy.hidden_sizes=[8]", "policy.action_chunk=2", "rollout.chunk_steps=4", "algorithm.num_minibatches=1",
-        "runner.iterations=2", "runner.eval_every=0", "runner.max_worker_restarts=2", "logger.backends=[console]",
-        "logger.progress_bar=false", "runner.plot=false", "runner.restart_backoff_s=0",
+        "runner.iterations=2", "runner.eval_every=0", "runner.faults.max_worker_restarts=2", "logger.backends=[console]",
+        "logger.progress_bar=false", "runner.plot=false", "runner.faults.restart_backoff_s=0",
         f"experiment.output_dir={tmp_path}",
     ])
     with pytest.raises(RestartRateError) as info:
@@ -117,16 +117,16 @@ def test_when_the_rate_is_spent_the_error_names_env_worker_env_index_iteration_a
     assert "env index 1" in message and "env worker 0" in message and "iteration 1" in message
     assert "sub-step 0 of the chunk" in message and "chunk step 1" in message and "ZeroDivisionError" in message
     assert "env worker 0 (tests.toy_envs:FailingEnv, envs 0-1) raised" in message
-    assert "faults came faster than runner.max_worker_restarts=2 within runner.restart_window=20 iterations" in message
+    assert "faults came faster than runner.faults.max_worker_restarts=2 within runner.faults.restart_window=20 iterations" in message
     assert find_env_error(info.value) is not None  # the env's own error stays behind it (the CLI prints it)
     err = capfd.readouterr().err
     assert "[restart 1; 1/2 within" in err and "[restart 2; 2/2 within" in err and "[restart 3;" not in err
 
 
 def test_with_no_restarts_a_hung_env_stops_the_run_within_the_timeout_and_names_where_it_hangs(tmp_path):
-    cfg = faulty_config(tmp_path, "hang", tmp_path / "marker", "runner.max_worker_restarts=0")
+    cfg = faulty_config(tmp_path, "hang", tmp_path / "marker", "runner.faults.max_worker_restarts=0")
     t0 = time.monotonic()
-    with pytest.raises(RestartRateError, match="runner.max_worker_restarts=0 allows no restart") as info:
+    with pytest.raises(RestartRateError, match="runner.faults.max_worker_restarts=0 allows no restart") as info:
         runner.train(cfg)
     assert isinstance(find_env_error(info.value), EnvStepTimeoutError)
     assert time.monotonic() - t0 < 30  # not the 600 s channel timeout
@@ -154,7 +154,7 @@ def test_non_finite_numbers_are_not_restarted(tmp_path, capfd):
 def test_a_hung_eval_env_is_restarted_and_its_round_redone(tmp_path, capfd):
     marker = tmp_path / "eval.marker"
     overrides = ("runner.eval_every=1", f"eval_env.kwargs={{fault: hang, fault_at: 3, marker: '{marker}'}}",
-                 "runner.max_worker_restarts=1")
+                 "runner.faults.max_worker_restarts=1")
     faulted = runner.train(faulty_config(tmp_path / "faulted", "raise", tmp_path / "unused", *overrides,
                                          "env.kwargs={}"))
     assert marker.exists()
@@ -170,7 +170,7 @@ def test_a_hung_eval_env_never_blocks_the_end_of_training(tmp_path, capfd):
     marker = tmp_path / "eval.marker"
     cfg = faulty_config(tmp_path, "raise", tmp_path / "unused", "env.kwargs={}", "runner.eval_every=1",
                         f"eval_env.kwargs={{fault: hang, fault_at: 3, marker: '{marker}'}}",
-                        "runner.max_worker_restarts=0")
+                        "runner.faults.max_worker_restarts=0")
     with pytest.warns(UserWarning, match="eval at iteration 1 failed, periodic eval switched off"):
         result = runner.train(cfg)
     assert [it.get("eval/failed") for it in result.history] == [1.0, None, None]
@@ -230,7 +230,7 @@ def test_restart_budget_stops_when_the_window_is_spent_and_raises_what_is_not_re
     assert budget.used == 1
     with pytest.raises(RestartRateError) as info:
         budget.restart(failure, 4, replayed=False)
-    assert "runner.max_worker_restarts=1 within runner.restart_window=20" in str(info.value)
+    assert "runner.faults.max_worker_restarts=1 within runner.faults.restart_window=20" in str(info.value)
     assert str(info.value).endswith("ValueError: boom")  # the last failure's own error, after the message
     with pytest.raises(ValueError, match="a bug"):
         RestartBudget(3).restart(WorkerFailure("env", "Toy-v0", {0}, ValueError("a bug")), 1, replayed=False)
@@ -261,6 +261,6 @@ def test_local_group_restart_abandons_a_hung_thread_and_serves_the_new_worker():
 def test_config_checks_step_timeout_and_restart_budget():
     with pytest.raises(ConfigError, match="env.step_timeout_s: must be a positive number"):
         load_config(None, ["env.step_timeout_s=0"])
-    with pytest.raises(ConfigError, match="runner.max_worker_restarts: must be >= 0"):
-        load_config(None, ["runner.max_worker_restarts=-1"])
+    with pytest.raises(ConfigError, match="runner.faults.max_worker_restarts: must be >= 0"):
+        load_config(None, ["runner.faults.max_worker_restarts=-1"])
     assert load_config(None, ["env.step_timeout_s=null"]).resolved_eval_env().step_timeout_s is None

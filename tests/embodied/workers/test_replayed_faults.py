@@ -35,7 +35,7 @@ def replay_config(out: Path, *overrides: str):
         "cluster.num_env_workers=2", "policy.type=mlp", "policy.hidden_sizes=[8]", "policy.action_chunk=2",
         "rollout.chunk_steps=4", "algorithm.num_minibatches=2", "algorithm.update_epochs=2", "runner.iterations=3",
         "runner.eval_every=0", "runner.eval_episodes=2", "runner.checkpoint_every=0", "logger.backends=[console]",
-        "logger.progress_bar=false", "runner.plot=false", "runner.restart_backoff_s=0", f"experiment.output_dir={out}",
+        "logger.progress_bar=false", "runner.plot=false", "runner.faults.restart_backoff_s=0", f"experiment.output_dir={out}",
         *overrides,
     ])
 
@@ -95,16 +95,16 @@ def test_under_grpo_the_failed_workers_groups_are_reset_from_the_fresh_seed(tmp_
 
 def test_the_restart_rate_still_bounds_a_fault_that_replays(tmp_path, capfd):
     with pytest.raises(RestartRateError) as info:
-        runner.train(replay_config(tmp_path, "runner.max_worker_restarts=1"))
-    assert "runner.max_worker_restarts=1 within runner.restart_window=20 iterations (restarts at iterations 2" in \
+        runner.train(replay_config(tmp_path, "runner.faults.max_worker_restarts=1"))
+    assert "runner.faults.max_worker_restarts=1 within runner.faults.restart_window=20 iterations (restarts at iterations 2" in \
         str(info.value)
     assert "[restart 2;" not in capfd.readouterr().err
 
 
 def test_a_negative_restart_budget_is_refused_naming_the_field():
-    with pytest.raises(ConfigError, match="runner.max_worker_restarts: must be >= 0"):
-        load_config(None, ["runner.max_worker_restarts=-1"])
-    with pytest.raises(ValueError, match="runner.max_worker_restarts: must be >= 0"):
+    with pytest.raises(ConfigError, match="runner.faults.max_worker_restarts: must be >= 0"):
+        load_config(None, ["runner.faults.max_worker_restarts=-1"])
+    with pytest.raises(ValueError, match="runner.faults.max_worker_restarts: must be >= 0"):
         RestartBudget(-1)  # built by code, not from a config
 
 
@@ -158,7 +158,7 @@ def start_evaluator(backend: LocalBackend, fail_seed: int):
     cfg = load_config(None, [f"env.id={REPLAY}", "env.num_envs=4", "eval_env.num_envs=4", "env.max_episode_steps=5",
                              f"eval_env.kwargs={{fail_seed: {fail_seed}, fail_at: 3}}", "env.preflight=false",
                              "cluster.num_env_workers=2", "policy.type=echo", "policy.action_chunk=2",
-                             "experiment.seed=7", "runner.restart_backoff_s=0"])
+                             "experiment.seed=7", "runner.faults.restart_backoff_s=0"])
     evaluator = Evaluator.start(cfg, backend)
     evaluator.load_checkpoint({"policy": evaluator.rollout_group.workers[0].policy.state_dict()})
     return evaluator

@@ -89,15 +89,15 @@ def check_burst(tmp_path: Path, capfd, *overrides: str, resume: bool = True) -> 
     after checkpointing iteration 7; the rebuilds of 4 and 6 waited (backoff 0.01 s doubling, capped at 0.015 s);
     with ``resume``, the checkpoint resumes."""
     marker = tmp_path / "fault"
-    overrides = (f"{{every: 4, marker: '{marker}'}}", "runner.restart_backoff_s=0.01",
-                 "runner.restart_backoff_max_s=0.015", *overrides)
+    overrides = (f"{{every: 4, marker: '{marker}'}}", "runner.faults.restart_backoff_s=0.01",
+                 "runner.faults.restart_backoff_max_s=0.015", *overrides)
     with pytest.raises(RestartRateError) as info:
         runner.train(rate_config(tmp_path, SPORADIC, *overrides[:1], "runner.iterations=12", *overrides[1:]))
     run_dir = info.value.run_dir
     checkpoint = run_dir / "checkpoints" / "iter_000007"
     message = str(info.value)
     assert "iteration 8: env worker 0 (tests.toy_envs:SporadicFaultEnv, envs 0-1) raised" in message
-    assert ("not restarted: faults came faster than runner.max_worker_restarts=3 within runner.restart_window=20 "
+    assert ("not restarted: faults came faster than runner.faults.max_worker_restarts=3 within runner.faults.restart_window=20 "
             "iterations (restarts at iterations 2, 4, 6; 3 in the run)") in message
     assert f"the run stopped: its last checkpoint is {checkpoint}. Resume it with runner.resume_from={run_dir}" in message
     assert message.rstrip().endswith("ZeroDivisionError: division by zero")  # the env's own error, last
@@ -135,11 +135,11 @@ def test_the_cli_names_the_checkpoint_and_the_resume_command_and_exits_1(tmp_pat
 
     config = str(Path(__file__).resolve().parents[3] / "configs" / "reach_mlp_ppo.yaml")
     overrides = rate_overrides(tmp_path, SPORADIC, f"{{every: 4, marker: '{tmp_path / 'fault'}'}}",
-                               "runner.iterations=3", "runner.max_worker_restarts=0")
+                               "runner.iterations=3", "runner.faults.max_worker_restarts=0")
     assert main(["train", config, *overrides]) == 1
     err = capfd.readouterr().err
     (run_dir,) = tmp_path.glob("*-*")
-    assert "runner.max_worker_restarts=0 allows no restart; the run stopped: its last checkpoint is " \
+    assert "runner.faults.max_worker_restarts=0 allows no restart; the run stopped: its last checkpoint is " \
            f"{run_dir / 'checkpoints' / 'iter_000001'}" in err
     assert "ZeroDivisionError" in err and "Traceback (most recent call last)" not in err
     assert f"resume with: embodied train {config} " in err and f"runner.resume_from={run_dir}\n" in err
@@ -153,13 +153,13 @@ def check_broken(tmp_path: Path, capfd, *overrides: str) -> None:
     then in the process rebuilt from fresh seeds at iteration 3, and in the next one at iteration 4. A window of
     10 restarts would allow more; the diagnosis stops the run after 3 rebuilds, with a checkpoint of iteration 3."""
     cfg = rate_config(tmp_path, WEARING, "{fault_from: 3, fail_env: 1}", "eval_env.kwargs={fail_env: -1}",
-                      "runner.iterations=10", "runner.max_worker_restarts=10", "runner.restart_backoff_s=0.01",
+                      "runner.iterations=10", "runner.faults.max_worker_restarts=10", "runner.faults.restart_backoff_s=0.01",
                       *overrides)
     with pytest.raises(BrokenEnvError) as info:
         runner.train(cfg)
     run_dir, message = info.value.run_dir, str(info.value)
     assert ("env worker 0 (tests.toy_envs:WearingOutEnv, envs 0-1) fails from any state: it raised in step() in 4 "
-            "processes in a row (failures at iterations 2, 2, 3, 4, each within runner.broken_env_iterations=5 of "
+            "processes in a row (failures at iterations 2, 2, 3, 4, each within runner.faults.broken_env_iterations=5 of "
             "the one before): the 3 fresh processes rebuilt for it") in message
     assert ("`embodied check-env tests.toy_envs:WearingOutEnv --obs-mode state --max-episode-steps 4 --steps 1000 "
             "--kwargs '{\"fault_from\": 3, \"fail_env\": 1}'`") in message
@@ -188,7 +188,7 @@ def test_an_env_that_fails_in_every_fresh_process_stops_with_the_diagnosis_in_3_
 
 def test_an_eval_env_broken_in_every_process_ends_the_eval_not_training(tmp_path):
     cfg = rate_config(tmp_path, WEARING, "{fail_env: -1}", "eval_env.kwargs={fault_from: 2, fail_env: 1}",
-                      "runner.iterations=3", "runner.eval_every=1", "runner.restart_backoff_s=0")
+                      "runner.iterations=3", "runner.eval_every=1", "runner.faults.restart_backoff_s=0")
     with pytest.warns(UserWarning, match="(?s)eval at iteration 1 failed, periodic eval switched off: BrokenEnvError: "
                                          "eval_env worker 0 .* fails from any state"):
         result = runner.train(cfg)
@@ -212,12 +212,12 @@ def test_the_window_allows_the_limit_within_any_window_and_slides():
     for it in (1, 2, 3):
         assert window.refusal(it) is None
         window.add(it)
-    assert "runner.max_worker_restarts=3 within runner.restart_window=20 iterations (restarts at iterations 1, 2, 3" \
+    assert "runner.faults.max_worker_restarts=3 within runner.faults.restart_window=20 iterations (restarts at iterations 1, 2, 3" \
         in window.refusal(20)
     assert window.count(21) == 2 and window.refusal(21) is None  # iteration 1 left the window
     capped = RestartWindow(3, 20, cap=2)
     capped.add(1), capped.add(50)
-    assert "runner.max_total_restarts=2" in capped.refusal(100) and capped.count(100) == 0
+    assert "runner.faults.max_total_restarts=2" in capped.refusal(100) and capped.count(100) == 0
     assert "allows no restart" in RestartWindow(0).refusal(1)
 
 
@@ -290,17 +290,17 @@ def _saved(state: dict) -> object:
 
 
 def test_bad_restart_settings_are_refused_naming_the_field():
-    with pytest.raises(ConfigError, match="runner.restart_window: must be >= 1"):
-        load_config(None, ["runner.restart_window=0"])
-    with pytest.raises(ConfigError, match="runner.max_total_restarts: a lifetime cap must be >= 0"):
-        load_config(None, ["runner.max_total_restarts=-1"])
-    with pytest.raises(ConfigError, match="runner.restart_backoff_max_s: the backoff's cap must be >= its base "
-                                          "runner.restart_backoff_s=10, got 5.0"):
-        load_config(None, ["runner.restart_backoff_s=10", "runner.restart_backoff_max_s=5"])
-    with pytest.raises(ConfigError, match="runner.restart_backoff_s: must be a number of seconds >= 0"):
-        load_config(None, ["runner.restart_backoff_s=-1"])
-    with pytest.raises(ConfigError, match="runner.broken_env_iterations: must be >= 0"):
-        load_config(None, ["runner.broken_env_iterations=-1"])
-    r = load_config(None).runner
+    with pytest.raises(ConfigError, match="runner.faults.restart_window: must be >= 1"):
+        load_config(None, ["runner.faults.restart_window=0"])
+    with pytest.raises(ConfigError, match="runner.faults.max_total_restarts: a lifetime cap must be >= 0"):
+        load_config(None, ["runner.faults.max_total_restarts=-1"])
+    with pytest.raises(ConfigError, match="runner.faults.restart_backoff_max_s: the backoff's cap must be >= its base "
+                                          "runner.faults.restart_backoff_s=10, got 5.0"):
+        load_config(None, ["runner.faults.restart_backoff_s=10", "runner.faults.restart_backoff_max_s=5"])
+    with pytest.raises(ConfigError, match="runner.faults.restart_backoff_s: must be a number of seconds >= 0"):
+        load_config(None, ["runner.faults.restart_backoff_s=-1"])
+    with pytest.raises(ConfigError, match="runner.faults.broken_env_iterations: must be >= 0"):
+        load_config(None, ["runner.faults.broken_env_iterations=-1"])
+    r = load_config(None).runner.faults
     assert (r.max_worker_restarts, r.restart_window, r.max_total_restarts, r.restart_backoff_s,
             r.restart_backoff_max_s, r.broken_env_iterations) == (3, 20, None, 5.0, 300.0, 5)
