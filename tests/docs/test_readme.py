@@ -88,3 +88,13 @@ def test_relative_links_resolve(page):
         assert dest.exists(), f"{page.name}: {target}"
         if anchor and dest.suffix == ".md":
             assert anchor in anchors(dest), f"{page.name}: {target}"
+
+
+def test_every_registered_algorithm_and_policy_is_named():
+    """The README names every ``algorithm.name`` and ``policy.type`` the installed packages register."""
+    import importlib.metadata
+
+    text = README.read_text()
+    for group in ("embodied.algorithms", "embodied.policies"):
+        missing = [ep.name for ep in importlib.metadata.entry_points(group=group) if f"`{ep.name}`" not in text]
+        assert not missing, f"README.md does not name {group} {missing}"
