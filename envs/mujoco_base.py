@@ -3,8 +3,9 @@ observation assembly and episode bookkeeping (rendering: ``mujoco_render``; the 
 their ``MjData`` and its stability check: ``mujoco_state``).
 
 A task subclasses :class:`TableTopEnv`, names its MJCF file and implements four hooks:
-``_reset_task`` (randomise with ``self.np_random``), ``_task_state`` (the ``states`` vector),
-``_dense_reward`` and ``_is_success`` (and optionally ``_task_info`` for extra ``info`` keys).
+``_reset_task`` (randomise with ``self.np_random``), ``_task_state`` (the ``states`` vector) and
+``_reward_success`` (and optionally ``_task_info`` for extra ``info`` keys). A task's reward is one function of
+positions and finger contacts, called by this env on its one state and by its batched twin on arrays of them.
 Tasks with loose objects use the helpers for free bodies, grasp detection and placement.
 """
 
@@ -191,12 +192,8 @@ class TableTopEnv(gym.Env):
         """The ``states`` observation, [STATE_DIM]."""
         raise NotImplementedError
 
-    def _dense_reward(self) -> float:
-        """Shaped reward for the current state, roughly in [-1, 1]."""
-        raise NotImplementedError
-
-    def _is_success(self) -> bool:
-        """Whether the task is solved in the current state."""
+    def _reward_success(self) -> tuple[float, bool]:
+        """The shaped reward of the current state, in [-1, 0], and whether the task is solved in it."""
         raise NotImplementedError
 
     def _task_info(self) -> dict[str, Any]:
@@ -261,10 +258,6 @@ class TableTopEnv(gym.Env):
         yaw = self.np_random.uniform(-np.pi / 4, np.pi / 4)
         self._place_free_body(joint, np.array([*xy, half_height]), yaw)
 
-    def _tcp_closeness(self, pos: np.ndarray) -> float:
-        """:func:`closeness` of the TCP to ``pos`` at a 0.2 m scale: the tasks' dense reach term."""
-        return closeness(float(np.linalg.norm(pos - self.data.site_xpos[self._tcp])), 0.2)
-
     def _finger_contacts(self, geom: int) -> tuple[bool, bool]:
         """Whether the left and the right finger touch ``geom``."""
         pairs = self.data.contact.geom[: self.data.ncon]
@@ -294,7 +287,7 @@ class TableTopEnv(gym.Env):
         self._reset_state(seed)
         mujoco.mj_forward(self.model, self.data)
         self._elapsed = 0
-        return self._get_obs(), {"success": self._is_success(), **self._task_info()}
+        return self._get_obs(), {"success": self._reward_success()[1], **self._task_info()}
 
     def _reset_state(self, seed: int | None) -> None:
         """The random draws and the integration state of a reset, without ``mj_forward`` or the observation.
@@ -316,8 +309,8 @@ class TableTopEnv(gym.Env):
         # mj_step leaves derived quantities (site_xpos...) one sub-step stale; refresh them.
         mujoco.mj_kinematics(self.model, self.data)
         self._elapsed += 1
-        success = self._is_success()
-        reward = self._dense_reward() if self.reward_type == "dense" else float(success)
+        dense, success = self._reward_success()
+        reward = dense if self.reward_type == "dense" else float(success)
         terminated = bool(success and self.terminate_on_success)
         info = {"success": success, **self._task_info()}
         if mujoco_unstable(self.data):  # MuJoCo reset the state itself: this episode is over, and says why
@@ -408,15 +401,21 @@ def check_positive(name: str, value: float) -> None:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
 
 
-def closeness(distance: float, scale: float) -> float:
-    """Shaping term in (0, 1]: 1 at distance 0, about 0.24 at ``scale`` and near 0 beyond 2 ``scale``."""
-    return 1.0 - float(np.tanh(distance / scale))
+def distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Euclidean distance over the last axis (of one env's positions [3], or of many [..., 3])."""
+    return np.linalg.norm(a - b, axis=-1)
 
 
-def staged_reward(progress: float, success: bool) -> float:
+def closeness(distance: Any, scale: float) -> Any:
+    """Shaping term in (0, 1]: 1 at distance 0, about 0.24 at ``scale`` and near 0 beyond 2 ``scale`` (a float or an
+    array of distances)."""
+    return 1.0 - np.tanh(np.asarray(distance, dtype=np.float64) / scale)[()]
+
+
+def staged_reward(progress: Any, success: Any) -> Any:
     """Dense reward in [-1, 0] from task progress in [0, 1]: ``0.8 * progress - 1``, and 0 on success.
 
     Negative before success, so ending the episode early never pays; the 0.2 gap makes the last
     stage (e.g. letting go of a stacked cube) worth taking even when the shaped terms are maxed.
     """
-    return 0.0 if success else 0.8 * float(np.clip(progress, 0.0, 1.0)) - 1.0
+    return np.where(success, 0.0, 0.8 * np.clip(progress, 0.0, 1.0) - 1.0)[()]

@@ -334,21 +334,6 @@ def free_quat(qpos: np.ndarray, adr: int) -> np.ndarray:
     return np.where(tiny[..., None], np.array([1.0, 0.0, 0.0, 0.0]), out)
 
 
-def distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Euclidean distance over the last axis."""
-    return np.linalg.norm(a - b, axis=-1)
-
-
-def closeness(dist: np.ndarray, scale: float) -> np.ndarray:
-    """``mujoco_base.closeness`` on arrays."""
-    return 1.0 - np.tanh(dist / scale)
-
-
-def staged_reward(progress: np.ndarray, success: np.ndarray) -> np.ndarray:
-    """``mujoco_base.staged_reward`` on arrays."""
-    return np.where(success, 0.0, 0.8 * np.clip(progress, 0.0, 1.0) - 1.0)
-
-
 def robot_state(env: TableTopEnv, qpos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """TCP position [..., 3] and finger opening [..., 1] (the TCP site is the gripper body's origin)."""
     tcp = free_pos(qpos, int(env._gripper_qpos))

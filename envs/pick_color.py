@@ -8,7 +8,7 @@ import numpy as np
 
 from embodied.envs import mujoco_batched as vec
 from embodied.envs.layout import Region, swapped
-from embodied.envs.mujoco_base import TableTopEnv, check_positive, staged_reward
+from embodied.envs.mujoco_base import TableTopEnv, check_positive, closeness, distance, staged_reward
 
 # Colour names of the instruction and the cubes' RGBA (chosen to stay apart under table light).
 COLORS: dict[str, tuple[float, float, float, float]] = {
@@ -136,19 +136,24 @@ class PickColorEnv(TableTopEnv):
         tcp = self.data.site_xpos[self._tcp]
         return np.concatenate([tcp, [self.finger_opening], self.data.xpos[self._bodies].ravel()])
 
-    def _lift(self) -> float:
-        """Height of the target's centre above its resting height, in metres."""
-        return float(self.data.xpos[self._bodies[self._target]][2] - self.cube_half)
+    def _reward_success(self) -> tuple[float, bool]:
+        reward, success = pick_color_reward(self, self.data.site_xpos[self._tcp],
+                                            self.data.xpos[self._bodies[self._target]],
+                                            np.array(self._finger_contacts(self._geoms[self._target])))
+        return float(reward), bool(success)
 
-    def _dense_reward(self) -> float:
-        target = self.data.xpos[self._bodies[self._target]]
-        reach = self._tcp_closeness(target)
-        grasp = float(self._is_grasped(self._geoms[self._target]))
-        lift = grasp * float(np.clip(self._lift() / self.lift_height, 0.0, 1.0))
-        return staged_reward((reach + grasp + 2.0 * lift) / 4.0, self._is_success())
 
-    def _is_success(self) -> bool:
-        return self._lift() >= self.lift_height and self._is_grasped(self._geoms[self._target])
+def pick_color_reward(task: PickColorEnv, tcp: np.ndarray, target: np.ndarray,
+                      contacts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """PickColor's staged reward (reach the named cube, grasp it: both fingers touching, ``contacts`` [..., 2], lift
+    it) and success (lifted ``lift_height`` and held), of one env or of many (the batched twin's)."""
+    lift = target[..., 2] - task.cube_half
+    grasped = contacts[..., 0] & contacts[..., 1]
+    success = (lift >= task.lift_height) & grasped
+    reach = closeness(distance(target, tcp), 0.2)
+    grasp = grasped.astype(np.float64)
+    lifted = grasp * np.clip(lift / task.lift_height, 0.0, 1.0)
+    return staged_reward((reach + grasp + 2.0 * lifted) / 4.0, success), success
 
 
 class PickColorBatchedEnv(vec.TableTopBatchedEnv):
@@ -190,17 +195,10 @@ class PickColorBatchedEnv(vec.TableTopBatchedEnv):
 
     def _reward_success(self, qpos: np.ndarray, mocap: np.ndarray,
                         contacts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        p = self.proto
-        tcp, _ = vec.robot_state(p, qpos)
+        tcp, _ = vec.robot_state(self.proto, qpos)
         index = self._target.reshape(-1, *([1] * (qpos.ndim - 2)), 1, 1)  # [N, 1, 1, 1]
         target = np.take_along_axis(self._cubes(qpos), index, axis=-2)[..., 0, :]
-        lift = target[..., 2] - p.cube_half
-        grasped = contacts[..., 0] & contacts[..., 1]
-        success = (lift >= p.lift_height) & grasped
-        reach = vec.closeness(vec.distance(target, tcp), 0.2)
-        grasp = grasped.astype(np.float64)
-        lifted = grasp * np.clip(lift / p.lift_height, 0.0, 1.0)
-        return vec.staged_reward((reach + grasp + 2.0 * lifted) / 4.0, success), success
+        return pick_color_reward(self.proto, tcp, target, contacts)
 
 
 PickColorEnv._batched_twin = PickColorBatchedEnv

@@ -8,7 +8,7 @@ import numpy as np
 
 from embodied.envs import mujoco_batched as vec
 from embodied.envs.cube_tasks import SingleCubeBatchedEnv, SingleCubeTask
-from embodied.envs.mujoco_base import TableTopEnv, closeness, staged_reward
+from embodied.envs.mujoco_base import TableTopEnv, closeness, distance, staged_reward
 
 
 class PickPlaceEnv(SingleCubeTask):
@@ -82,17 +82,23 @@ class PickPlaceEnv(SingleCubeTask):
         self.data.mocap_pos[self._goal_mocap] = (*goal_xy, goal_z)
         self.data.mocap_pos[self._shadow_mocap] = (*goal_xy, 0.0005)
 
-    def _goal_distance(self) -> float:
-        return float(np.linalg.norm(self.data.xpos[self._cube_body] - self.data.mocap_pos[self._goal_mocap]))
+    def _reward_success(self) -> tuple[float, bool]:
+        reward, success = pick_place_reward(self, self.data.site_xpos[self._tcp], self.data.xpos[self._cube_body],
+                                            self.data.mocap_pos[self._goal_mocap],
+                                            np.array(self._finger_contacts(self._cube_geom)))
+        return float(reward), bool(success)
 
-    def _dense_reward(self) -> float:
-        reach = self._tcp_closeness(self.data.xpos[self._cube_body])
-        grasp = float(self._is_grasped(self._cube_geom))
-        place = closeness(self._goal_distance(), 0.2)
-        return staged_reward((reach + grasp + 2.0 * place) / 4.0, self._is_success())
 
-    def _is_success(self) -> bool:
-        return self._goal_distance() < self.success_threshold
+def pick_place_reward(task: PickPlaceEnv, tcp: np.ndarray, cube: np.ndarray, goal: np.ndarray,
+                      contacts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """PickPlace's staged reward (reach the cube, grasp it: both fingers touching, ``contacts`` [..., 2], place it
+    at the goal) and success (the cube at the goal), of one env or of many (the batched twin's)."""
+    goal_distance = distance(cube, goal)
+    success = goal_distance < task.success_threshold
+    reach = closeness(distance(cube, tcp), 0.2)
+    grasp = (contacts[..., 0] & contacts[..., 1]).astype(np.float64)
+    place = closeness(goal_distance, 0.2)
+    return staged_reward((reach + grasp + 2.0 * place) / 4.0, success), success
 
 
 class PickPlaceBatchedEnv(SingleCubeBatchedEnv):
@@ -110,13 +116,7 @@ class PickPlaceBatchedEnv(SingleCubeBatchedEnv):
     def _reward_success(self, qpos: np.ndarray, mocap: np.ndarray,
                         contacts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         tcp, _ = vec.robot_state(self.proto, qpos)
-        cube = self._cube(qpos)
-        goal_distance = vec.distance(cube, self._goal(mocap))
-        success = goal_distance < self.proto.success_threshold
-        reach = vec.closeness(vec.distance(cube, tcp), 0.2)
-        grasp = (contacts[..., 0] & contacts[..., 1]).astype(np.float64)
-        place = vec.closeness(goal_distance, 0.2)
-        return vec.staged_reward((reach + grasp + 2.0 * place) / 4.0, success), success
+        return pick_place_reward(self.proto, tcp, self._cube(qpos), self._goal(mocap), contacts)
 
 
 PickPlaceEnv._batched_twin = PickPlaceBatchedEnv

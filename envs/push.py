@@ -8,7 +8,7 @@ import numpy as np
 
 from embodied.envs import mujoco_batched as vec
 from embodied.envs.cube_tasks import SingleCubeBatchedEnv, SingleCubeTask
-from embodied.envs.mujoco_base import TableTopEnv, closeness, staged_reward
+from embodied.envs.mujoco_base import TableTopEnv, closeness, distance, staged_reward
 
 
 class PushEnv(SingleCubeTask):
@@ -69,17 +69,20 @@ class PushEnv(SingleCubeTask):
         self._place_on_table(self._cube_joint, cube_xy, self.cube_half)
         self.data.mocap_pos[self._goal_mocap] = (*goal_xy, 0.0005)
 
-    def _goal_distance(self) -> float:
-        return float(np.linalg.norm(self.data.xpos[self._cube_body][:2] - self.data.mocap_pos[self._goal_mocap][:2]))
+    def _reward_success(self) -> tuple[float, bool]:
+        reward, success = push_reward(self, self.data.site_xpos[self._tcp], self.data.xpos[self._cube_body],
+                                      self.data.mocap_pos[self._goal_mocap][:2])
+        return float(reward), bool(success)
 
-    def _dense_reward(self) -> float:
-        reach = self._tcp_closeness(self.data.xpos[self._cube_body])
-        push = closeness(self._goal_distance(), 0.2)
-        return staged_reward((reach + 2.0 * push) / 3.0, self._is_success())
 
-    def _is_success(self) -> bool:
-        on_table = self.data.xpos[self._cube_body][2] < self.cube_half + 0.01
-        return bool(on_table and self._goal_distance() < self.success_threshold)
+def push_reward(task: PushEnv, tcp: np.ndarray, cube: np.ndarray, goal_xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Push's staged reward (reach the cube, push it to the goal) and success (the cube on the table, at the goal in
+    the plane), of one env's positions or of many (the batched twin's)."""
+    goal_distance = distance(cube[..., :2], goal_xy)
+    success = (cube[..., 2] < task.cube_half + 0.01) & (goal_distance < task.success_threshold)
+    reach = closeness(distance(cube, tcp), 0.2)
+    push = closeness(goal_distance, 0.2)
+    return staged_reward((reach + 2.0 * push) / 3.0, success), success
 
 
 class PushBatchedEnv(SingleCubeBatchedEnv):
@@ -94,12 +97,7 @@ class PushBatchedEnv(SingleCubeBatchedEnv):
     def _reward_success(self, qpos: np.ndarray, mocap: np.ndarray,
                         contacts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         tcp, _ = vec.robot_state(self.proto, qpos)
-        cube = self._cube(qpos)
-        goal_distance = vec.distance(cube[..., :2], mocap[..., self.proto._goal_mocap, :2])
-        success = (cube[..., 2] < self.proto.cube_half + 0.01) & (goal_distance < self.proto.success_threshold)
-        reach = vec.closeness(vec.distance(cube, tcp), 0.2)
-        push = vec.closeness(goal_distance, 0.2)
-        return vec.staged_reward((reach + 2.0 * push) / 3.0, success), success
+        return push_reward(self.proto, tcp, self._cube(qpos), mocap[..., self.proto._goal_mocap, :2])
 
 
 PushEnv._batched_twin = PushBatchedEnv

@@ -7,8 +7,8 @@ from typing import ClassVar
 import numpy as np
 
 from embodied.envs.layout import Region
-from embodied.envs.mujoco_base import TableTopEnv, check_positive
-from embodied.envs.mujoco_batched import TableTopBatchedEnv, distance, robot_state
+from embodied.envs.mujoco_base import TableTopEnv, check_positive, distance
+from embodied.envs.mujoco_batched import TableTopBatchedEnv, robot_state
 
 
 class ReachEnv(TableTopEnv):
@@ -77,19 +77,21 @@ class ReachEnv(TableTopEnv):
     def _layout_regions(self) -> dict[str, Region]:
         return {"target": Region(self.target_low[:2], self.target_high[:2])}
 
-    def _distance(self) -> float:
-        return float(np.linalg.norm(self.data.mocap_pos[self._target_mocap] - self.data.site_xpos[self._tcp]))
-
     def _task_state(self) -> np.ndarray:
         tcp = self.data.site_xpos[self._tcp]
         target = self.data.mocap_pos[self._target_mocap]
         return np.concatenate([tcp, [self.finger_opening], target, target - tcp])
 
-    def _dense_reward(self) -> float:
-        return -self._distance()
+    def _reward_success(self) -> tuple[float, bool]:
+        reward, success = reach_reward(self, self.data.site_xpos[self._tcp], self.data.mocap_pos[self._target_mocap])
+        return float(reward), bool(success)
 
-    def _is_success(self) -> bool:
-        return self._distance() < self.success_threshold
+
+def reach_reward(task: ReachEnv, tcp: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Reach's reward, the negative distance of the TCP to the target, and its success, of one env's positions [3]
+    or of many [..., 3] (the batched twin's)."""
+    dist = distance(target, tcp)
+    return -dist, dist < task.success_threshold
 
 
 class ReachBatchedEnv(TableTopBatchedEnv):
@@ -109,8 +111,7 @@ class ReachBatchedEnv(TableTopBatchedEnv):
     def _reward_success(self, qpos: np.ndarray, mocap: np.ndarray,
                         contacts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         tcp, _ = robot_state(self.proto, qpos)
-        dist = distance(mocap[..., self.proto._target_mocap, :], tcp)
-        return -dist, dist < self.proto.success_threshold
+        return reach_reward(self.proto, tcp, mocap[..., self.proto._target_mocap, :])
 
 
 ReachEnv._batched_twin = ReachBatchedEnv

@@ -8,7 +8,7 @@ import numpy as np
 
 from embodied.envs import mujoco_batched as vec
 from embodied.envs.layout import Region, swapped
-from embodied.envs.mujoco_base import TableTopEnv, check_positive, closeness, staged_reward
+from embodied.envs.mujoco_base import TableTopEnv, check_positive, closeness, distance, staged_reward
 
 
 class StackEnv(TableTopEnv):
@@ -108,12 +108,10 @@ class StackEnv(TableTopEnv):
             [tcp, [self.finger_opening], top, quats[0], base, quats[1], top - tcp, self.stack_pos - top]
         )
 
-    def _dense_reward(self) -> float:
-        top = self.data.xpos[self._top_body]
-        reach = self._tcp_closeness(top)
-        grasp = float(self._is_grasped(self._top_geom))
-        place = closeness(float(np.linalg.norm(self.stack_pos - top)), 0.2)
-        return staged_reward((reach + grasp + 2.0 * place) / 4.0, self._is_success())
+    def _reward_success(self) -> tuple[float, bool]:
+        reward, success = stack_reward(self, self.data.site_xpos[self._tcp], self.data.xpos[self._top_body],
+                                       self.stack_pos, np.array(self._finger_contacts(self._top_geom)))
+        return float(reward), bool(success)
 
     @property
     def is_stacked(self) -> bool:
@@ -121,8 +119,19 @@ class StackEnv(TableTopEnv):
         offset = self.data.xpos[self._top_body] - self.stack_pos
         return bool(np.linalg.norm(offset[:2]) < self.xy_tolerance and abs(offset[2]) < self.z_tolerance)
 
-    def _is_success(self) -> bool:
-        return self.is_stacked and not any(self._finger_contacts(self._top_geom))
+
+
+def stack_reward(task: StackEnv, tcp: np.ndarray, top: np.ndarray, spot: np.ndarray,
+                 contacts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stack's staged reward (reach the red cube, grasp it: both fingers touching, ``contacts`` [..., 2], place it on
+    the stacking spot) and success (stacked, within the tolerances, and let go), of one env or of many."""
+    offset = top - spot
+    stacked = (np.linalg.norm(offset[..., :2], axis=-1) < task.xy_tolerance) & (np.abs(offset[..., 2]) < task.z_tolerance)
+    success = stacked & ~(contacts[..., 0] | contacts[..., 1])
+    reach = closeness(distance(top, tcp), 0.2)
+    grasp = (contacts[..., 0] & contacts[..., 1]).astype(np.float64)
+    place = closeness(distance(spot, top), 0.2)
+    return staged_reward((reach + grasp + 2.0 * place) / 4.0, success), success
 
 
 class StackBatchedEnv(vec.TableTopBatchedEnv):
@@ -155,14 +164,7 @@ class StackBatchedEnv(vec.TableTopBatchedEnv):
                         contacts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         tcp, _ = vec.robot_state(self.proto, qpos)
         top, _, spot = self._cubes(qpos)
-        offset = top - spot
-        stacked = (np.linalg.norm(offset[..., :2], axis=-1) < self.proto.xy_tolerance) & (
-            np.abs(offset[..., 2]) < self.proto.z_tolerance)
-        success = stacked & ~(contacts[..., 0] | contacts[..., 1])
-        reach = vec.closeness(vec.distance(top, tcp), 0.2)
-        grasp = (contacts[..., 0] & contacts[..., 1]).astype(np.float64)
-        place = vec.closeness(vec.distance(spot, top), 0.2)
-        return vec.staged_reward((reach + grasp + 2.0 * place) / 4.0, success), success
+        return stack_reward(self.proto, tcp, top, spot, contacts)
 
 
 StackEnv._batched_twin = StackBatchedEnv
