@@ -97,6 +97,7 @@ def write_manifest(folder: Path, state: dict[str, Any]) -> None:
         "packages": {name: package_version(name) for name in PACKAGES},
         "env": {"id": (config.get("env") or {}).get("id"), "spaces": state.get("policy_spec")},
         "policy_type": (config.get("policy") or {}).get("type"),
+        "score": state.get("score"),  # {metric: value} of the iteration's eval (runner.keep_best), or None
         "sha256": files,
     }
     (folder / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
@@ -257,13 +258,32 @@ def remove_partial(run_dir: Path) -> None:
         warnings.warn(f"removed {leftover}: a checkpoint write that did not finish", stacklevel=2)
 
 
-def prune_checkpoints(run_dir: Path, keep: int) -> list[Path]:
-    """Delete all but the ``keep`` newest checkpoints of a run (0: keep all); returns the deleted ones."""
+def prune_checkpoints(run_dir: Path, keep: int, best: str | None = None, mode: str = "max") -> list[Path]:
+    """Delete all but the ``keep`` newest checkpoints of a run (0: keep all) and, with ``best`` (a metric name), the
+    one whose manifest's score on it is best (``mode``: "max" or "min"; ties: the newest); returns the deleted ones.
+    Called only after a checkpoint was written whole: a save that failed prunes nothing."""
     found = checkpoints_in(run_dir / "checkpoints")
     doomed = found[:-keep] if 0 < keep < len(found) else []
+    champion = best_checkpoint(found, best, mode) if best else None
+    doomed = [old for old in doomed if old != champion]
     for old in doomed:
         shutil.rmtree(old, ignore_errors=True)
     return doomed
+
+
+def best_checkpoint(found: list[Path], metric: str, mode: str = "max") -> Path | None:
+    """The checkpoint among ``found`` (oldest first) whose manifest scores best on ``metric`` (the newest of equals);
+    None when none was scored."""
+    scored = []
+    for folder in found:
+        try:
+            score = (read_manifest(folder) or {}).get("score") or {}
+        except CheckpointError:
+            continue
+        value = score.get(metric)
+        if isinstance(value, (int, float)) and value == value:  # not NaN
+            scored.append((value if mode == "max" else -value, folder))
+    return max(reversed(scored), key=lambda item: item[0])[1] if scored else None  # newest first: ties go to it
 
 
 def run_dir_of(checkpoint: Path) -> Path:

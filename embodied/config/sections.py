@@ -336,6 +336,10 @@ class RunnerConfig:
     # "auto": the newest run of experiment.name under experiment.output_dir that has one (else start afresh).
     resume_from: str | None = None
     keep_checkpoints: int = 0  # the newest checkpoints kept on disk (0: all)
+    # A metric logged at evals (e.g. eval/success_rate): the checkpoint whose eval scored best on it is kept beside
+    # the newest keep_checkpoints (ties: the newest); null: none. keep_best_mode says whether higher is better.
+    keep_best: str | None = None
+    keep_best_mode: Literal["max", "min"] = "max"
     faults: FaultsConfig = field(default_factory=FaultsConfig)  # what a run does when env workers fail
     # Resume a checkpoint's env snapshots (pickles) even when they do not carry a signature made with your own key
     # (embodied.checkpoint.trust): only for a run folder you trust, e.g. one you made on another machine.
@@ -348,6 +352,14 @@ class RunnerConfig:
             ("iterations", self.iterations, 1, ""), ("eval_every", self.eval_every, 0, ""),
             ("eval_episodes", self.eval_episodes, 1, ""), ("checkpoint_every", self.checkpoint_every, 0, ""),
             ("keep_checkpoints", self.keep_checkpoints, 0, " (0 keeps all)")) if n < low]
+        if self.keep_best is not None and not self.keep_best.strip():
+            p.append(f"{path}.keep_best: an empty metric name; name one logged at evals (e.g. eval/success_rate) "
+                     "or leave it null")
+        if self.keep_best is not None and self.checkpoint_every and self.eval_every and \
+                self.checkpoint_every % self.eval_every:
+            p.append(f"{path}.keep_best: a checkpoint is scored by the eval of its own iteration, and "
+                     f"{path}.checkpoint_every={self.checkpoint_every} is not a multiple of "
+                     f"{path}.eval_every={self.eval_every}, so some checkpoints would have none")
         if self.resume_from is not None and self.resume_from.strip() == "":
             p.append(f"{path}.resume_from: an empty path (an unset shell variable?); leave it out or set it to null "
                      "to start without one")

@@ -230,8 +230,10 @@ def iteration(it: int, iterations: Iterations, workers: Workers, cfg: Config, lo
         del history[:-HISTORY_KEPT]  # (metrics.jsonl keeps every row); in blocks, so trimming costs O(1) a row
     if cfg.runner.checkpoints_at(it) or stop.signal or logger.disk_full:
         in_flight = iterations.pause()  # async: producers at rest, so the envs saved match the counters
+        best = cfg.runner.keep_best
+        score = {"score": {best: float(metrics[best])}} if best and best in metrics else {}
         checkpoint = save_checkpoint(it, workers, cfg, logger, run_dir, env_steps, process_rng_state(),
-                                     resume_state(workers, warned), in_flight)
+                                     resume_state(workers, warned), in_flight | score)
         iterations.resume()
     if logger.disk_full:  # the checkpoint above got through: stop while the run can still resume
         raise DiskFullError(f"{logger.disk_full}; stopped after saving checkpoint {checkpoint}")
@@ -248,7 +250,7 @@ def save_checkpoint(it: int, workers: Workers, cfg: Config, logger: MetricLogger
         "episodes_dropped": workers.restarts.episodes_dropped, "restart_state": workers.restarts.state_dict(),
         **in_flight,
     })
-    prune_checkpoints(run_dir, cfg.runner.keep_checkpoints)
+    prune_checkpoints(run_dir, cfg.runner.keep_checkpoints, cfg.runner.keep_best, cfg.runner.keep_best_mode)
     return checkpoint
 
 
