@@ -344,6 +344,9 @@ class RunnerConfig:
     # Resume a checkpoint's env snapshots (pickles) even when they do not carry a signature made with your own key
     # (embodied.checkpoint.trust): only for a run folder you trust, e.g. one you made on another machine.
     trust_checkpoint: bool = False
+    # Resume although the recipe changed a field that changes the maths (the algorithm, the policy, the envs...):
+    # the differences are printed either way, and refused without this.
+    resume_changed: bool = False
     plot: bool = True  # write learning_curves.png into the run dir at the end of training
 
     def validate(self, path: str = "runner") -> list[str]:

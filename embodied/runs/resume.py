@@ -19,6 +19,7 @@ import re
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,7 +27,7 @@ import torch
 from embodied.backends import ActorLostError, ClusterLostError
 from embodied.checkpoint.store import CheckpointError, ResumePoint, check_env_fits, find_checkpoint, load_resume_point
 from embodied.checkpoint.trust import sign, signing_key, snapshot_blobs, trusted
-from embodied.config import Config, ConfigError
+from embodied.config import Config, ConfigError, config_from_dict, to_dict
 from embodied.logging.logger import read_wandb_id
 from embodied.workers.group import Workers
 from embodied.workers.restarts import FaultStop
@@ -119,7 +120,53 @@ def resume_point(cfg: Config) -> ResumePoint | None:
         check_env_fits(resume.state, cfg.env.id, None, "runner.resume_from")
     except (CheckpointError, FileNotFoundError, ValueError) as exc:
         raise ConfigError(f"runner.resume_from: {exc}" if not str(exc).startswith("runner.") else str(exc)) from None
+    check_same_maths(cfg, resume)
     return resume
+
+
+# What may change between a run and its resume without changing what it computes: how long and how often it
+# evaluates, checkpoints and logs, how it treats faults, where and on how many processes its workers and actor
+# ranks run (the ranks sum to the one-rank step). Every other field is the maths.
+OPERATIONAL = ("experiment.output_dir", "experiment.name", "policy.init_from", "cluster.", "actor.num_ranks",
+               "actor.strategy", "actor.dist_backend", "actor.grad_accumulation_steps", "runner.iterations", "runner.eval_every", "runner.eval_episodes",
+               "runner.checkpoint_every", "runner.eval_video", "runner.extra_evals", "runner.resume_from",
+               "runner.keep_checkpoints", "runner.keep_best", "runner.keep_best_mode", "runner.faults.",
+               "runner.trust_checkpoint", "runner.resume_changed", "runner.plot", "logger.", "env.step_timeout_s", "env.build_retries", "env.build_backoff_s",
+               "env.preflight", "eval_env.", "sft.")
+
+
+def check_same_maths(cfg: Config, resume: ResumePoint) -> None:
+    """Refuse to resume where the recipe changed a field that changes the maths (``OPERATIONAL`` lists the others),
+    naming each with its checkpoint's and its new value, unless ``runner.resume_changed``; print them then."""
+    saved = resume.state.get("config")
+    if not isinstance(saved, dict):
+        return  # a checkpoint without its config (written by hand): nothing to compare
+    try:
+        before = flat(to_dict(config_from_dict(saved)))
+    except ConfigError:
+        return  # a config this version cannot read: load_resume_point's checks say what they can
+    now = flat(to_dict(cfg))
+    changed = [f"{key}: {before.get(key)!r} in the checkpoint, {now.get(key)!r} now" for key in sorted(before | now)
+               if before.get(key) != now.get(key) and not key.startswith(OPERATIONAL) and key not in OPERATIONAL]
+    if not changed:
+        return
+    listing = "\n  ".join(changed)
+    if not cfg.runner.resume_changed:
+        raise ConfigError(f"runner.resume_from: the recipe changed what the run computes since {resume.checkpoint}:"
+                          f"\n  {listing}\nresume with the checkpoint's values, or set runner.resume_changed=true to "
+                          "go on with the new ones")
+    print(f"runner.resume_changed: going on from {resume.checkpoint} with the new values of:\n  {listing}",
+          file=sys.stderr)
+
+
+def flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested dict as ``{"section.field": value}`` (lists kept whole)."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out |= flat(value, f"{prefix}.{key}" if prefix else str(key))
+    return out or {prefix: {}}
 
 
 def newest_run(cfg: Config) -> Path | None:

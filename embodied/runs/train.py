@@ -43,6 +43,7 @@ from embodied.logging.logger import MetricLogger
 from embodied.logging.plot import plot_run
 from embodied.policy.q_functions import require_q_functions
 from embodied.replay.demos import fit_demos, open_demos
+from embodied.runs.lock import RunLock
 from embodied.runs.resume import (process_rng_state, restore_run, resume_point, resume_state, signed, wandb_id_of,
                                   with_resume_command)
 from embodied.runs.stop import StopRequest
@@ -129,9 +130,15 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
     backend = make_backend(cfg.cluster, user_packages(cfg))  # joins cluster.address (or fails) before a run dir exists
     try:
         run_dir = resume.run_dir if resume else make_run_dir(cfg)
+        lock = RunLock(run_dir).__enter__()  # one run at a time in a run dir (a second resume is refused)
+    except BaseException:
+        backend.shutdown()
+        raise
+    try:
         remove_partial(run_dir)  # temp folders of a checkpoint write that a killed run left
         save_config(cfg, run_dir)
     except BaseException:
+        lock.__exit__(None, None, None)
         backend.shutdown()
         raise
     start, env_steps = (resume.iteration, resume.env_steps) if resume else (0, 0)
@@ -176,6 +183,7 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
         if logger is not None:
             logger.close()
         backend.shutdown()
+        lock.__exit__(None, None, None)
     final_eval = {k: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
     plot = draw_learning_curves(run_dir) if cfg.runner.plot else None
     return TrainResult(run_dir, final_eval, checkpoint, history, plot, stop.signal, stop.exit_code, discarded)
