@@ -20,5 +20,17 @@ _WHERE = {
     "compute_gae": "gae", "episode_mean_weights": "grpo", "group_advantages": "grpo", "grpo_loss": "grpo",
     "learning_rate": "schedule", "normalize_advantages": "ppo", "ppo_loss": "ppo",
 }
-__getattr__ = lazy_attributes(__name__, _WHERE)
+_lazy = lazy_attributes(__name__, _WHERE)
+
+
+def __getattr__(name: str) -> object:
+    if name == "PPOLossOutput":  # ppo_loss returns the one loss record now; kept for a release
+        import warnings
+
+        warnings.warn("embodied.algorithms.PPOLossOutput is embodied.algorithms.LossOutput now: ppo_loss returns it, "
+                      "its terms in .stats (out.stats['policy_loss'], ...)", FutureWarning, stacklevel=2)
+        return _lazy("LossOutput")
+    return _lazy(name)
+
+
 __all__ = ["DEFAULT_NAME", *sorted(_WHERE)]

@@ -10,10 +10,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from embodied.config.runner import ExtraEval, FaultsConfig, RunnerConfig, due  # noqa: F401
 from embodied.config.sections import (DEFAULT_ENV, ActorConfig, ClusterConfig, EnvConfig, EvalEnvConfig,  # noqa: F401
-                                      ExperimentConfig, ExtraEval, LoggerConfig, Resources, RolloutConfig,
-                                      RunnerConfig, SFTConfig, VideoConfig, default_env_id, due, split_counts,
-                                      FaultsConfig)
+                                      ExperimentConfig, LoggerConfig, Resources, RolloutConfig, SFTConfig, VideoConfig,
+                                      default_env_id, split_counts)
 from embodied.core.registry import ALGORITHMS, load_entry_point
 from embodied.policy.config import PolicyConfig
 

@@ -246,3 +246,10 @@ def test_reward_scale_scales_the_returns_the_value_head_learns():
     assert torch.allclose(batch["returns"], (ret * scale).reshape(-1), atol=1e-6)
     unscaled, _ = PPO(PPOConfig(gamma=0.9, gae_lambda=0.95), ANY_SPEC).prepare([raw])
     assert torch.allclose(unscaled["returns"], ret.reshape(-1))
+
+
+def test_the_old_loss_record_name_is_an_alias_that_warns():
+    import embodied.algorithms as algorithms
+
+    with pytest.warns(FutureWarning, match="PPOLossOutput is embodied.algorithms.LossOutput now"):
+        assert algorithms.PPOLossOutput is LossOutput

@@ -10,8 +10,9 @@ import pytest
 
 from embodied.config import ConfigError, load_config
 from embodied.config.schema import Config
-from embodied.config.sections import (ActorConfig, ClusterConfig, EnvConfig, ExperimentConfig, FaultsConfig, LoggerConfig,
-                                      Resources, RolloutConfig, RunnerConfig, SFTConfig)
+from embodied.config.runner import FaultsConfig, RunnerConfig
+from embodied.config.sections import (ActorConfig, ClusterConfig, EnvConfig, ExperimentConfig, LoggerConfig, Resources,
+                                      RolloutConfig, SFTConfig)
 
 
 def test_every_section_of_the_config_validates_itself():
