@@ -12,6 +12,7 @@ Tasks with loose objects use the helpers for free bodies, grasp detection and pl
 from __future__ import annotations
 
 import os
+import warnings
 import weakref
 from pathlib import Path
 from typing import Any, ClassVar
@@ -52,6 +53,9 @@ def load_model(xml_file: str | Path) -> mujoco.MjModel:
         return mujoco.MjModel.from_xml_path(str(path))
     except ValueError as err:  # MuJoCo's message carries the element and line number
         raise MJCFError(f"could not compile MJCF file {path}: {err}") from err
+
+
+_OLD_HOOKS_WARNED: set[type] = set()  # task classes told once about the hooks of before
 
 
 class TableTopEnv(gym.Env):
@@ -193,8 +197,19 @@ class TableTopEnv(gym.Env):
         raise NotImplementedError
 
     def _reward_success(self) -> tuple[float, bool]:
-        """The shaped reward of the current state, in [-1, 0], and whether the task is solved in it."""
-        raise NotImplementedError
+        """The shaped reward of the current state, in [-1, 0], and whether the task is solved in it.
+
+        A task written to the two hooks of before (``_dense_reward`` and ``_is_success``) runs through them for this
+        release, warning once."""
+        dense, success = getattr(self, "_dense_reward", None), getattr(self, "_is_success", None)
+        if dense is None or success is None:
+            raise NotImplementedError(f"{type(self).__name__} must define _reward_success()")
+        if type(self) not in _OLD_HOOKS_WARNED:
+            _OLD_HOOKS_WARNED.add(type(self))
+            warnings.warn(f"{type(self).__name__} defines _dense_reward() and _is_success(), the hooks of before; "
+                          "define _reward_success() -> (reward, success) instead (one function for the scalar env and "
+                          "its batched twin, as envs/reach.py does)", FutureWarning, stacklevel=2)
+        return float(dense()), bool(success())
 
     def _task_info(self) -> dict[str, Any]:
         """Extra ``info`` entries of every reset and step (none by default)."""

@@ -13,7 +13,6 @@ with its own advantages (``prepare``) and loss (``loss``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np

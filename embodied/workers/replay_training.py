@@ -60,6 +60,10 @@ class ReplayTraining:
             require_q_functions(policy_cfg, algorithm.name)
         self.algo, self.policy, self.seed = algorithm, policy, seed
         self.learner: OffPolicyLearner = build_learner(algorithm, learner_spec, policy)
+        if "replay_actions" in vars(type(policy)):  # Policy.replay_actions of before: the learner decides now
+            warnings.warn(f"{type(policy).__name__}.replay_actions is no longer called: what replay's action column "
+                          f"holds is the learner's (OffPolicyLearner.replay_actions; docs/extending.md, \"An off-policy "
+                          f"algorithm in code: TD3\")", FutureWarning, stacklevel=2)
         self.prefix = self.learner.name  # its checkpoint keys and metric names
         self.ranks = Ranks()
         self.generator = torch.Generator().manual_seed(seed)  # replay's rows (this rank's stream)

@@ -14,7 +14,7 @@ import importlib.metadata
 import re
 from pathlib import Path
 
-from tests.embodied.test_engine_names_no_algorithm import ENGINE, ROOT, engine_files
+from tests.embodied.test_engine_names_no_algorithm import ROOT, engine_files
 
 GENERIC = {"embodied.envs.adapters.gymnasium_env"}  # any gymnasium id: the engine's own adapter
 

@@ -310,3 +310,31 @@ def test_invalid_arguments(cls: type[TableTopEnv], kwargs: dict, name: str) -> N
 def test_invalid_task_arguments(cls: type[TableTopEnv], kwargs: dict, name: str) -> None:
     with pytest.raises(ValueError, match=name):
         cls(**kwargs)
+
+
+def test_a_task_written_to_the_hooks_of_before_runs_through_them_with_a_warning():
+    """A TableTopEnv subclass that still defines _dense_reward() and _is_success() (not _reward_success()) steps as
+    its hooks say, warning once."""
+    import warnings
+
+    from embodied.envs import mujoco_base
+    from embodied.envs.reach import ReachEnv
+
+    class OldReach(ReachEnv):
+        _reward_success = mujoco_base.TableTopEnv._reward_success
+
+        def _dense_reward(self) -> float:
+            return -0.25
+
+        def _is_success(self) -> bool:
+            return False
+
+    env = OldReach()
+    with pytest.warns(FutureWarning, match="OldReach defines _dense_reward\\(\\) and _is_success\\(\\)"):
+        env.reset(seed=0)
+    _, reward, terminated, _, info = env.step(np.zeros(4, dtype=np.float32))
+    assert reward == -0.25 and not terminated and info["success"] is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env.step(np.zeros(4, dtype=np.float32))  # once per class
+    env.close()
