@@ -21,7 +21,7 @@ for the chunk (the flow VLA: its backbone's last prompt-token hidden state, what
 masked mean of its VLM prefix plus the normalized state), which sees the images and the instruction, so it tells
 PickColor's target cube apart where the state vector cannot; or ``states``, the env's state vector. Replay stores
 the features of each obs and of the next obs (``final_obs`` after a done), recorded by the rollout worker
-(``DSRLPolicy.replay_observation``), so a gradient update never runs the frozen policy.
+(``DSRLConfig.replay_record``, through ``DSRLPolicy.replay_record``), so a gradient update never runs the frozen policy.
 
 **Noise shape**: the flow VLA's whole noise [C, A]. For π0 only the executed part [action_chunk, A] of its
 [chunk_size, max_action_dim] noise is steered; the padded entries are 0 (``PI0Policy.steer`` says why).
@@ -190,7 +190,7 @@ class DSRLPolicy(Policy):
 
     def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
         """The features of ``obs``: computed by the frozen policy (or its states), or, for an observation as replay
-        holds it (``replay_observation``'s record), the features recorded."""
+        holds it (``replay_record``'s), the features recorded."""
         if FEATURES in obs:
             return {FEATURES: torch.as_tensor(obs[FEATURES]).float()}
         return {FEATURES: self._features(obs)}
@@ -199,7 +199,7 @@ class DSRLPolicy(Policy):
         """0: SAC bootstraps with its critics, never with V (and a value would cost a pass of the frozen policy)."""
         return torch.zeros(len(next(iter(obs.values()))))
 
-    def replay_observation(self, obs: Obs, acted: PolicyOutput | None = None) -> dict[str, Any]:
+    def replay_record(self, obs: Obs, acted: PolicyOutput | None = None) -> dict[str, Any]:
         """Replay keeps the features: those ``act`` computed, or (final and last obs) computed now."""
         if acted is not None:
             return {FEATURES: acted.forward_inputs[FEATURES]}

@@ -5,7 +5,7 @@ Torch-free, so that loading a config imports no torch."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from embodied.algorithms.sac_config import SACConfig, learner_moves
 from embodied.config.schema import KeyMove
@@ -42,6 +42,11 @@ class DSRLConfig(SACConfig):
 
         return DSRLPolicyConfig(action_chunk=policy.action_chunk, frozen=policy, noise_scale=self.noise_scale,
                                 features=self.dsrl_features, hidden_sizes=list(self.noise_policy_hidden_sizes))
+
+    def replay_record(self, policy: Any, obs: dict[str, Any], acted: Any = None) -> dict[str, Any]:
+        """Replay keeps the frozen policy's features, not the obs (``DSRLPolicy.replay_record``): an update never
+        runs the frozen policy."""
+        return policy.replay_record(obs, acted)
 
     def validate(self, cfg: Config) -> list[str]:
         """SAC's checks, the frozen flow policy, the noise policy, and what DSRL cannot take."""

@@ -119,6 +119,17 @@ class AlgorithmConfig:
         it in (DSRL: a noise actor over the frozen ``policy``)."""
         return self.trained_policy(policy)
 
+    def replay_record(self, policy: Any, obs: dict[str, Any], acted: Any = None) -> dict[str, Any]:
+        """What replay keeps of a batch of observations (rollout workers record it when ``records_observations``).
+
+        By default the obs's array entries as the env gave them (uint8 images stay uint8). ``acted`` is the worker
+        policy's ``act`` output on ``obs`` when it acted on it, so an algorithm whose worker policy computes an
+        encoding anyway (DSRL: the frozen policy's features) keeps that, rather than computing it again.
+        """
+        import numpy as np  # only in rollout workers: loading a config imports no numpy
+
+        return {k: v for k, v in obs.items() if isinstance(v, np.ndarray)}
+
     def algorithm_type(self) -> Any:
         """What trains with this config: ``algorithm_class`` loaded (on first use, so torch only then)."""
         return load_entry_point(self.algorithm_class)

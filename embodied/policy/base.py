@@ -10,9 +10,8 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -28,10 +27,6 @@ class Policy(nn.Module, abc.ABC):
     # The forward_inputs keys ``observe`` reads: with several actor ranks only these are gathered from every
     # rank before ``observe`` (a policy that overrides it names them; the rest never travel).
     observes: ClassVar[tuple[str, ...]] = ()
-    # Parameter-name prefixes of the value head alone. Critic warm-up
-    # (algorithm.critic_warmup_iterations) steps only these: a value loss that reached a shared
-    # encoder or backbone would move the policy before its warm-up ends.
-    value_head_prefixes: ClassVar[tuple[str, ...]] = ()
 
     @abc.abstractmethod
     def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
@@ -84,11 +79,6 @@ class Policy(nn.Module, abc.ABC):
         trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
         return f"policy: {type(self).__name__}, {total / 1e6:.3f}M parameters, {trainable / 1e6:.3f}M trainable"
 
-    def value_head_parameters(self) -> list[nn.Parameter]:
-        """The trainable parameters named by ``value_head_prefixes`` (what critic warm-up steps)."""
-        return [p for name, p in self.named_parameters()
-                if p.requires_grad and name.startswith(self.value_head_prefixes)]
-
     def fsdp_units(self) -> list[nn.Module]:
         """Submodules that ``actor.strategy=fsdp`` shards each on its own (a backbone's layers: one layer's
         weights gathered at a time); [] shards the policy as one unit."""
@@ -113,15 +103,6 @@ class Policy(nn.Module, abc.ABC):
     def load_pretrained(self, directory: str | Path) -> None:
         """Read what ``save_pretrained`` wrote (policies with ``exports_pretrained``)."""
         raise NotImplementedError(f"{type(self).__name__} keeps its weights in the trainer state dict")
-
-    def replay_observation(self, obs: Obs, acted: PolicyOutput | None = None) -> dict[str, Any]:
-        """What an off-policy replay keeps of a batch of observations (rollout workers recording them).
-
-        By default the obs's array entries as the env gave them (uint8 images stay uint8). ``acted`` is this
-        policy's ``act`` output on ``obs`` when it acted on it, so a policy that stores an encoding (DSRL: the
-        frozen policy's features) reuses what it computed rather than computing it again.
-        """
-        return {k: v for k, v in obs.items() if isinstance(v, np.ndarray)}
 
     def observe(self, forward_inputs: dict[str, torch.Tensor]) -> None:
         """Update input statistics from a rollout batch [N, ...]; the actor calls it after each update.

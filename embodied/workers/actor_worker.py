@@ -86,7 +86,7 @@ class ActorWorker:
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = self.training.policy_optimizer(self.params)
         self.device = self.params[0].device if self.params else torch.device("cpu")
-        self.value_head = {id(p) for p in self.policy.value_head_parameters()}
+        self.value_head = {id(p) for name, p in self.policy.named_parameters() if name in self.training.value_names}
         self._reset_average()
 
     # -- the moving average (actor.ema_decay) ------------------------------------------------------

@@ -53,6 +53,7 @@ class ReplayTraining:
     """Replay, the algorithm's learner and the UTD pacing, around the policy the actor worker holds."""
 
     rebuilds_optimizer: ClassVar[bool] = False  # the policy's optimizer is the learner's (ddp: the same tensors)
+    value_names: frozenset[str] = frozenset()  # the learner's own critics warm up; the policy has no value head
 
     def __init__(self, policy: Policy, policy_cfg: PolicyConfig, spec: PolicySpec, algorithm: OffPolicyConfig,
                  learner_spec: LearnerSpec, seed: int) -> None:

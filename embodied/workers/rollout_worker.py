@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -12,6 +13,7 @@ import torch
 
 from embodied.channels import Channel, ChannelTimeout, Shard
 from embodied.checkpoint.store import load_policy_state
+from embodied.config import AlgorithmConfig
 from embodied.core import rng
 from embodied.core.numerics import NonFinitePolicyError, non_finite_outputs
 from embodied.core.types import (ChunkStepResult, EpisodeStats, Obs, PeerFailure, PeerFailureError, PolicyOutput,
@@ -35,7 +37,8 @@ class MultiStepRolloutWorker:
     def __init__(self, rank: int, policy_cfg: PolicyConfig, spec: PolicySpec, train: Link | None,
                  evaluation: Link | None,
                  shared_policy: Policy | None = None, torch_threads: int = 1, seed: int | None = None,
-                 weights_inbox: Channel | None = None, hold_epochs: int = 2, record_observations: bool = False) -> None:
+                 weights_inbox: Channel | None = None, hold_epochs: int = 2,
+                 recorder: AlgorithmConfig | None = None) -> None:
         torch.set_num_threads(torch_threads)
         # The actions are sampled from this worker's own stream, seeded per rank (embodied.core.rng): a run
         # repeats exactly for a fixed experiment.seed on Ray and on the local backend, where the workers are
@@ -43,9 +46,9 @@ class MultiStepRolloutWorker:
         own_seed = None if seed is None else seed + 1_000_003 * (rank + 1)
         self.stream = None if own_seed is None else rng.RandomStream(own_seed)
         self.rank, self.train, self.evaluation = rank, train, evaluation
-        # Off-policy runs: trajectories carry the observations too (replay stores them; on-policy runs need only
-        # the policy's forward_inputs).
-        self.record_observations = record_observations
+        # Off-policy runs: trajectories carry the observations too, as the algorithm records them
+        # (``AlgorithmConfig.replay_record``; on-policy runs need only the policy's forward_inputs).
+        self.recorder = recorder
         # Async runs: the actor's newest weights arrive here (key ``weights_key``) while an epoch runs,
         # and are loaded between chunk steps; each chunk step records the version it acted with.
         self.weights_inbox, self.weights_key = weights_inbox, f"rollout{rank}"
@@ -124,8 +127,9 @@ class MultiStepRolloutWorker:
             steps, first, obs = self._run(self.train, chunk_steps, deterministic=False, new_weights=True)
             recorded = [(out, result, self._final_values(result)) for out, result in steps]
         trajectory = self._trajectory(recorded, self.policy.value(obs).float())
-        if self.record_observations:
-            trajectory.observations, trajectory.next_observations = _observations(self.policy, first, steps, obs)
+        if self.recorder is not None:
+            trajectory.observations, trajectory.next_observations = _observations(
+                partial(self.recorder.replay_record, self.policy), first, steps, obs)
         with self._held_lock:
             self.held[epoch] = trajectory
             while len(self.held) > self.hold_epochs:
@@ -270,19 +274,19 @@ class MultiStepRolloutWorker:
         )
 
 
-def _observations(policy: Policy, first: Obs, steps: list[tuple[PolicyOutput, ChunkStepResult]],
+def _observations(record: Callable[..., dict[str, Any]], first: Obs, steps: list[tuple[PolicyOutput, ChunkStepResult]],
                   last: Obs) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """What replay keeps (``Policy.replay_observation``) of the obs each chunk step acted on and of the obs after
+    """What replay keeps (``record``: ``AlgorithmConfig.replay_record`` with the policy) of the obs each chunk step acted on and of the obs after
     it ([T, N, ...] each): after a done, of the episode's ``final_obs`` (the auto-reset obs is what the next step
     acts on). ``last`` is the obs after the last step; only it and the final obs are recorded without an act."""
     outs, results = [out for out, _ in steps], [result for _, result in steps]
     seen = [first] + [r.obs for r in results[:-1]]
-    acted = [_tensors(policy.replay_observation(obs, out)) for obs, out in zip(seen, outs, strict=True)]
-    after = acted[1:] + [_tensors(policy.replay_observation(last))]
+    acted = [_tensors(record(obs, out)) for obs, out in zip(seen, outs, strict=True)]
+    after = acted[1:] + [_tensors(record(last))]
     for t, r in enumerate(results):
         done = np.flatnonzero(np.asarray(r.dones))
         if r.final_obs is not None and len(done):
-            final = _tensors(policy.replay_observation(obs_rows(r.final_obs, done)))
+            final = _tensors(record(obs_rows(r.final_obs, done)))
             after[t] = {k: v.clone().index_put_((torch.as_tensor(done),), final[k].to(v.dtype))
                         for k, v in after[t].items()}
     return ({k: torch.stack([o[k] for o in acted]) for k in acted[0]},

@@ -22,6 +22,7 @@ from embodied.algorithms.base import LearnerSpec, OnPolicyLearner, UpdateContext
 from embodied.config import AlgorithmConfig
 from embodied.core.types import Trajectory
 from embodied.policy.base import Policy, PolicyConfig, PolicySpec
+from embodied.policy.value_probe import value_only_parameter_names
 from embodied.workers.ranks import Ranks
 
 # What the worker keeps in a checkpoint's actor entry; the training's keys sit beside, under their own names.
@@ -32,6 +33,9 @@ class Training(Protocol):
     """What ``ActorWorker`` asks of its family's part (built by ``new_training`` once the policy is)."""
 
     learner: Any  # the algorithm's learner
+    # Names of the parameters critic warm-up steps alone (the value reaches them, the actions do not); empty
+    # without a warm-up.
+    value_names: frozenset[str]
     rebuilds_optimizer: ClassVar[bool]  # the policy's optimizer is rebuilt over a rank's shards when ranks join
 
     def policy_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -68,10 +72,14 @@ class OnPolicyTraining:
 
     def __init__(self, policy: Policy, policy_cfg: PolicyConfig, algorithm: AlgorithmConfig, spec: LearnerSpec) -> None:
         self.learner: OnPolicyLearner = build_learner(algorithm, spec)  # seeded alike on every rank: one order
-        if algorithm.warmup_iterations() > 0 and not list(policy.value_head_parameters()):
-            raise ValueError(f"algorithm.critic_warmup_iterations={algorithm.warmup_iterations()}: "
-                             f"policy.type={policy_cfg.type} ({type(policy).__name__}) names no value-head "
-                             f"parameters (Policy.value_head_prefixes), so warm-up could not train the critic alone")
+        self.value_names: frozenset[str] = frozenset()
+        if algorithm.warmup_iterations() > 0:
+            self.value_names = frozenset(value_only_parameter_names(policy, spec.policy, policy_cfg.action_chunk))
+            if not self.value_names:
+                raise ValueError(f"algorithm.critic_warmup_iterations={algorithm.warmup_iterations()}: "
+                                 f"policy.type={policy_cfg.type} ({type(policy).__name__}) has no parameter that its "
+                                 f"values reach and its actions do not (a value head of its own), so warm-up could "
+                                 f"not train the critic alone; set it to 0")
         self.lr = spec.lr
 
     def policy_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:

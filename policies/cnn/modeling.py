@@ -190,7 +190,6 @@ class CNNPolicy(CNNObservations, Policy):
     """Gaussian CNN policy over action chunks, with a value head on the same encoder."""
 
     logprob_granularity = "chunk"
-    value_head_prefixes = ("critic.",)  # the image encoder is shared: warm-up leaves it
     policy_type = "cnn"
 
     def __init__(self, config: CNNConfig, spec: PolicySpec) -> None:

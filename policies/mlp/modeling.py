@@ -37,7 +37,6 @@ class MLPPolicy(Policy):
 
     logprob_granularity = "chunk"
     observes = (STATES,)  # the running state statistics (observe)
-    value_head_prefixes = ("critic.",)
 
     def __init__(self, config: MLPConfig, spec: PolicySpec) -> None:
         super().__init__()

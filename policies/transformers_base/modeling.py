@@ -57,7 +57,6 @@ class TransformersPolicy(Policy):
     """A policy around one transformers model (see the module docstring for what the base does)."""
 
     exports_pretrained = True
-    value_head_prefixes = ("value_head.",)
     model_attribute: ClassVar[str] = "model"  # the attribute holding the transformers model (its state-dict prefix)
     model_folder: ClassVar[str] = ""  # where save_pretrained writes the whole model: "" is the folder itself
     optional_heads: ClassVar[tuple[str, ...]] = ()  # head modules a checkpoint may lack (they start fresh)

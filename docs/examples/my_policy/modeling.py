@@ -15,7 +15,6 @@ class LinearPolicy(Policy):
     """One Gaussian over the whole chunk [C * A]; its log-prob is the sum over the chunk's entries."""
 
     logprob_granularity = "chunk"  # act's and evaluate's log-probs are [B]
-    value_head_prefixes = ("critic.",)  # what algorithm.critic_warmup_iterations trains alone
 
     def __init__(self, config: LinearConfig, spec: PolicySpec) -> None:
         super().__init__()

@@ -106,7 +106,7 @@ def test_replay_keeps_the_features_act_computed_and_the_noise_as_the_action(poli
     out = policy.act(obs)
     calls = []
     monkeypatch.setattr(policy.frozen, "steer", lambda o: calls.append(o) or pytest.fail("recomputed"))
-    assert policy.replay_observation(obs, out) == {FEATURES: out.forward_inputs[FEATURES]}
+    assert policy.replay_record(obs, out) == {FEATURES: out.forward_inputs[FEATURES]}
     trajectory = SimpleNamespace(forward_inputs={k: v[None] for k, v in out.forward_inputs.items()},
                                  actions=out.actions[None])  # [T=1, N, ...]
     assert torch.equal(DSRLLearner.replay_actions(None, trajectory)[0], out.forward_inputs[NOISE])  # the learner's
@@ -121,7 +121,7 @@ def test_states_features_are_the_env_states():
     obs = observations(2)
     out = policy.act(obs)
     assert torch.equal(out.forward_inputs[FEATURES], torch.as_tensor(obs["states"]))
-    assert policy.replay_observation(obs)[FEATURES].shape == (2, 16)
+    assert policy.replay_record(obs)[FEATURES].shape == (2, 16)
 
 
 def transitions(policy: DSRLPolicy, T: int = 2, N: int = 3, seed: int = 0) -> Trajectory:

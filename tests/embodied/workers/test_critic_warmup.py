@@ -31,22 +31,23 @@ def rollout(policy: Policy, obs: dict, steps: int = 2) -> Trajectory:
         dones=done, terminated=done, final_values=torch.zeros(steps, n), next_values=torch.zeros(n), version=0)
 
 
-CASES = {
+CASES = {  # the policy, its env, observations, and the value head the probe must find (no policy declares it)
     "vla": (lambda: VLAConfig(model_path="tiny:smolvlm-tiny", action_chunk=2), test_vla.spec(),
-            lambda: test_vla.observations(4)),
-    "cnn": (lambda: CNNConfig(action_chunk=test_cnn.C, **test_cnn.SMALL), test_cnn.WRIST, lambda: test_cnn.obs(4)),
+            lambda: test_vla.observations(4), "value_head."),
+    "cnn": (lambda: CNNConfig(action_chunk=test_cnn.C, **test_cnn.SMALL), test_cnn.WRIST, lambda: test_cnn.obs(4),
+            "critic."),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(CASES))
 def test_warmup_steps_the_value_head_alone_then_everything_trains(kind):
-    config, spec, obs = CASES[kind]
+    config, spec, obs, prefix = CASES[kind]
     actor = ActorWorker(config(), spec, PPOConfig(critic_warmup_iterations=1, update_epochs=1, num_minibatches=2,
                                                   anneal_lr=False),
                         ActorConfig(lr=1e-3), total_iterations=2, seed=0)
-    head = {name for name, p in actor.policy.named_parameters() if p.requires_grad and name.startswith(
-        actor.policy.value_head_prefixes)}
+    head = {name for name, p in actor.policy.named_parameters() if p.requires_grad and name.startswith(prefix)}
     assert head and len(head) < sum(1 for _ in actor.policy.parameters())
+    assert actor.training.value_names == head  # found by the probe, declared by no one
     before = {k: v.clone() for k, v in actor.policy.state_dict().items()}
     batch = rollout(actor.policy, obs())
 
@@ -61,10 +62,16 @@ def test_warmup_steps_the_value_head_alone_then_everything_trains(kind):
     assert moved - head  # after warm-up the policy trains as well
 
 
-def test_warmup_on_a_policy_without_a_named_value_head_is_refused(monkeypatch):
+def test_warmup_on_a_policy_whose_value_has_no_parameters_of_its_own_is_refused(monkeypatch):
     from embodied.policies.cnn.modeling import CNNPolicy
 
-    monkeypatch.setattr(CNNPolicy, "value_head_prefixes", ())
-    with pytest.raises(ValueError, match=r"critic_warmup_iterations=3: policy.type=cnn \(CNNPolicy\) names no"):
+    evaluate = CNNPolicy.evaluate
+
+    def value_from_the_actions(self, forward_inputs, actions):  # V read off the log-probs: no head of its own
+        logprobs, entropy, _ = evaluate(self, forward_inputs, actions)
+        return logprobs, entropy, logprobs.detach() * 0 + logprobs
+
+    monkeypatch.setattr(CNNPolicy, "evaluate", value_from_the_actions)
+    with pytest.raises(ValueError, match=r"critic_warmup_iterations=3: policy.type=cnn \(CNNPolicy\) has no parameter"):
         ActorWorker(CNNConfig(action_chunk=test_cnn.C, **test_cnn.SMALL), test_cnn.WRIST,
                     PPOConfig(critic_warmup_iterations=3), ActorConfig(), total_iterations=2, seed=0)

@@ -5,27 +5,27 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from embodied.config import AlgorithmConfig
 from embodied.core.types import ChunkStepResult, PolicyOutput
-from embodied.policy.base import Policy
 from embodied.workers.rollout_worker import _observations
 
 
 class Recorder:
-    """``Policy``'s default record (the env's array entries), counting the obs it is asked to record."""
+    """``AlgorithmConfig``'s default record (the env's array entries), counting the obs it is asked to record."""
 
     def __init__(self) -> None:
         self.asked: list[tuple[int, bool]] = []  # (rows, whether it acted on them)
 
-    def replay_observation(self, obs, acted=None):
+    def __call__(self, obs, acted=None):
         self.asked.append((len(obs["task_descriptions"]), acted is not None))
-        return Policy.replay_observation(self, obs, acted)  # type: ignore[arg-type]
+        return AlgorithmConfig().replay_record(None, obs, acted)
 
 
 class Encoder(Recorder):
     """Records an encoding: the one its act computed (``acted``), else computed here (negated, to tell apart)."""
 
-    def replay_observation(self, obs, acted=None):
-        super().replay_observation(obs, acted)
+    def __call__(self, obs, acted=None):
+        super().__call__(obs, acted)
         if acted is not None:
             return {"z": acted.forward_inputs["z"]}
         return {"z": -torch.as_tensor(obs["states"])}
