@@ -2,8 +2,8 @@
 frozen flow-matching policy.
 
 The flow policy (``policy``: ``type: vla`` with ``action_head: flow``, or ``type: pi0``; its weights from
-``policy.init_from``, an SFT checkpoint) is never trained. A small tanh-Gaussian noise policy (SAC's MLP policy,
-registered as ``mlp_sac``, built here over the frozen policy's features) chooses the noise ``x_1`` its Euler loop
+``policy.init_from``, an SFT checkpoint) is never trained. A small tanh-Gaussian noise policy (SAC's actor,
+``embodied.algorithms.sac_actor``, built here over the frozen policy's features) chooses the noise ``x_1`` its Euler loop
 starts from, and the frozen policy turns that noise into the env's chunk with its deterministic ODE. SAC
 (``embodied.algorithms.sac``: the same learner, replay, runner and actor worker) then treats the noise as its action:
 
@@ -40,15 +40,16 @@ import torch
 from torch import nn
 
 from embodied.algorithms.sac import SACLearner
+from embodied.algorithms.sac_actor import TanhGaussianActor
+from embodied.algorithms.sac_config import TanhGaussianConfig
 from embodied.checkpoint.store import check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state
 from embodied.core import rng
 from embodied.core.types import STATES, NoiseSteering, Obs, PolicyOutput, Trajectory
 from embodied.policy.base import Policy, PolicyConfig, PolicySpec, build_policy
-from embodied.policy.config import policy_config_class
+from embodied.policy.encoder import StatesEncoder
 
 FEATURES = "dsrl_features"  # forward_inputs and replay key: what the noise policy and critics see, float32 [B, F]
 NOISE = "dsrl_noise"  # forward_inputs key: the initial noise the chunk was decoded from, float32 [B, Cn, An]
-NOISE_POLICY = "mlp_sac"  # the registered tanh-Gaussian MLP (SAC's head) that acts in noise space
 FROZEN_SEED = 0  # every copy builds the frozen policy under this seed: the same weights even without init_from
 
 
@@ -130,11 +131,12 @@ class DSRLPolicy(Policy):
             size = spec.state_dim
         else:
             size = frozen.flow_feature_size()
-        noise_config = policy_config_class(NOISE_POLICY)(action_chunk=chunk, hidden_sizes=list(config.hidden_sizes))
+        noise_config = TanhGaussianConfig(type="dsrl_noise", action_chunk=chunk, hidden_sizes=list(config.hidden_sizes))
         s = config.noise_scale
         noise_space = PolicySpec(state_dim=size, image_shape=None, action_dim=dim, action_low=(-s,) * dim,
-                                 action_high=(s,) * dim)  # mlp_sac scales its tanh into the bounds: tanh(u) * s
-        self.noise_policy = build_policy(noise_config, noise_space)
+                                 action_high=(s,) * dim)  # SAC's actor scales its tanh into the bounds: tanh(u) * s
+        # SAC's actor over the features as they are (no statistics merged): the noise policy
+        self.noise_policy = TanhGaussianActor(noise_config, noise_space, encoder=StatesEncoder(size))
         # Before any update, greedy DSRL is the frozen policy's ODE from zero noise on every obs. An untrained mean
         # head instead picks an arbitrary noise per obs from features of any scale (π0's prefix means): with it,
         # greedy success before the first update measured 79.7 / 82.0 / 39.8% on seeds 0 / 1 / 2 of one checkpoint.
@@ -162,7 +164,7 @@ class DSRLPolicy(Policy):
     @property
     def feature_encoder(self) -> nn.Module:
         """The recorded features as they are: the frozen policy computed them while acting, so nothing here trains
-        (the learner's stop-gradient and target copy of it are no-ops, as for ``mlp_sac``'s states)."""
+        (the learner's stop-gradient and target copy of it are no-ops, as for a states encoder)."""
         return self.recorded
 
     def sample_with_logprob(self, features: torch.Tensor,

@@ -27,7 +27,9 @@ class DSRLConfig(SACConfig):
     checkpoint_moves: ClassVar[tuple[KeyMove, ...]] = (
         *learner_moves("dsrl", saved_as="sac"),
         KeyMove("policy:actor.", "policy:noise_policy.", 3, "the noise policy is the policy ('actor' is the training "
-                "worker)"))
+                "worker)"),
+        KeyMove("policy:noise_policy.states.", "policy:noise_policy.encoder.", 4, "the noise policy is SAC's actor "
+                "over an encoder (embodied.algorithms.sac_actor)"))
 
     name: str = "dsrl"  # registered algorithm name
     noise_scale: float = 1.0  # the noise policy's output is tanh(u) * noise_scale, per noise entry

@@ -18,13 +18,74 @@ algorithm replaces SAC's policy objective (``SACLearner.policy_objective``) with
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from embodied.config.algorithm import TDConfig
-from embodied.config.schema import KeyMove
+from embodied.config.schema import AlgorithmConfig, KeyMove
+from embodied.policy.config import PolicyConfig, PolicySpec
 
 if TYPE_CHECKING:
     from embodied.config.schema import Config
+
+LOG_STD_BOUNDS = (-5.0, 2.0)  # the actor's log-std is squashed into these (CleanRL's)
+
+
+@dataclass
+class TanhGaussianConfig(PolicyConfig):
+    """The policy a SAC-family run trains (``tanh_gaussian``, the registered policy head): a tanh-squashed Gaussian
+    over action chunks (``embodied.algorithms.sac_actor.TanhGaussianActor``) on the observation encoder of the
+    ``policy:`` section (``encoder``). Built by ``tanh_gaussian`` from that section, never written in a recipe."""
+
+    type: str = "tanh_gaussian"  # "<policy.type>/tanh_gaussian": what init_from compares (checkpoint.store.trained_type)
+    encoder: PolicyConfig | None = None  # the policy section whose encoder (PolicyConfig.encoder_class) the head reads
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # the head's ReLU layers (policy.head_sizes())
+    log_std_min: float = LOG_STD_BOUNDS[0]  # algorithm.log_std_min
+    log_std_max: float = LOG_STD_BOUNDS[1]  # algorithm.log_std_max
+
+    model_class: ClassVar[str] = "embodied.algorithms.sac_actor:TanhGaussianActor"
+
+    @property
+    def encoder_type(self) -> str:
+        return self.encoder.type if self.encoder is not None else "none"
+
+    def required_observations(self) -> set[str]:
+        return self.encoder.required_observations() if self.encoder is not None else set()
+
+    def architecture(self) -> dict[str, Any]:
+        return {**(self.encoder.architecture() if self.encoder is not None else {}), "hidden_sizes": self.hidden_sizes}
+
+    def architecture_default(self, name: str) -> Any:
+        return self.encoder.architecture_default(name) if self.encoder is not None else None
+
+    def spec_problems(self, spec: PolicySpec) -> list[str]:
+        return self.encoder.spec_problems(spec) if self.encoder is not None else []
+
+    def validate(self) -> list[str]:
+        """At least one hidden layer, every width positive; log-std bounds in order."""
+        problems = ([] if self.hidden_sizes and all(v >= 1 for v in self.hidden_sizes) else
+                    [f"policy.hidden_sizes: SAC's tanh-Gaussian head needs at least one layer, every width >= 1, got "
+                     f"{self.hidden_sizes}"])
+        if not self.log_std_min < self.log_std_max:
+            problems.append(f"algorithm.log_std_min: must be below log_std_max={self.log_std_max}, got "
+                            f"{self.log_std_min}")
+        return problems
+
+
+def tanh_gaussian(policy: PolicyConfig, algorithm: AlgorithmConfig) -> TanhGaussianConfig:
+    """The ``tanh_gaussian`` policy head (entry point ``embodied.policy_heads``): SAC's actor over ``policy``'s
+    encoder, with its ``head_sizes`` and the algorithm's log-std bounds (SAC's fields; CleanRL's bounds for another
+    algorithm that names this head). ``ValueError`` when ``policy`` offers no encoder."""
+    if not type(policy).encoder_class:
+        raise ValueError(f"policy.type: algorithm.name={algorithm.name} trains a tanh-Gaussian head on the policy's "
+                         f"observation encoder, which policy.type={policy.type} does not offer (PolicyConfig."
+                         f"encoder_class; policy.type mlp and cnn do)")
+    refused = policy.own_head_problems(algorithm.name)
+    if refused:
+        raise ValueError(refused[0])
+    bounds = (algorithm.log_std_min, algorithm.log_std_max) if isinstance(algorithm, SACConfig) else LOG_STD_BOUNDS
+    return TanhGaussianConfig(type=f"{policy.type}/tanh_gaussian", action_chunk=policy.action_chunk,
+                              init_from=policy.init_from, encoder=policy, hidden_sizes=policy.head_sizes(),
+                              log_std_min=bounds[0], log_std_max=bounds[1])
 
 
 def learner_moves(name: str, saved_as: str | None = None) -> tuple[KeyMove, ...]:
@@ -37,7 +98,10 @@ def learner_moves(name: str, saved_as: str | None = None) -> tuple[KeyMove, ...]
             KeyMove(f"{name}.actor_optimizer", f"{name}.policy_optimizer", 3,
                     "SAC's actor is the policy ('actor' is the training worker)"),
             KeyMove("", f"{name}.target_encoder", 3, "a states policy's features have no weights, so the target "
-                    "encoder saved nothing", default={}))
+                    "encoder saved nothing", default={}),
+            *[KeyMove(f"{entry}:{old}.", f"{entry}:encoder.", 4, "SAC's actor is a head the algorithm puts on the "
+                      "policy's encoder (embodied.algorithms.sac_actor)")
+              for entry in ("policy", "live_policy") for old in ("states", "features")])
 
 
 @dataclass
@@ -74,12 +138,14 @@ class SACConfig(TDConfig):
     # What the policy maximises over the ensemble: "mean" (REDQ/RLPD) or "min", the most pessimistic critic (SAC-N,
     # An et al. 2021): off the data the critics disagree, so the min penalises chunks that leave it.
     policy_q: Literal["mean", "min"] = "mean"
+    log_std_min: float = LOG_STD_BOUNDS[0]  # the actor's log-std is squashed into [log_std_min, log_std_max]
+    log_std_max: float = LOG_STD_BOUNDS[1]  # upper bound of the actor's log-std
 
     def validate(self, cfg: Config) -> list[str]:
         """The critic ensemble, the temperature, the policy's options and head, and the off-policy loop's checks."""
         p = super().validate(cfg)
         try:
-            self.trained_policy(cfg.policy)
+            p += self.trained_policy(cfg.policy).validate()
         except ValueError as exc:
             p.append(str(exc))
         if not self.critic_hidden_sizes or any(v < 1 for v in self.critic_hidden_sizes):

@@ -26,7 +26,8 @@ from typing import Any
 from embodied.config.schema import KeyMove, algorithm_config_class
 from embodied.core.registry import UnknownNameError
 
-FORMAT_VERSION = 3  # 1: trainer.pt (+ policy/) without a manifest; 2: a manifest; 3: migrate.py's moves applied
+FORMAT_VERSION = 4  # 1: trainer.pt (+ policy/) without a manifest; 2: a manifest; 3: migrate.py's moves applied;
+#                   4: SAC's actor a head on the policy's encoder (its encoder's keys under "encoder.")
 
 __all__ = ["ENGINE_MOVES", "FORMAT_VERSION", "KeyMove", "migrate", "migrate_actor"]
 

@@ -41,7 +41,6 @@ from embodied.checkpoint.migrate import FORMAT_VERSION, migrate
 from embodied.config.schema import algorithm_config_class
 from embodied.core.atomic import DiskFullError, atomic_dir, disk_full, remove_temp_files
 from embodied.core.registry import UnknownNameError
-from embodied.policy.config import policy_config_class
 
 CHECKPOINT_NAME = re.compile(r"iter_\d+")  # iter_000100; temp folders (iter_000100.tmp123) never match
 TRAINER_FILE = "trainer.pt"
@@ -332,17 +331,19 @@ def check_init_from(path: str, policy: Any) -> Path:
         state = load_checkpoint(checkpoint)
     except (FileNotFoundError, CheckpointError) as exc:
         raise ValueError(f"policy.init_from: {exc}") from None
-    saved = state.get("config", {}).get("policy", {})
-    saved_type = trained_type(state.get("config", {}), policy_type)
+    from embodied.config.loader import saved_form
+
+    config = state.get("config") or {}
+    saved = (saved_form(config) if isinstance(config.get("policy"), dict) else config).get("policy") or {}
+    saved_type = trained_type(config, policy_type)
     problems = []
     if saved_type != policy_type:
         problems.append(f"it holds a policy.type={saved_type!r} policy, this config trains {policy_type!r}")
     if saved.get("action_chunk", action_chunk) != action_chunk:
         problems.append(f"its policy.action_chunk is {saved['action_chunk']}, this config's is {action_chunk}")
     if not problems:
-        for name in type(policy).architecture_fields:
-            mine = getattr(policy, name)
-            theirs = saved.get(name, _default_of(type(policy), name))
+        for name, mine in policy.architecture().items():
+            theirs = saved.get(name, policy.architecture_default(name))
             if theirs != mine:
                 problems.append(f"its policy.{name} is {theirs!r}, this config's is {mine!r}")
     if problems:
@@ -351,23 +352,21 @@ def check_init_from(path: str, policy: Any) -> Path:
 
 
 def trained_type(config: dict[str, Any], default: str) -> str:
-    """The policy type a run with this saved ``config`` trained: its ``policy.type``, as the head its algorithm trains
-    turns it (``AlgorithmConfig.policy_head``, ``PolicyConfig.heads``); ``default`` when it names none."""
+    """The policy type a run with this saved ``config`` trained: its ``policy.type`` (read in today's form), with the
+    head its algorithm put on it (``AlgorithmConfig.policy_head``: ``"mlp/tanh_gaussian"``); ``default`` when it
+    names none."""
+    from embodied.config.loader import saved_form  # the config's own renames and aliases (mlp_sac: mlp under SAC)
+
+    config = saved_form(config) if isinstance(config.get("policy"), dict) else config
     name = str((config.get("policy") or {}).get("type", default))
+    if "/" in name:
+        return name
     algorithm = (config.get("algorithm") or {}).get("name")
     try:
         head = algorithm_config_class(str(algorithm)).policy_head if algorithm else ""
-        return policy_config_class(name).heads.get(head, name) if head else name
     except (UnknownNameError, ImportError, TypeError):
-        return name
-
-
-def _default_of(config_class: type, name: str) -> Any:
-    """A config field's default (what a checkpoint saved before the field existed had)."""
-    for f in dataclasses.fields(config_class):
-        if f.name == name and f.default is not dataclasses.MISSING:
-            return f.default
-    return None
+        head = ""
+    return f"{name}/{head}" if head else name
 
 
 def check_policy_spec(state: dict[str, Any], action_dim: int, where: str) -> None:

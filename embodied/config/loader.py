@@ -23,7 +23,7 @@ import yaml
 
 from embodied.config.schema import AlgorithmConfig, Config, algorithm_config_class, default_algorithm_name
 from embodied.config.validate import validate
-from embodied.core.registry import UnknownNameError
+from embodied.core.registry import POLICIES, UnknownNameError
 from embodied.policy.config import PolicyConfig, default_policy_type, policy_config_class
 
 
@@ -215,6 +215,8 @@ FIELD_CHANGES = (
     FieldChange("noise_actor_hidden_sizes", "noise_policy_hidden_sizes", 3, "the noise policy's layers; 'actor' is "
                 "the training worker"),
     FieldChange("noise_critic_hidden_sizes", "critic_hidden_sizes", 3, "SAC's critics' widths, DSRL's among them"),
+    *(FieldChange(f"policy.{name}", f"algorithm.{name}", 4, "a head the algorithm puts on the policy's encoder is "
+                  "the algorithm's") for name in ("log_std_min", "log_std_max")),
     *(FieldChange(f"runner.{name}", f"runner.faults.{name}", 3, "what a run does when env workers fail is one "
                   "subsection") for name in ("max_worker_restarts", "restart_window", "max_total_restarts",
                                              "restart_backoff_s", "restart_backoff_max_s", "broken_env_iterations")),
@@ -249,7 +251,30 @@ def move_fields(raw: dict[str, Any], notes: list[str] | None = None) -> dict[str
                 target.setdefault(to_key, value)
                 if notes is not None:
                     notes.append(f"{old}: moved to {new} ({next(c.why for c in FIELD_CHANGES if c.old == old)})")
+    _policy_alias(out, notes)
     return out
+
+
+def _policy_alias(out: dict[str, Any], notes: list[str] | None) -> None:
+    """A deprecated ``policy.type`` (a registered config's ``PolicyConfig.aliases``) as that config's type, with the
+    field values the old type implied, in place."""
+    policy = out.get("policy")
+    name = policy.get("type") if isinstance(policy, dict) else None
+    if not isinstance(name, str) or name in POLICIES:
+        return
+    for registered in POLICIES.names(declared_order=True):
+        try:
+            cls = policy_config_class(registered)
+        except (ImportError, TypeError, UnknownNameError):
+            continue
+        if name in cls.aliases:
+            policy["type"] = registered
+            for key, value in cls.aliases[name].items():
+                policy.setdefault(key, copy.deepcopy(value))
+            if notes is not None:
+                notes.append(f"policy.type: {name} is deprecated, read as policy.type={registered} (an algorithm that "
+                             f"trains a head of its own puts it on the policy's encoder)")
+            return
 
 
 def _section(data: dict[str, Any], path: list[str], create: bool = False) -> Any:

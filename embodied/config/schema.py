@@ -14,7 +14,7 @@ from embodied.config.runner import ExtraEval, FaultsConfig, RunnerConfig, due  #
 from embodied.config.sections import (DEFAULT_ENV, ActorConfig, ClusterConfig, EnvConfig, EvalEnvConfig,  # noqa: F401
                                       ExperimentConfig, LoggerConfig, Resources, RolloutConfig, SFTConfig, VideoConfig,
                                       default_env_id, split_counts)
-from embodied.core.registry import ALGORITHMS, load_entry_point
+from embodied.core.registry import ALGORITHMS, POLICY_HEADS, load_entry_point
 from embodied.policy.config import PolicyConfig
 
 
@@ -95,14 +95,15 @@ class AlgorithmConfig:
         return None
 
     policy_head: ClassVar[str] = ""
-    """The action head its learner trains (SAC's ``"tanh_gaussian"``): the policy section's type is built as its
-    variant with that head (``PolicyConfig.with_head``: ``policy.type: mlp`` under SAC is the tanh-Gaussian MLP);
-    empty: the policy as configured."""
+    """A registered policy head (``embodied.policy_heads``: SAC's ``"tanh_gaussian"``) that this algorithm puts on
+    the policy's observation encoder and trains as its actor; empty: the policy as configured trains."""
 
     def trained_policy(self, policy: PolicyConfig) -> PolicyConfig:
-        """The policy this algorithm trains, SFT pre-trains and ``policy.init_from`` must hold: ``policy`` with its
-        ``policy_head`` (``ValueError`` when its type has none)."""
-        return policy.with_head(self.policy_head, self.name) if self.policy_head else policy
+        """The policy this algorithm trains, SFT pre-trains and ``policy.init_from`` must hold: ``policy``, or its
+        ``policy_head`` built over it (``ValueError`` when the policy offers no encoder for it)."""
+        if not self.policy_head:
+            return policy
+        return POLICY_HEADS.resolve(self.policy_head)(policy, self)
 
     split_off: ClassVar[dict[str, str]] = {}
     """Fields this algorithm's config once had that are now another registered algorithm's own: field -> that

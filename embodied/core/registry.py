@@ -149,6 +149,9 @@ POLICIES = Registry("policy", "embodied.policies")
 # Named lists of env ids (``libero-pro-object``) that ``embodied eval --suites`` and ``runner.extra_evals`` take.
 ENV_SETS = Registry("env set", "embodied.env_sets")
 ALGORITHMS = Registry("algorithm", "embodied.algorithms")
+# Heads an algorithm puts on a policy's observation encoder as its actor (``AlgorithmConfig.policy_head``): each a
+# callable (policy config, algorithm config) -> the trained policy's config.
+POLICY_HEADS = Registry("policy head", "embodied.policy_heads")
 
 
 def lazy_attributes(package: str, where: dict[str, str]) -> Callable[[str], Any]:

@@ -38,11 +38,16 @@ class PolicyConfig:
     # Fields that shape the weights (besides type and action_chunk): a checkpoint whose policy
     # differs in one of them cannot be loaded by policy.init_from, which says so up front.
     architecture_fields: ClassVar[tuple[str, ...]] = ()
-    # The kind of action head the built policy has (a Gaussian, a tanh-squashed Gaussian, a flow, ...), and the
-    # registered types that are this type with another head (``with_head``): an algorithm that trains a head of its
-    # own (``AlgorithmConfig.policy_head``) builds that variant from this config's fields.
-    head: ClassVar[str] = ""
-    heads: ClassVar[dict[str, str]] = {}
+    # "module:attr" of a callable (config, spec) -> ``embodied.policy.encoder.FeatureEncoder``: the policy's
+    # perception apart from its heads, which an algorithm with an actor of its own puts its head on (SAC). Empty:
+    # the policy offers none.
+    encoder_class: ClassVar[str] = ""
+    # Fields of the policy's own heads: an algorithm that puts its head on the encoder instead reads none of them,
+    # and refuses one set to other than its default (never ignored).
+    head_fields: ClassVar[tuple[str, ...]] = ()
+    # Deprecated type names a recipe or a saved config may still give for this config, each with the field values
+    # the old type implied where this config's defaults differ (read with a warning by the config loader).
+    aliases: ClassVar[dict[str, dict[str, Any]]] = {}
 
     @classmethod
     def folder_defaults(cls, section: dict[str, Any]) -> dict[str, Any]:
@@ -60,23 +65,26 @@ class PolicyConfig:
         ``algorithm.name=dsrl`` can steer it; the default has no such noise."""
         return False
 
-    def with_head(self, kind: str, algorithm: str) -> PolicyConfig:
-        """This policy with the action head ``kind`` that ``algorithm`` trains: itself when it has that head, else
-        its registered variant (``heads``) with the fields the two share; ``ValueError`` when it has no such
-        variant, or sets a field the variant lacks to other than its default (refused, never ignored)."""
-        if self.head == kind:
-            return self
-        if kind not in self.heads:
-            raise ValueError(f"policy.type: algorithm.name={algorithm} trains a {kind} action head, which "
-                             f"policy.type={self.type} has no variant with")
-        variant = policy_config_class(self.heads[kind])
-        theirs = {f.name for f in dataclasses.fields(variant) if f.init} - {"type"}
-        dropped = [f.name for f in dataclasses.fields(self)
-                   if f.init and f.name not in theirs and f.name != "type" and getattr(self, f.name) != _default(f)]
-        if dropped:
-            raise ValueError(f"policy.{dropped[0]}: algorithm.name={algorithm} trains policy.type={self.type} with a "
-                             f"{kind} head ({variant.type}), which has no such field; leave it out")
-        return variant(**{name: getattr(self, name) for name in theirs if hasattr(self, name)})
+    def head_sizes(self) -> list[int]:
+        """Widths of the hidden layers the policy puts over its encoder's features, which a head built over the
+        encoder by an algorithm takes too; [] by default."""
+        return []
+
+    def own_head_problems(self, algorithm: str) -> list[str]:
+        """The ``head_fields`` set to other than their defaults, for an ``algorithm`` that builds its own head."""
+        return [f"policy.{f.name}: algorithm.name={algorithm} puts its own head on policy.type={self.type}'s encoder, "
+                f"which does not read this field of the policy's own heads; leave it out"
+                for f in dataclasses.fields(self) if f.name in type(self).head_fields and getattr(self, f.name) != _default(f)]
+
+    def architecture(self) -> dict[str, Any]:
+        """The ``architecture_fields`` and their values: what a checkpoint loaded by ``policy.init_from`` must
+        match."""
+        return {name: getattr(self, name) for name in type(self).architecture_fields}
+
+    def architecture_default(self, name: str) -> Any:
+        """Field ``name``'s default: what a checkpoint saved before the field existed had."""
+        found = [f for f in dataclasses.fields(self) if f.name == name]
+        return _default(found[0]) if found else None
 
     def validate(self) -> list[str]:
         """Problems only this policy type can see, each prefixed by its field path (``policy.x``).

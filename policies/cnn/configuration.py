@@ -1,13 +1,11 @@
-"""Configuration of the CNN policies: the Gaussian actor-critic for PPO (``policy.type: cnn``) and the
-tanh-Gaussian actor SAC trains (``cnn`` under SAC, ``with_head("tanh_gaussian")``; ``cnn_sac`` an alias), over one
-image encoder."""
+"""Configuration of the CNN policy: the Gaussian actor-critic over one image encoder (``policy.type: cnn``). Under SAC
+the algorithm puts its tanh-squashed Gaussian on that encoder (``encoder_class``) with these hidden sizes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from embodied.policies.mlp.configuration import squashed_head_problems
 from embodied.policy.config import PolicyConfig
 
 
@@ -24,6 +22,11 @@ class CNNEncoderConfig(PolicyConfig):
     image_features: int = 256  # width of the linear layer after the convs (per camera)
     state_features: int = 64  # width of the two-layer state MLP (when the env gives states)
     use_wrist_images: bool = True  # also encode wrist_images (same encoder) when the env provides them
+
+    encoder_class: ClassVar[str] = "embodied.policies.cnn.modeling:cnn_encoder"
+    # A checkpoint whose encoder differs in one of these cannot be loaded by policy.init_from (said up front).
+    architecture_fields: ClassVar[tuple[str, ...]] = ("channels", "kernel_sizes", "strides", "image_pooling",
+                                                      "image_features", "state_features", "use_wrist_images")
 
     def required_observations(self) -> set[str]:
         return {"images"}
@@ -55,9 +58,12 @@ class CNNConfig(CNNEncoderConfig):
     init_log_std: float = -0.5  # initial log standard deviation of every action dimension
 
     model_class: ClassVar[str] = "embodied.policies.cnn.modeling:CNNPolicy"
-    head: ClassVar[str] = "gaussian"
-    # Under SAC (a tanh_gaussian head): SquashedCNNConfig with these fields (hidden_sizes as set: [256] unless given)
-    heads: ClassVar[dict[str, str]] = {"tanh_gaussian": "cnn_sac"}
+    head_fields: ClassVar[tuple[str, ...]] = ("init_log_std",)
+    # SAC's actor over this policy's encoder, before; its own default head was two layers
+    aliases: ClassVar[dict[str, dict[str, Any]]] = {"cnn_sac": {"hidden_sizes": [256, 256]}}
+
+    def head_sizes(self) -> list[int]:
+        return list(self.hidden_sizes)
 
     def validate(self) -> list[str]:
         """The encoder's checks; positive head widths."""
@@ -65,24 +71,3 @@ class CNNConfig(CNNEncoderConfig):
         if any(v < 1 for v in self.hidden_sizes):
             p.append(f"policy.hidden_sizes: every entry must be >= 1, got {self.hidden_sizes}")
         return p
-
-
-@dataclass
-class SquashedCNNConfig(CNNEncoderConfig):
-    """A tanh-squashed Gaussian over the CNN encoder, the policy SAC/RLPD train on images (DrQ's shape; the critics
-    are SAC's, ``algorithm.critic_hidden_sizes``)."""
-
-    type: str = "cnn_sac"  # registered policy name (an alias: policy.type=cnn under SAC builds this)
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # widths of the actor's hidden layers
-    log_std_min: float = -5.0  # the actor's log-std is squashed into [log_std_min, log_std_max] (CleanRL's bounds)
-    log_std_max: float = 2.0  # upper bound of the actor's log-std
-
-    model_class: ClassVar[str] = "embodied.policies.cnn.squashed:SquashedCNNPolicy"
-    architecture_fields: ClassVar[tuple[str, ...]] = ("channels", "kernel_sizes", "strides", "image_pooling",
-                                                      "image_features", "state_features", "use_wrist_images",
-                                                      "hidden_sizes")
-    head: ClassVar[str] = "tanh_gaussian"
-
-    def validate(self) -> list[str]:
-        """The encoder's checks; the actor's widths; log-std bounds in order."""
-        return super().validate() + squashed_head_problems(self.hidden_sizes, self.log_std_min, self.log_std_max)

@@ -21,7 +21,8 @@ the conversion to float in [0, 1] happens inside the encoder. Outputs of ``act``
 are on the CPU whatever device the module sits on.
 
 The encoders and the inputs they read are ``CNNObservations``, mixed into ``CNNPolicy`` and, as a module of
-their own (``CNNFeatures``), the feature encoder of the SAC policy (``policy.type: cnn`` under SAC, ``squashed.py``).
+their own (``CNNFeatures``, ``cnn_encoder``), the encoder SAC's tanh-Gaussian actor sits on (``policy.type: cnn`` under
+SAC, ``embodied.algorithms.sac_actor``).
 """
 
 from __future__ import annotations
@@ -175,7 +176,10 @@ class CNNObservations:
 
 
 class CNNFeatures(CNNObservations, nn.Module):
-    """``CNNObservations`` as a module: forward inputs -> features [B, ``out_features``]."""
+    """``CNNObservations`` as a module: forward inputs -> features [B, ``out_features``]
+    (``embodied.policy.encoder.FeatureEncoder``)."""
+
+    observes: tuple[str, ...] = ()  # no running statistics
 
     def __init__(self, config: CNNEncoderConfig, spec: PolicySpec, policy_type: str) -> None:
         super().__init__()
@@ -184,6 +188,15 @@ class CNNFeatures(CNNObservations, nn.Module):
 
     def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self._features(inputs)
+
+    def observe(self, inputs: dict[str, torch.Tensor]) -> None:
+        """Nothing to merge: the encoder has no running statistics."""
+
+
+def cnn_encoder(config: CNNEncoderConfig, spec: PolicySpec) -> CNNFeatures:
+    """The CNN policy's observation encoder (``CNNEncoderConfig.encoder_class``), which an algorithm that puts its own
+    head on the policy (SAC, DrQ's shape) builds."""
+    return CNNFeatures(config, spec, config.type)
 
 
 class CNNPolicy(CNNObservations, Policy):

@@ -16,6 +16,7 @@ from embodied.core import rng
 from embodied.core.types import STATES, Obs, PolicyOutput
 from embodied.policies.mlp.configuration import MLPConfig
 from embodied.policy.base import Policy, PolicySpec
+from embodied.policy.encoder import StatesEncoder, merge_statistics, standardize, states_tensor  # noqa: F401
 
 
 def _mlp(sizes: list[int], activation: type[nn.Module], out_gain: float) -> nn.Sequential:
@@ -93,25 +94,9 @@ class MLPPolicy(Policy):
         return self.critic(self._normalized(states_tensor(obs))).squeeze(-1)
 
 
-def standardize(states: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
-    """States standardized by running statistics, clipped to +-10 standard deviations."""
-    return ((states - mean) / torch.sqrt(var + 1e-8)).clamp(-10.0, 10.0)
-
-
-@torch.no_grad()
-def merge_statistics(mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor, states: torch.Tensor) -> None:
-    """Merge a batch of states [..., S] into the running ``mean``, ``var`` and ``count`` buffers, in place (the
-    parallel algorithm of Chan et al.: the result does not depend on how the states were split into batches)."""
-    batch = states.reshape(-1, mean.shape[0]).double()
-    n, batch_mean, batch_var = batch.shape[0], batch.mean(0), batch.var(0, unbiased=False)
-    total = count + n
-    delta = batch_mean - mean
-    m2 = var * count + batch_var * n + delta**2 * count * n / total
-    mean.copy_(mean + delta * n / total)
-    var.copy_(m2 / total)
-    count.copy_(total)
-
-
-def states_tensor(obs: Obs) -> torch.Tensor:
-    """The observation's states as float32 [B, S] (what the MLP policies act on and replay)."""
-    return torch.as_tensor(np.asarray(obs[STATES]), dtype=torch.float32)
+def states_encoder(config: MLPConfig, spec: PolicySpec) -> StatesEncoder:
+    """The MLP policies' observation encoder (``MLPConfig.encoder_class``): the states, standardized as the config
+    says. An algorithm that puts its own head on the policy (SAC) builds it."""
+    if spec.state_dim <= 0:
+        raise ValueError(f"policy.type={config.type} needs state observations (env.obs_mode 'state' or 'state+rgb')")
+    return StatesEncoder(spec.state_dim, config.normalize_states, config.freeze_state_statistics)

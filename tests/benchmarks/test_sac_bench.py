@@ -19,7 +19,7 @@ def test_wait_shares_are_the_loops_waits_over_its_wall_time():
 @pytest.mark.parametrize("overlap", [True, False])
 def test_sac_row_measures_updates_and_waits_on_the_reach_mlp(overlap):
     row = sac_row(updates=3, iterations=2, num_envs=2, chunk_steps=2, overlap=overlap)
-    assert row["policy"] == "mlp_sac Reach-v0 256x256"
+    assert row["policy"] == "mlp/tanh_gaussian Reach-v0 256x256"
     assert (row["critics"], row["layernorm"], row["batch_size"], row["overlap"]) == (10, True, 256, overlap)
     assert math.isfinite(row["updates_per_s"]) and row["updates_per_s"] > 0
     assert row["updates_in_loop"] == 2 * 2 * 2  # utd_ratio 1 x 4 transitions x 2 timed iterations

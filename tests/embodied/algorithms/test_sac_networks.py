@@ -7,15 +7,16 @@ import torch
 from torch import nn
 
 from embodied.algorithms.sac_networks import MLPQEnsemble, build_critics, critic_sizes
-from embodied.policies.mlp.configuration import SquashedMLPConfig
-from embodied.policies.mlp.squashed import SquashedMLPPolicy
+from embodied.algorithms.sac_actor import TanhGaussianActor
+from embodied.algorithms.sac_config import SACConfig
+from embodied.policies.mlp.configuration import MLPConfig
 from embodied.policy.base import PolicySpec
 
 SPEC = PolicySpec(state_dim=5, image_shape=None, action_dim=2, action_low=(-1.0,) * 2, action_high=(1.0,) * 2)
 
 
-def actor() -> SquashedMLPPolicy:
-    return SquashedMLPPolicy(SquashedMLPConfig(action_chunk=3, hidden_sizes=[8]), SPEC)
+def actor() -> TanhGaussianActor:
+    return TanhGaussianActor(SACConfig().trained_policy(MLPConfig(action_chunk=3, hidden_sizes=[8])), SPEC)
 
 
 def test_critics_read_the_policys_features_and_chunks():

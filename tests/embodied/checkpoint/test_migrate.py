@@ -54,8 +54,8 @@ def test_a_dsrl_checkpoint_of_before_loads_its_noise_policy_under_today_s_names(
              "actor": {"policy": {"actor.mean.weight": torch.ones(2)}, "version": 1, "sac": {"critics": {}}}}
     save_checkpoint(folder, state)
     manifest = json.loads((folder / MANIFEST_FILE).read_text())
-    assert manifest["format_version"] == FORMAT_VERSION == 3  # every manifest says its format
-    loaded = load_checkpoint(folder)  # a format-3 folder: read as written
+    assert manifest["format_version"] == FORMAT_VERSION == 4  # every manifest says its format
+    loaded = load_checkpoint(folder)  # a folder of today's format: read as written
     assert "actor.mean.weight" in loaded["actor"]["policy"]
     (folder / MANIFEST_FILE).unlink()  # a folder without a manifest is format 1
     loaded = load_checkpoint(folder / TRAINER_FILE)

@@ -52,8 +52,8 @@ def test_num_critics_one_with_a_plain_min_is_fine():
 
 
 def test_policy_without_a_tanh_gaussian_head_is_refused_by_the_config():
-    with pytest.raises(ConfigError, match=r"policy\.type: algorithm\.name=sac trains a tanh_gaussian action head, "
-                                          r"which policy\.type=vla has no variant with"):
+    with pytest.raises(ConfigError, match=r"policy\.type: algorithm\.name=sac trains a tanh-Gaussian head on the "
+                                          r"policy's observation encoder, which policy\.type=vla does not offer"):
         load_config(None, ["algorithm.name=sac", "env.id=Reach-v0", "policy.type=vla"])
 
 
@@ -442,8 +442,8 @@ def test_algorithm_n_step_reaches_the_actors_replay():
 
 
 def test_a_policy_that_still_defines_replay_actions_is_told_it_is_no_longer_called(monkeypatch):
-    from embodied.policies.mlp.squashed import SquashedMLPPolicy
+    from embodied.algorithms.sac_actor import TanhGaussianActor
 
-    monkeypatch.setattr(SquashedMLPPolicy, "replay_actions", lambda self, inputs, actions: actions, raising=False)
-    with pytest.warns(FutureWarning, match="SquashedMLPPolicy.replay_actions is no longer called"):
+    monkeypatch.setattr(TanhGaussianActor, "replay_actions", lambda self, inputs, actions: actions, raising=False)
+    with pytest.warns(FutureWarning, match="TanhGaussianActor.replay_actions is no longer called"):
         actor()

@@ -1,17 +1,20 @@
-"""What the SAC policies share: the tanh-squashed Gaussian actor over action chunks.
+"""SAC's actor: a tanh-squashed Gaussian over action chunks, put by the algorithm on the policy's observation encoder.
 
-One implementation with two users, the MLP over states (``policy.type: mlp`` under SAC, alias ``mlp_sac``,
-``policies/mlp/squashed.py``) and the CNN over images (``cnn`` under SAC, alias ``cnn_sac``,
-``policies/cnn/squashed.py``). Each supplies its
-``feature_encoder`` (forward inputs -> features [B, F]); the rest is here:
+The ``policy:`` section names the perception (``policy.type: mlp``: the states; ``cnn``: the CNN image encoder, DrQ's
+shape); SAC builds that encoder (``PolicyConfig.encoder_class``, ``embodied.policy.encoder``) and this head over it
+(``SACConfig.trained_policy`` -> ``TanhGaussianConfig``), so no policy carries a head or a twin type for SAC.
 
-- ``SquashedGaussianPolicy``: an MLP trunk over the features gives the mean and log-std of a diagonal Gaussian
-  over the whole chunk [B, C * A]; a sample ``u`` is squashed by ``tanh`` and scaled into the env's action bounds.
-  Its log-prob carries the change-of-variables correction of the squash and the scale. Greedy acting takes
-  ``tanh(mean)``. It has no state-value head: ``value`` is 0 (SAC bootstraps with its critics, never with V).
+- ``SquashedGaussianPolicy``: an MLP trunk (the policy's ``head_sizes``, ReLU) over the features gives the mean and
+  log-std of a diagonal Gaussian over the whole chunk [B, C * A]; a sample ``u`` is squashed by ``tanh`` and scaled
+  into the env's action bounds. Its log-prob carries the change-of-variables correction of the squash and the
+  scale. Greedy acting takes ``tanh(mean)``. It has no state-value head: ``value`` is 0 (SAC bootstraps with its
+  critics, never with V).
+- ``TanhGaussianActor``: that head over an encoder (``encoder``). The encoder is shared as DrQ and RLPD share
+  theirs: rollouts act through it and weight sync sends it, but only the critics' loss trains it; the actor sees
+  its features detached, and the TD target reads a polyak copy of it (``embodied.algorithms.sac.SACLearner``).
 
 It implements ``embodied.policy.q_functions.QFunctionPolicy``: the critics are SAC's, built by the learner from the
-policy's ``feature_size``, ``chunk`` and ``action_dim`` (``embodied.algorithms.sac_networks``).
+actor's ``feature_size``, ``chunk`` and ``action_dim`` (``embodied.algorithms.sac_networks``).
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ from torch.distributions import Normal
 
 from embodied.core import rng
 from embodied.core.types import Obs, PolicyOutput
-from embodied.policies.mlp.modeling import _mlp
+from embodied.algorithms.sac_config import TanhGaussianConfig
 from embodied.policy.base import Policy, PolicySpec
+from embodied.policy.encoder import FeatureEncoder, build_encoder
 
 
 def squash_logprob_correction(u: torch.Tensor) -> torch.Tensor:
@@ -53,8 +57,7 @@ class SquashedGaussianPolicy(Policy):
         self.chunk, self.action_dim, self.log_std_bounds = chunk, spec.action_dim, log_std_bounds
         self.feature_size = features  # the encoder's width [B, F]: what SAC's critics read beside the chunk
         out = chunk * spec.action_dim
-        self.trunk = _mlp([features, *hidden_sizes], nn.ReLU, np.sqrt(2))
-        self.trunk.append(nn.ReLU())
+        self.trunk = _relu_trunk([features, *hidden_sizes])
         self.mean_head = nn.Linear(hidden_sizes[-1], out)
         self.log_std_head = nn.Linear(hidden_sizes[-1], out)
         low, high = np.asarray(spec.action_low, np.float32), np.asarray(spec.action_high, np.float32)
@@ -156,3 +159,45 @@ class SquashedGaussianPolicy(Policy):
         error = (torch.tanh(mean) - target).pow(2) + nll
         weight = executed.float()
         return (error.view(*executed.shape, -1).sum(-1) * weight).sum() / weight.sum().clamp_min(1.0)
+
+
+def _relu_trunk(sizes: list[int]) -> nn.Sequential:
+    """Linear + ReLU layers of ``sizes``, orthogonal init with gain sqrt(2) and zero biases (CleanRL's)."""
+    layers: list[nn.Module] = []
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        linear = nn.Linear(n_in, n_out)
+        nn.init.orthogonal_(linear.weight, np.sqrt(2))
+        nn.init.zeros_(linear.bias)
+        layers += [linear, nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+class TanhGaussianActor(SquashedGaussianPolicy):
+    """SAC's tanh-Gaussian head over the policy's observation encoder (``TanhGaussianConfig``); implements
+    ``embodied.policy.q_functions.QFunctionPolicy``."""
+
+    def __init__(self, config: TanhGaussianConfig, spec: PolicySpec,
+                 encoder: FeatureEncoder | None = None) -> None:
+        super().__init__()
+        if config.encoder is None and encoder is None:
+            raise ValueError("TanhGaussianConfig.encoder: the policy whose encoder the head reads is missing")
+        self.config = config
+        self.encoder = encoder if encoder is not None else build_encoder(config.encoder, spec)
+        self.observes = tuple(self.encoder.observes)  # what the actor's ``observe`` merges
+        self._build_actor(self.encoder.out_features, config.hidden_sizes, (config.log_std_min, config.log_std_max),
+                          config.action_chunk, spec)
+
+    @property
+    def feature_encoder(self) -> nn.Module:
+        return self.encoder  # type: ignore[return-value]
+
+    def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
+        return self.encoder.forward_inputs(obs)
+
+    @torch.no_grad()
+    def observe(self, forward_inputs: dict[str, torch.Tensor]) -> None:
+        """The encoder's running statistics (the states', with ``policy.normalize_states``, unless frozen)."""
+        self.encoder.observe(forward_inputs)
+
+    def describe(self) -> str:
+        return f"{super().describe()} (tanh-Gaussian head over policy.type={self.config.encoder_type}'s encoder)"

@@ -1,4 +1,5 @@
-"""The tanh-Gaussian MLP (policy.type: mlp_sac): its log-probs, and the Q-ensemble SAC builds over it, against loops."""
+"""SAC's tanh-Gaussian actor over the MLP's states encoder (policy.type: mlp under SAC): its log-probs, and the
+Q-ensemble SAC builds over it, against loops."""
 
 from __future__ import annotations
 
@@ -9,23 +10,29 @@ import torch
 import torch.nn.functional as F
 
 from embodied.algorithms.sac_networks import build_critics
-from embodied.policies.mlp.configuration import SquashedMLPConfig
-from embodied.policies.mlp.squashed import SquashedMLPPolicy
+from embodied.algorithms.sac_actor import TanhGaussianActor
+from embodied.algorithms.sac_config import SACConfig
+from embodied.policies.mlp.configuration import MLPConfig
 from embodied.policy.base import PolicySpec
 from embodied.policy.q_functions import QFunctionPolicy, require_q_functions
 
 SPEC = PolicySpec(state_dim=5, image_shape=None, action_dim=2, action_low=(-1.0, 0.0), action_high=(1.0, 4.0))
 
 
-def policy(**overrides) -> SquashedMLPPolicy:
+def actor_config(log_std_min: float = -5.0, **fields):
+    """The config SAC trains for ``policy.type: mlp`` with ``fields``."""
+    return SACConfig(log_std_min=log_std_min).trained_policy(MLPConfig(**{"action_chunk": 3, "hidden_sizes": [8],
+                                                                          **fields}))
+
+
+def policy(**overrides) -> TanhGaussianActor:
     torch.manual_seed(0)
-    cfg = SquashedMLPConfig(action_chunk=3, hidden_sizes=[8], **overrides)
-    return SquashedMLPPolicy(cfg, SPEC)
+    return TanhGaussianActor(actor_config(**overrides), SPEC)
 
 
 def test_it_has_the_q_function_protocol():
     assert isinstance(policy(), QFunctionPolicy)
-    require_q_functions(SquashedMLPConfig(), "sac")  # no error
+    require_q_functions(actor_config(), "sac")  # no error
 
 
 def test_actions_lie_in_the_bounds_and_greedy_is_the_squashed_mean():
@@ -106,8 +113,8 @@ def test_policies_without_q_functions_are_refused_by_name():
 
 
 def test_config_checks_its_fields():
-    assert SquashedMLPConfig(hidden_sizes=[]).validate()[0].startswith("policy.hidden_sizes")
-    assert SquashedMLPConfig(log_std_min=3.0).validate()[0].startswith("policy.log_std_min")
+    assert actor_config(hidden_sizes=[]).validate()[0].startswith("policy.hidden_sizes")
+    assert actor_config(log_std_min=3.0).validate()[0].startswith("algorithm.log_std_min")
 
 
 def test_normalize_states_standardizes_what_actor_and_critics_see_and_observe_merges_batches():
@@ -123,8 +130,8 @@ def test_normalize_states_standardizes_what_actor_and_critics_see_and_observe_me
     assert torch.equal(raw.feature_encoder({"states": states.float()}), states.float())  # off: as they are
     frozen = policy(normalize_states=True, freeze_state_statistics=True)
     frozen.observe({"states": states})
-    assert torch.equal(frozen.states.state_mean, torch.zeros(5)) and torch.equal(frozen.states.state_var, torch.ones(5))
-    assert {"states.state_mean", "states.state_var", "states.state_count"} <= set(p.state_dict())
+    assert torch.equal(frozen.encoder.state_mean, torch.zeros(5)) and torch.equal(frozen.encoder.state_var, torch.ones(5))
+    assert {"encoder.state_mean", "encoder.state_var", "encoder.state_count"} <= set(p.state_dict())
 
 
 def test_sft_clones_the_squashed_mean_and_fits_the_std_head_alone_and_stays_finite_at_the_bounds():

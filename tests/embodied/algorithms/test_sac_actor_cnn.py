@@ -1,4 +1,4 @@
-"""The CNN policy for SAC (policy.type: cnn_sac) and the learner around it: the encoder's gradients come from the
+"""SAC's actor over the CNN policy's encoder (policy.type: cnn under SAC) and the learner around it: the encoder's gradients come from the
 critics' loss only, the Q-ensemble is one batched pass, the target encoder follows by polyak, images stay uint8."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from embodied.algorithms.sac_config import SACConfig
 from embodied.algorithms.sac_networks import EnsembleLinear, build_critics
 from embodied.config import ConfigError, load_config
 from embodied.core.types import MAIN_IMAGES, STATES, WRIST_IMAGES, Trajectory
-from embodied.policies.cnn.configuration import SquashedCNNConfig
-from embodied.policies.cnn.squashed import SquashedCNNPolicy
+from embodied.algorithms.sac_actor import TanhGaussianActor
+from embodied.policies.cnn.configuration import CNNConfig
 from embodied.policy.base import PolicySpec, build_policy
 from embodied.policy.q_functions import QFunctionPolicy, require_q_functions
 from embodied.replay.buffer import ReplayBuffer
@@ -28,12 +28,17 @@ B, C, A = 6, 2, 3
 SMALL = dict(channels=[8, 16], kernel_sizes=[8, 4], strides=[4, 2], image_features=32, state_features=16,
              hidden_sizes=[32])
 SPEC = SPECS["state+rgb+wrist"]
-RECIPE = Path(__file__).resolve().parents[2] / "configs" / "reach_cnn_sac.yaml"
+RECIPE = Path(__file__).resolve().parents[3] / "configs" / "reach_cnn_sac.yaml"
 
 
-def make(spec: PolicySpec = SPEC, **kwargs) -> SquashedCNNPolicy:
+def actor_config(**kwargs):
+    """The config SAC trains for ``policy.type: cnn`` with ``kwargs``."""
+    return SACConfig().trained_policy(CNNConfig(action_chunk=C, **{**SMALL, **kwargs}))
+
+
+def make(spec: PolicySpec = SPEC, **kwargs) -> TanhGaussianActor:
     torch.manual_seed(0)
-    return SquashedCNNPolicy(SquashedCNNConfig(action_chunk=C, **{**SMALL, **kwargs}), spec)
+    return TanhGaussianActor(actor_config(**kwargs), spec)
 
 
 def batch(seed: int = 0, n: int = B) -> ReplaySample:
@@ -45,18 +50,18 @@ def batch(seed: int = 0, n: int = B) -> ReplaySample:
                         bootstrap=torch.rand(n, generator=g) < 0.8, next_obs=as_torch(obs(n, seed + 100)))
 
 
-def learner(policy: SquashedCNNPolicy, **overrides) -> SACLearner:
+def learner(policy: TanhGaussianActor, **overrides) -> SACLearner:
     cfg = SACConfig(num_critics=4, critic_subset=2, critic_layernorm=True, critic_hidden_sizes=[32, 32], **overrides)
     return SACLearner(policy, cfg, LearnerSpec(SPEC, C, 0, 1e-3, 1))
 
 
 def test_it_has_the_q_function_protocol_and_builds_by_name():
     assert isinstance(make(), QFunctionPolicy)
-    require_q_functions(SquashedCNNConfig(), "sac")  # no error
-    cfg = load_config(None, ["policy.type=cnn_sac", "policy.channels=[8, 16]", "policy.kernel_sizes=[8, 4]",
+    require_q_functions(actor_config(), "sac")  # no error
+    cfg = load_config(None, ["policy.type=cnn", "policy.channels=[8, 16]", "policy.kernel_sizes=[8, 4]",
                              "policy.strides=[4, 2]", "env.obs_mode=rgb", "algorithm.name=sac"])
-    assert isinstance(cfg.policy, SquashedCNNConfig) and cfg.algorithm.image_shift == 4
-    assert isinstance(build_policy(cfg.policy, SPEC), SquashedCNNPolicy)
+    assert isinstance(cfg.policy, CNNConfig) and cfg.algorithm.image_shift == 4
+    assert isinstance(build_policy(cfg.algorithm.trained_policy(cfg.policy), SPEC), TanhGaussianActor)
 
 
 @pytest.mark.parametrize("mode", SPECS)
@@ -89,7 +94,7 @@ def test_the_q_ensemble_is_one_batched_pass_over_the_encoder_features():
     assert not build_critics(make(), 2, [32, 32], layernorm=False).norms  # critic_layernorm off: none
 
 
-def encoder_grads(policy: SquashedCNNPolicy) -> list[torch.Tensor | None]:
+def encoder_grads(policy: TanhGaussianActor) -> list[torch.Tensor | None]:
     return [p.grad for p in policy.feature_encoder.parameters()]
 
 
@@ -185,13 +190,13 @@ def test_bad_config_names_the_field():
         load_config(RECIPE, ["algorithm.image_shift=-1"])
     with pytest.raises(ConfigError, match=r"algorithm\.critic_hidden_sizes"):
         load_config(RECIPE, ["algorithm.critic_hidden_sizes=[]"])
-    with pytest.raises(ConfigError, match=r"policy\.log_std_min"):
-        load_config(RECIPE, ["policy.type=cnn_sac", "policy.log_std_min=3"])  # the alias has the head's fields
+    with pytest.raises(ConfigError, match=r"algorithm\.log_std_min"):
+        load_config(RECIPE, ["policy.type=cnn_sac", "policy.log_std_min=3"])  # the alias's head fields: SAC's
     with pytest.raises(ConfigError, match=r"policy\.channels, policy\.kernel_sizes"):
         load_config(RECIPE, ["policy.channels=[8]"])
     with pytest.raises(ConfigError, match=r"env\.obs_mode.*cnn needs images"):
         load_config(RECIPE, ["env.obs_mode=state"])
-    with pytest.raises(ValueError, match=r"policy\.type=cnn_sac needs image observations"):
+    with pytest.raises(ValueError, match=r"policy\.type=cnn needs image observations"):
         make(dataclasses.replace(SPEC, image_shape=None, wrist_image_shape=None))
     assert load_config(RECIPE, ["algorithm.image_shift=0"]).algorithm.image_shift == 0
 
