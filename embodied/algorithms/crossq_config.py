@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from embodied.algorithms.sac_config import SACConfig
+from embodied.algorithms.sac_config import ENCODER_MOVES, SACConfig
 from embodied.config.schema import KeyMove
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ class CrossQConfig(SACConfig):
 
     algorithm_class: ClassVar[str] = "embodied.algorithms.crossq:CrossQLearner"
     split_off: ClassVar[dict[str, str]] = {"awr_temperature": "awac"}
-    checkpoint_moves: ClassVar[tuple[KeyMove, ...]] = ()  # no checkpoint of it predates format 3
+    checkpoint_moves: ClassVar[tuple[KeyMove, ...]] = ENCODER_MOVES  # its first checkpoints are format 3
 
     name: str = "crossq"  # registered algorithm name
     critic_hidden_sizes: list[int] = field(default_factory=lambda: [2048, 2048])  # CrossQ's wide critics

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from embodied.algorithms.awac_config import awr_problems
-from embodied.algorithms.sac_config import SACConfig
+from embodied.algorithms.sac_config import ENCODER_MOVES, SACConfig
 from embodied.config.schema import KeyMove
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ class IQLConfig(SACConfig):
 
     algorithm_class: ClassVar[str] = "embodied.algorithms.iql:IQLLearner"
     split_off: ClassVar[dict[str, str]] = {}
-    checkpoint_moves: ClassVar[tuple[KeyMove, ...]] = ()  # no checkpoint of it predates format 3
+    checkpoint_moves: ClassVar[tuple[KeyMove, ...]] = ENCODER_MOVES  # its first checkpoints are format 3
 
     name: str = "iql"  # registered algorithm name
     expectile: float = 0.7  # tau of V's expectile loss: 0.5 is the mean of Q over replay's chunks, -> 1 their max

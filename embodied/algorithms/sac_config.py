@@ -88,6 +88,13 @@ def tanh_gaussian(policy: PolicyConfig, algorithm: AlgorithmConfig) -> TanhGauss
                               log_std_min=bounds[0], log_std_max=bounds[1])
 
 
+# Format 4: the actor a SAC-family algorithm trains holds the policy's encoder as ``encoder.`` (the MLP's states were
+# ``states.``, the CNN's image encoder ``features.``), in the policy and in its weight average.
+ENCODER_MOVES = tuple(KeyMove(f"{entry}:{old}.", f"{entry}:encoder.", 4, "SAC's actor is a head the algorithm puts "
+                              "on the policy's encoder (embodied.algorithms.sac_actor)")
+                      for entry in ("policy", "live_policy") for old in ("states", "features"))
+
+
 def learner_moves(name: str, saved_as: str | None = None) -> tuple[KeyMove, ...]:
     """Where a checkpoint of the SAC family kept its learner's state: under ``saved_as`` (a variant's, written
     before it had a name of its own: ``"sac"``), its policy's optimizer as ``actor_optimizer``, and no target
@@ -99,9 +106,7 @@ def learner_moves(name: str, saved_as: str | None = None) -> tuple[KeyMove, ...]
                     "SAC's actor is the policy ('actor' is the training worker)"),
             KeyMove("", f"{name}.target_encoder", 3, "a states policy's features have no weights, so the target "
                     "encoder saved nothing", default={}),
-            *[KeyMove(f"{entry}:{old}.", f"{entry}:encoder.", 4, "SAC's actor is a head the algorithm puts on the "
-                      "policy's encoder (embodied.algorithms.sac_actor)")
-              for entry in ("policy", "live_policy") for old in ("states", "features")])
+            *ENCODER_MOVES)
 
 
 @dataclass

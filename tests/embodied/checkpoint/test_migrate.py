@@ -65,3 +65,19 @@ def test_a_dsrl_checkpoint_of_before_loads_its_noise_policy_under_today_s_names(
 def test_a_checkpoint_whose_config_names_no_known_algorithm_is_left_to_its_worker():
     state = {"config": {"algorithm": {"name": "no_such_algorithm"}}, "actor": {"sac": {"actor_optimizer": 1}}}
     assert migrate(state, 1)["actor"] == {"sac": {"actor_optimizer": 1}}
+
+
+def test_format_3_sac_family_actors_find_their_encoder_under_its_new_name():
+    """Format 4: SAC's actor holds the policy's encoder as ``encoder.`` (the MLP's states were ``states.``, the CNN's
+    image encoder ``features.``, DSRL's noise policy's ``noise_policy.states.``), in the policy and its average."""
+    def state(name: str, policy: dict) -> dict:
+        return {"config": {"algorithm": {"name": name}}, "actor": {"policy": policy, "live_policy": dict(policy)}}
+
+    mlp = migrate(state("sac", {"states.state_mean": 1, "trunk.0.weight": 2}), 3)["actor"]
+    assert mlp["policy"] == mlp["live_policy"] == {"encoder.state_mean": 1, "trunk.0.weight": 2}
+    cnn = migrate(state("crossq", {"features.main.0.weight": 1, "mean_head.bias": 2}), 3)["actor"]
+    assert cnn["policy"] == {"encoder.main.0.weight": 1, "mean_head.bias": 2}
+    dsrl = migrate(state("dsrl", {"actor.states.state_var": 1, "actor.trunk.0.bias": 2}), 2)["actor"]
+    assert dsrl["policy"] == {"noise_policy.encoder.state_var": 1, "noise_policy.trunk.0.bias": 2}
+    today = migrate(state("sac", {"states.x": 1}), FORMAT_VERSION)["actor"]  # format 4 is read as written
+    assert today["policy"] == {"states.x": 1}
