@@ -12,7 +12,7 @@
 The table goes to stdout, the plot to ``--out`` (default ``runs/benchmarks/vla_throughput.png``). ``policies/``
 is imported as ``embodied.policies``, so the repo must be installed; on a GPU machine that has torch and
 transformers but no network, ``ln -s ../policies embodied/policies; ln -s ../envs embodied/envs`` in a
-checkout does instead (how the H100 figures in ``docs/sft_then_rl.md`` were taken).
+checkout does instead (how the H100 figures in ``docs/results/flow_head.md`` were taken).
 
 For each action head (tokens, autoregressive, gaussian; ``flow-kK`` is the flow head with ``K``
 Euler steps and Flow-SDE log-probs, ``flow-kK-noise`` with Flow-Noise) and batch size, on random uint8 64x64 main

@@ -1,6 +1,7 @@
-"""docs/extending.md stays true: its code is the examples' code (``docs/examples/my_algo``, ``my_policy``), each
-example trains on Reach through ``embodied.runs.train.train``, the checks the page names refuse what it says they
-refuse, and every ``Class.attr`` it names exists."""
+"""docs/extending.md and the pages it splits into (extending_offpolicy.md, extending_policy.md) stay true: their code
+is the examples' code (``docs/examples/my_algo``, ``my_policy``), each example trains on Reach through
+``embodied.runs.train.train``, the checks the pages name refuse what they say they refuse, and every ``Class.attr``
+they name exists."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from embodied.core.registry import ALGORITHMS, POLICIES
 from embodied.runs.train import train
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "extending.md"
+DOCS = [ROOT / "docs" / name for name in ("extending.md", "extending_offpolicy.md", "extending_policy.md")]
 EXAMPLES = ROOT / "docs" / "examples"
 FILES = ["my_algo/reinforce_config.py", "my_algo/reinforce.py", "reach_reinforce.yaml", "my_algo/td3_config.py",
          "my_algo/td3.py", "reach_td3.yaml",
@@ -51,8 +52,12 @@ def refusal(recipe: Path, tmp_path: Path, *overrides: str) -> str:
 # -- the page shows the examples' code, and names what exists ----------------------------------------------------
 
 
+def doc_text() -> str:
+    return "\n".join(page.read_text() for page in DOCS)
+
+
 def blocks(lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", DOC.read_text(), flags=re.S)
+    return re.findall(rf"```{lang}\n(.*?)```", doc_text(), flags=re.S)
 
 
 def test_doc_shows_the_example_files_verbatim():
@@ -62,13 +67,13 @@ def test_doc_shows_the_example_files_verbatim():
 
 
 def test_every_command_of_the_doc_is_run_here():
-    commands = set(re.findall(r"^embodied (\S+) (\S+)", DOC.read_text(), flags=re.M))
+    commands = set(re.findall(r"^embodied (\S+) (\S+)", doc_text(), flags=re.M))
     assert commands == {("train", "docs/examples/reach_reinforce.yaml"),
                         ("train", "docs/examples/reach_linear_ppo.yaml")}
 
 
 def named_attributes() -> set[tuple[str, str]]:
-    return set(re.findall(r"`([A-Z]\w+)\.(\w+)`", DOC.read_text()))
+    return set(re.findall(r"`([A-Z]\w+)\.(\w+)`", doc_text()))
 
 
 def test_every_class_attribute_the_doc_names_exists():
@@ -94,13 +99,13 @@ def test_every_class_attribute_the_doc_names_exists():
         fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
         in_init = re.search(rf"self\.{attr}\b", inspect.getsource(cls))  # an attribute __init__ sets
         assert hasattr(cls, attr) or attr in fields or in_init, \
-            f"docs/extending.md names {cls_name}.{attr}, which does not exist"
+            f"the extending pages name {cls_name}.{attr}, which does not exist"
 
 
 def test_the_capabilities_the_doc_names_are_algorithm_config_s():
     from embodied.config.schema import AlgorithmConfig
 
-    text = DOC.read_text()
+    text = doc_text()
     for name in ("off_policy", "records_observations", "needs_whole_episodes", "staleness_correction",
                  "needs_q_functions", "expert_labels", "worker_policy"):
         assert f"`{name}" in text and hasattr(AlgorithmConfig, name), name

@@ -39,7 +39,7 @@ What the env gives, and why:
   Eval resets on fixed init states are untouched. ``last_layout`` holds the last layout (docs/libero.md).
 - **Resets** are soft (robosuite ``hard_reset=False``) with MuJoCo's ``qacc_warmstart`` cleared
   after the state is set, which matches a hard reset; ``hard_reset: true`` rebuilds the model at
-  every reset (1.97 s instead of 0.11 s, measured by ``benchmarks/libero_throughput.py``; docs/libero.md).
+  every reset (1.97 s instead of 0.11 s, measured by ``benchmarks/libero_throughput.py``; docs/results/libero.md).
 - **Rendering.** Each env renders with its own EGL context, made current on the calling thread
   before it draws and released afterwards (robosuite 1.4 never makes its context current, so
   several envs in one process otherwise draw each other's scenes). ``one_pass: true`` draws both
