@@ -36,7 +36,7 @@ import torch
 
 def timed(key: str) -> bool:
     """Whether a metric is a time, a rate, a process size or a wall-clock share: they differ between any two runs."""
-    return key == "time" or key.startswith(("time/", "sys/", "perf/")) or key.endswith(("_per_s", "/overlap"))
+    return key == "time" or key.startswith(("time/", "sys/", "perf/", "busy/")) or key.endswith(("_per_s", "/overlap"))
 
 
 @dataclass

@@ -224,12 +224,15 @@ def iteration(it: int, iterations: Iterations, workers: Workers, cfg: Config, lo
               checkpoint: Path | None, history: list[dict[str, float]]) -> tuple[int, Path | None]:
     """Train, eval, log and maybe checkpoint iteration ``it``; the env-step count and latest checkpoint after it."""
     last = cfg.runner.iterations
+    t0 = time.perf_counter()
     metrics, steps = iterations(it)
     env_steps += steps
     metrics["env_steps"] = env_steps
     metrics |= workers.restarts.metrics(it)  # workers/restarts (in the run), workers/restarts_in_window, backoff
     metrics["env/episodes_dropped"] = float(workers.restarts.episodes_dropped)  # by faults that replayed, in the run
     metrics |= workers.rss_metrics()
+    metrics |= workers.busy_metrics()  # where each worker's time went (benchmarks/profile_recipe.py)
+    metrics["time/iteration"] = time.perf_counter() - t0  # training, before the eval and the checkpoint
     if due(it, cfg.runner.eval_every, last):
         metrics |= evaluate(it)
     logger.log(metrics, step=it, videos=evaluate.videos())

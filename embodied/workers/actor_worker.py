@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -51,6 +51,9 @@ class ActorWorker:
     """Holds the trained policy, its optimizer and the family's ``training``; ``version`` counts weight versions
     (an on-policy update, or an off-policy gradient update)."""
 
+    # Answered beside the worker's own calls (an async run's driver asks while epochs run): its timings.
+    concurrent_methods: ClassVar[tuple[str, ...]] = ("take_busy",)
+
     def __init__(self, policy_cfg: PolicyConfig, spec: PolicySpec, algorithm: AlgorithmConfig, actor: ActorConfig,
                  total_iterations: int, seed: int, torch_threads: int = 1) -> None:
         torch.set_num_threads(torch_threads)
@@ -75,6 +78,11 @@ class ActorWorker:
         self._build_optimizer()
         self.version = 0
         self._live: dict[str, torch.Tensor] | None = None  # the live weights while the policy holds the average
+
+    def take_busy(self) -> dict[str, float]:
+        """Seconds of its updates per activity (the learner's steps; off-policy also replay inserts and samples)
+        since the last call (``embodied.core.timing``)."""
+        return self.training.busy.take()
 
     @property
     def learner(self) -> Any:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from embodied.config import EnvConfig
 from embodied.config.schema import ExpertLabels, VideoConfig
 from embodied.core import pickles
 from embodied.core.numerics import check_env_result, check_reset_obs
+from embodied.core.timing import Busy
 from embodied.core.types import ChunkStepResult, EnvError, Obs, PeerFailure, PeerFailureError, obs_slice
 from embodied.data.format import OBS_KEYS, DemoEpisode
 from embodied.env_runtime.factory import make_vector_env, policy_spec
@@ -106,6 +107,9 @@ class EnvWorker:
     the first ``video.max_videos`` episodes of the eval set; a background ``VideoWriter`` encodes them.
     """
 
+    # Answered beside the worker's own calls (an async run's driver asks while epochs run): its timings.
+    concurrent_methods: ClassVar[tuple[str, ...]] = ("take_busy",)
+
     def __init__(self, rank: int, env_cfg: EnvConfig, link: Link, seed: int | None, torch_threads: int = 1,
                  section: str = "env", video: VideoConfig | None = None, expert: ExpertLabels | None = None) -> None:
         """Build the envs of ``link``'s shards and reset them from ``seed`` (None: not reset, a replacement
@@ -122,6 +126,7 @@ class EnvWorker:
         except (AttributeError, ValueError, OSError):  # no real stderr (e.g. a captured or closed one)
             pass
         self.rank, self.link, self.seed, self.video, self.expert = rank, link, seed, video, expert
+        self.busy = Busy()  # seconds stepping, waiting and sending since the driver last asked (take_busy)
         self.env_id = env_cfg.id
         render_mode = "rgb_array" if video else None
         self.stages = [
@@ -209,6 +214,11 @@ class EnvWorker:
                             obs={k: np.stack([h[0][k][i] for h in history[:steps]]) for k in OBS_KEYS if k in obs},
                             actions=rows(i, steps, 1), executed=rows(i, steps, 2), rewards=rows(i, steps, 3))
                 for i, (steps, stats) in sorted(ended.items())]
+
+    def take_busy(self) -> dict[str, float]:
+        """Seconds spent stepping the envs, waiting for action chunks and sending results since the last call
+        (``embodied.core.timing``)."""
+        return self.busy.take()
 
     def provenance(self) -> dict[str, Any]:
         """The env's own account of what can move an eval number (its ``provenance()``), or {}."""
@@ -318,22 +328,26 @@ class EnvWorker:
         Stages are stepped in order, so with two stages the rollout workers infer one half
         while this worker steps the other.
         """
+        busy = self.busy
         for stage in self.stages:
             for shard in stage.shards:
-                self.link.to_rollout.put(self.link.key(shard), obs_slice(stage.obs, *stage.rows(shard)))
+                with busy("send"):
+                    self.link.to_rollout.put(self.link.key(shard), obs_slice(stage.obs, *stage.rows(shard)))
         executed = 0
         for t in range(chunk_steps):
             for stage in self.stages:
-                parts = [self._get_actions(s) for s in stage.shards]
+                with busy("wait"):
+                    parts = [self._get_actions(s) for s in stage.shards]
                 actions = parts[0] if len(parts) == 1 else np.concatenate(parts)
                 where = f"{label}, chunk step {t}"
-                with self.watch.watching(stage.venv, stage.start, where), self._located(stage, where):
+                with self.watch.watching(stage.venv, stage.start, where), self._located(stage, where), busy("step"):
                     result = step(stage, actions)
                 check_env_result(result, self.env_id, stage.start, f"env worker {self.rank}, {label}, chunk step {t}")
                 for shard in stage.shards:
                     rows = stage.rows(shard)  # a shard that is the whole stage goes as it is (slice() copies episodes)
                     whole = rows == (0, len(result.dones))
-                    self.link.to_rollout.put(self.link.key(shard), result if whole else result.slice(*rows))
+                    with busy("send"):
+                        self.link.to_rollout.put(self.link.key(shard), result if whole else result.slice(*rows))
                 stage.obs = result.obs
                 executed += int(result.executed.sum())
         return executed

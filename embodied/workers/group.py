@@ -182,6 +182,21 @@ class Workers:
                     continue
         return {k: float(v) for k, v in metrics.items() if v is not None}
 
+    def busy_metrics(self) -> dict[str, float]:
+        """``busy/<worker><rank>/<activity>``: the seconds each training env worker, rollout worker and actor rank spent
+        on each activity since the last call (``embodied.core.timing``); a worker that does not answer is left out."""
+        metrics: dict[str, float] = {}
+        for name, group in (("env", self.env_group), ("rollout", self.rollout_group), ("actor", self.actor_group)):
+            try:
+                answers = self.backend.wait(group.call("take_busy"))
+            except ClusterLostError:
+                raise
+            except Exception:  # noqa: BLE001 - a metric never stops training; a failed worker shows elsewhere
+                continue
+            for rank, seconds in enumerate(answers):
+                metrics |= {f"busy/{name}{rank}/{activity}": float(v) for activity, v in seconds.items()}
+        return metrics
+
     def update(self, rollout: list[RolloutSummary], iteration: int) -> dict[str, float]:
         """One actor update on the epoch ``rollout`` summarises: rollout rank r sends its trajectory to actor rank
         r mod ``actor.num_ranks`` over the trajectory channel (never through the driver), and every actor rank

@@ -39,6 +39,7 @@ from embodied.algorithms.transitions import ReplaySample
 from embodied.checkpoint.store import REPLAY_DIR
 from embodied.config import OffPolicyConfig
 from embodied.core.numerics import NonFiniteUpdateError, non_finite_terms
+from embodied.core.timing import Busy
 from embodied.core.types import Trajectory
 from embodied.policy.base import Policy, PolicyConfig, PolicySpec
 from embodied.policy.q_functions import require_q_functions
@@ -66,6 +67,7 @@ class ReplayTraining:
                           f"holds is the learner's (OffPolicyLearner.replay_actions; docs/extending.md, \"An off-policy "
                           f"algorithm in code: TD3\")", FutureWarning, stacklevel=2)
         self.prefix = self.learner.name  # its checkpoint keys and metric names
+        self.busy = Busy()  # seconds inserting into replay, sampling it and in the learner (ActorWorker.take_busy)
         self.ranks = Ranks()
         self.generator = torch.Generator().manual_seed(seed)  # replay's rows (this rank's stream)
         self.replay = ReplayBuffer(algorithm.replay_capacity)
@@ -99,7 +101,8 @@ class ReplayTraining:
         for what all ranks received (the same number on every rank); returns metrics of the whole batch."""
         a, ranks = self.algo, ctx.ranks
         gamma, n_step = a.replay_returns()
-        local = sum(self.replay.add(t, gamma, n_step, self.learner.replay_actions(t)) for t in trajectories)
+        with self.busy("replay_insert"):
+            local = sum(self.replay.add(t, gamma, n_step, self.learner.replay_actions(t)) for t in trajectories)
         received, replay_size = (int(v) for v in ranks.sum(torch.tensor([local, len(self.replay)])).tolist())
         behaviour = int(ranks.gather(torch.tensor([min((t.version for t in trajectories), default=ctx.version)]))
                         .min())  # the oldest weights that acted in the epoch, on any rank
@@ -110,9 +113,11 @@ class ReplayTraining:
         self.owed -= updates
         demo_rows = 0
         for k in range(updates):
-            batch = self.sample(iteration)
+            with self.busy("replay_sample"):
+                batch = self.sample(iteration)
             demo_rows += batch.demo_rows
-            step = self.learner.update(batch)
+            with self.busy("learn"):
+                step = self.learner.update(batch)
             if ranks.size > 1:  # the whole batch's means (equal shares), so every rank sees the same numbers
                 step = {key: value / ranks.size for key, value in ranks.sum_stats(step).items()}
             bad = non_finite_terms(step)

@@ -15,6 +15,7 @@ from embodied.channels import Channel, ChannelTimeout, Shard
 from embodied.checkpoint.store import load_policy_state
 from embodied.config import AlgorithmConfig
 from embodied.core import rng
+from embodied.core.timing import Busy
 from embodied.core.numerics import NonFinitePolicyError, non_finite_outputs
 from embodied.core.types import (ChunkStepResult, EpisodeStats, Obs, PeerFailure, PeerFailureError, PolicyOutput,
                                  RolloutSummary, Trajectory, obs_concat, obs_rows, obs_slice)
@@ -32,7 +33,7 @@ class MultiStepRolloutWorker:
 
     # Methods a backend runs beside the worker's other calls (not queued behind them): in an async run the actor
     # asks for epoch k's trajectory while epoch k + 1 is being rolled out.
-    concurrent_methods: ClassVar[tuple[str, ...]] = ("send_trajectory",)
+    concurrent_methods: ClassVar[tuple[str, ...]] = ("send_trajectory", "take_busy")
 
     def __init__(self, rank: int, policy_cfg: PolicyConfig, spec: PolicySpec, train: Link | None,
                  evaluation: Link | None,
@@ -46,6 +47,7 @@ class MultiStepRolloutWorker:
         own_seed = None if seed is None else seed + 1_000_003 * (rank + 1)
         self.stream = None if own_seed is None else rng.RandomStream(own_seed)
         self.rank, self.train, self.evaluation = rank, train, evaluation
+        self.busy = Busy()  # seconds acting, waiting, sending and syncing since the driver last asked (take_busy)
         # Off-policy runs: trajectories carry the observations too, as the algorithm records them
         # (``AlgorithmConfig.replay_record``; on-policy runs need only the policy's forward_inputs).
         self.recorder = recorder
@@ -71,6 +73,11 @@ class MultiStepRolloutWorker:
         self.held: dict[int, Trajectory] = {}
         self.hold_epochs = hold_epochs
         self._held_lock = threading.Lock()  # send_trajectory runs beside rollout_epoch (concurrent_methods)
+
+    def take_busy(self) -> dict[str, float]:
+        """Seconds spent acting, waiting for env results, sending chunks and loading weights since the last call
+        (``embodied.core.timing``)."""
+        return self.busy.take()
 
     def relink(self, section: str, generation: int) -> None:
         """Exchange with the ``section`` ("env" or "eval_env") envs on the keys of ``generation``
@@ -179,18 +186,23 @@ class MultiStepRolloutWorker:
         first = _obs_in_env_order(stages, obs)
         steps: list[tuple[PolicyOutput, ChunkStepResult]] = []
         outs: list[PolicyOutput] = []
+        busy = self.busy
         for t in range(chunk_steps + 1):
             if new_weights and 0 < t < chunk_steps:
-                self._load_new_weights()
+                with busy("sync"):
+                    self._load_new_weights()
             results, acted = [], []
             for i, shards in enumerate(stages):
                 if t > 0:
-                    results.append(_joined([_get(link, s) for s in shards]))
+                    with busy("wait"):
+                        results.append(_joined([_get(link, s) for s in shards]))
                     obs[i] = results[i].obs
                 if t < chunk_steps:
-                    acted.append(self._act(obs[i], deterministic))
+                    with busy("act"):
+                        acted.append(self._act(obs[i], deterministic))
                     self._check(acted[i], shards, t)
-                    _send(link, shards, acted[i])
+                    with busy("send"):
+                        _send(link, shards, acted[i])
             if t > 0:
                 steps.append(_in_env_order(stages, outs, results))
             outs = acted

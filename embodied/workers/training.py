@@ -20,6 +20,7 @@ import torch
 
 from embodied.algorithms.base import LearnerSpec, OnPolicyLearner, UpdateContext, build_learner
 from embodied.config import AlgorithmConfig
+from embodied.core.timing import Busy
 from embodied.core.types import Trajectory
 from embodied.policy.base import Policy, PolicyConfig, PolicySpec
 from embodied.policy.value_probe import value_only_parameter_names
@@ -36,6 +37,7 @@ class Training(Protocol):
     # Names of the parameters critic warm-up steps alone (the value reaches them, the actions do not); empty
     # without a warm-up.
     value_names: frozenset[str]
+    busy: Busy  # seconds per activity of its updates since the worker last took them (embodied.core.timing)
     rebuilds_optimizer: ClassVar[bool]  # the policy's optimizer is rebuilt over a rank's shards when ranks join
 
     def policy_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -72,6 +74,7 @@ class OnPolicyTraining:
 
     def __init__(self, policy: Policy, policy_cfg: PolicyConfig, algorithm: AlgorithmConfig, spec: LearnerSpec) -> None:
         self.learner: OnPolicyLearner = build_learner(algorithm, spec)  # seeded alike on every rank: one order
+        self.busy = Busy()
         self.value_names: frozenset[str] = frozenset()
         if algorithm.warmup_iterations() > 0:
             self.value_names = frozenset(value_only_parameter_names(policy, spec.policy, policy_cfg.action_chunk))
@@ -89,7 +92,8 @@ class OnPolicyTraining:
         """Nothing of its own: the learner computes through ``UpdateContext.ranks``."""
 
     def update(self, trajectories: list[Trajectory], iteration: int, ctx: UpdateContext) -> tuple[dict[str, float], int]:
-        return self.learner.update(trajectories, iteration, ctx), 1
+        with self.busy("learn"):
+            return self.learner.update(trajectories, iteration, ctx), 1
 
     def checkpoint_keys(self) -> dict[str, Any]:
         state = self.learner.state_dict()

@@ -38,9 +38,9 @@ def test_short_cnn_sac_run_trains_the_encoder_through_the_critics(tmp_path):
     assert fields["obs/main_images"] == {"dtype": "uint8", "shape": [32, 32, 3]}  # pixels stay uint8 in the chunk files
     assert fields["next_obs/main_images"]["dtype"] == "uint8"
     policy, target = actor["policy"], actor["sac"]["target_encoder"]
-    assert set(target) == {k.removeprefix("features.") for k in policy if k.startswith("features.")}
+    assert set(target) == {k.removeprefix("encoder.") for k in policy if k.startswith("encoder.")}
     conv = "encoder.convs.0.weight"
-    assert not torch.equal(policy[f"features.{conv}"], target[conv])  # the target lags the online encoder
+    assert not torch.equal(policy[f"encoder.{conv}"], target[conv])  # the target lags the online encoder
 
 
 @pytest.mark.slow

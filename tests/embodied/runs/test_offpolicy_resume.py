@@ -30,7 +30,7 @@ ALGORITHMS = {
 
 def TIMING(key: str) -> bool:
     """Wall-clock and memory figures, which no two runs share."""
-    return key.startswith(("time", "sys/")) or key.endswith(("sps", "_s", "/overlap", "/wait"))
+    return key.startswith(("time", "sys/", "busy/")) or key.endswith(("sps", "_s", "/overlap", "/wait"))
 
 
 def train(folder, *overrides):
