@@ -94,6 +94,7 @@ def sft(cfg: Config) -> SFTResult:
                     if cfg.sft.lr_schedule == "cosine" else None)
         logger = MetricLogger(cfg.logger, run_dir, run_dir.name, to_dict(cfg), total, 0, None)
         step, window, t0 = 0, [], time.perf_counter()
+        checkpoint: Path | None = None
 
         def save(step: int) -> Path:
             return save_policy_checkpoint(run_dir / "checkpoints" / f"iter_{step:06d}", policy, optimizer, step, spec,
@@ -119,13 +120,13 @@ def sft(cfg: Config) -> SFTResult:
                     window, t0 = [], time.perf_counter()
                     if len(val_set):
                         metrics["sft/val_loss"] = validation_loss(policy, val_set, cfg.sft.batch_size)
-                    if evaluating:
+                    if evaluating:  # saved first: a stopped SFT, or an eval that fails, keeps what it learned
+                        checkpoint = save(step)
                         metrics |= evaluate(evaluators, policy, step, cfg.runner.eval_episodes)
                     logger.log(metrics, step=step)
                     history.append(metrics)
-                if evaluating and step < total:  # a long SFT that is stopped keeps what it learned so far
-                    save(step)
-        checkpoint = save(step)
+        if checkpoint is None or checkpoint.name != f"iter_{step:06d}":
+            checkpoint = save(step)
         for each in evaluators.values():
             each.close()
     finally:

@@ -86,6 +86,22 @@ def test_sft_keeps_a_checkpoint_at_each_eval_that_init_from_continues(tmp_path, 
     assert load_checkpoint(result.run_dir / "checkpoints" / saved[0])["iteration"] == 2
 
 
+def test_the_trained_policy_is_saved_before_the_final_eval_which_may_fail(tmp_path, reach_demos, monkeypatch):
+    """An eval that fails (or an eval env lost on the way) after a long SFT loses nothing: the checkpoint of the
+    last step is written before it."""
+    from embodied.checkpoint.store import find_checkpoint
+    from embodied.runs import sft as sft_module
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("an eval env worker was lost")
+
+    monkeypatch.setattr(sft_module, "evaluate", failing)
+    with pytest.raises(RuntimeError, match="eval env worker was lost"):
+        run_sft(tmp_path, reach_demos, "sft.epochs=2")
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert find_checkpoint(run_dir).name.startswith("iter_")
+
+
 def test_first_step_weight_draws_each_episodes_first_chunk_that_much_more_often(reach_demos):
     data = DemoDataset(reach_demos)
     train, _ = split_by_episode(data, 0.25, seed=0)
