@@ -172,7 +172,7 @@ def _train(path: str, overrides: list[str]) -> int:
 
     from embodied.core.atomic import DiskFullError
     from embodied.checkpoint.store import CheckpointError
-    from embodied.backends import ActorLostError, ClusterLostError
+    from embodied.backends import ClusterLostError, WorkerLostError
     from embodied.workers.restarts import FaultStop
 
     try:
@@ -182,7 +182,7 @@ def _train(path: str, overrides: list[str]) -> int:
     except (DiskFullError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except (ClusterLostError, ActorLostError, FaultStop) as exc:  # the runner named the checkpoint; here, the command
+    except (ClusterLostError, WorkerLostError, FaultStop) as exc:  # the runner named the checkpoint; here, the command
         resume = shlex.join(["embodied", "train", path, *[o for o in overrides if not o.startswith("runner.resume_from=")],
                              f"runner.resume_from={getattr(exc, 'run_dir', 'RUN_DIR')}"])
         print(f"error: {exc}\nresume with: {resume}", file=sys.stderr)

@@ -57,6 +57,33 @@ class DyingMLPConfig(MLPConfig):
     model_class: ClassVar[str] = "tests.toy_policies:DyingMLPPolicy"
 
 
+@dataclass
+class DyingActMLPConfig(MLPConfig):
+    """The MLP policy, whose rollout worker's process dies in ``act`` once the file ``marker`` appears."""
+
+    type: str = "dying_act_mlp"  # registered name
+    marker: str = ""  # the first process to act after this file appears removes it and exits
+    model_class: ClassVar[str] = "tests.toy_policies:DyingActMLPPolicy"
+
+
+class DyingActMLPPolicy(MLPPolicy):
+    """A rollout worker's process that dies while acting (an OOM kill, say): the process that claims the marker."""
+
+    def __init__(self, config: DyingActMLPConfig, spec: PolicySpec) -> None:
+        super().__init__(config, spec)
+        self.config_marker = config.marker
+
+    def act(self, obs, deterministic=False):
+        if self.config_marker and os.path.exists(self.config_marker):
+            try:
+                os.unlink(self.config_marker)
+            except FileNotFoundError:
+                pass
+            else:
+                os._exit(1)
+        return super().act(obs, deterministic)
+
+
 class DyingMLPPolicy(MLPPolicy):
     """An actor rank's process that dies mid-update (as a machine or an OOM kill would take it): one process
     only, the one that claims the marker by removing it."""

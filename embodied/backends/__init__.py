@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from embodied.backends.base import ActorLostError, Backend, ClusterLostError, WorkerGroup
+from embodied.backends.base import ActorLostError, Backend, ClusterLostError, WorkerGroup, WorkerLostError
 from embodied.backends.local import LocalBackend, LocalGroup, without_frames
 from embodied.backends.ray_backend import RayBackend, RayGroup, check_reachable
 from embodied.backends.user_code import user_packages
 from embodied.config import ClusterConfig
 from embodied.core.process_memory import process_rss_mib  # where callers of the workers' memory found it before
 
-__all__ = ["ActorLostError", "Backend", "ClusterLostError", "LocalBackend", "LocalGroup", "RayBackend", "RayGroup",
+__all__ = ["ActorLostError", "Backend", "ClusterLostError", "WorkerLostError", "LocalBackend", "LocalGroup", "RayBackend", "RayGroup",
            "WorkerGroup", "check_reachable", "make_backend", "process_rss_mib", "user_packages", "without_frames"]
 
 

@@ -54,6 +54,11 @@ class ClusterLostError(RuntimeError):
     are gone with it); ``embodied.runs.train`` adds the run's last checkpoint and how to resume."""
 
 
-class ActorLostError(RuntimeError):
+class WorkerLostError(RuntimeError):
+    """A worker's process died (Ray) and the run cannot replace it (env workers are replaced; a rollout worker or an
+    actor rank is not): ``embodied.runs.train`` stops, adding the run's last checkpoint and how to resume."""
+
+
+class ActorLostError(WorkerLostError):
     """An actor rank's process died (Ray): its policy shard, optimizer state and place in the process group are
     gone, so the update cannot go on; ``embodied.runs.train`` adds the run's last checkpoint and how to resume."""

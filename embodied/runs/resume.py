@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from embodied.backends import ActorLostError, ClusterLostError
+from embodied.backends import ClusterLostError, WorkerLostError
 from embodied.checkpoint.store import CheckpointError, ResumePoint, check_env_fits, find_checkpoint, load_resume_point
 from embodied.checkpoint.trust import sign, signing_key, snapshot_blobs, trusted
 from embodied.config import Config, ConfigError, config_from_dict, to_dict
@@ -46,7 +46,7 @@ def restore_run(workers: Workers, resume: ResumePoint, cfg: Config) -> None:
               f"are not trained on, so the resumed run is not the one that would have gone on", file=sys.stderr)
 
 
-def with_resume_command(exc: ClusterLostError | ActorLostError | FaultStop, checkpoint: Path | None,
+def with_resume_command(exc: ClusterLostError | WorkerLostError | FaultStop, checkpoint: Path | None,
                         run_dir: Path) -> RuntimeError:
     """``exc`` with what the run can go on from: its last checkpoint (the workers, and the state they held
     since, are gone with the cluster or the actor rank; a ``FaultStop`` checkpointed the last completed

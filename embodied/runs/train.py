@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -28,7 +29,7 @@ import numpy as np
 import torch
 import yaml
 
-from embodied.backends import ActorLostError, ClusterLostError, make_backend, user_packages
+from embodied.backends import ClusterLostError, WorkerLostError, make_backend, user_packages
 from embodied.checkpoint.store import check_init_from, prune_checkpoints, remove_partial
 from embodied.checkpoint.trust import signing_key
 from embodied.config import Config, ConfigError, OffPolicyConfig, to_dict
@@ -169,6 +170,13 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
                     checkpoint = checkpoint_before(exc, it - 1, workers, cfg, logger, run_dir, env_steps, rng,
                                                    warned) or checkpoint
                     raise
+                except (ClusterLostError, WorkerLostError):
+                    raise
+                except Exception as exc:
+                    if backend.died(exc):  # a rollout worker's process (env workers are replaced on the way)
+                        raise WorkerLostError(f"a worker's process died in iteration {it}: {lost_worker(exc)}; "
+                                              f"the run cannot replace it") from exc
+                    raise
                 if stop.signal:
                     break
         finally:
@@ -176,7 +184,7 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
         logger.log_videos(evaluate.videos(wait=True), step=max(last, start))  # the last eval's, once encoded
         evaluate.close()
         workers.close()
-    except (ClusterLostError, ActorLostError, FaultStop) as exc:
+    except (ClusterLostError, WorkerLostError, FaultStop) as exc:
         raise with_resume_command(exc, checkpoint, run_dir) from None
     finally:
         stop.__exit__()
@@ -187,6 +195,12 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
     final_eval = {k: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
     plot = draw_learning_curves(run_dir) if cfg.runner.plot else None
     return TrainResult(run_dir, final_eval, checkpoint, history, plot, stop.signal, stop.exit_code, discarded)
+
+
+def lost_worker(exc: BaseException) -> str:
+    """The worker a backend's death error names (Ray's names the actor's class), and the error's type."""
+    found = re.search(r"class_name: (\w+)", str(exc))
+    return f"{found.group(1) if found else 'a worker'} ({type(exc).__name__})"
 
 
 def check_before_start(cfg: Config) -> None:

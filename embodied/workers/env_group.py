@@ -41,7 +41,9 @@ def exchange(backend: Backend, handles: list[Any], envs: EnvGroup, env_handles: 
                     continue  # the failure behind it shows up on another handle
                 hang = is_hang(exc)
                 rank = env_rank.get(id(done), hang.worker_rank if hang is not None else None)
-                if rank is None:  # the rollout worker's own error: it told its env ranks
+                if rank is None:  # the rollout worker's own error: it told its env ranks ...
+                    if backend.died(exc):  # ... unless its process died: then the driver does
+                        envs.tell_env(f"a rollout worker died: {exc!r}")
                     _settle(backend, list(pending.values()))
                     raise
                 hung = {rank} if hang is not None else set()
@@ -93,6 +95,12 @@ class EnvGroup:
         """Send every rollout rank a ``PeerFailure`` on each of its keys (for an env worker that died)."""
         for link in self.rollout_links:
             link.fail(link.to_rollout, PeerFailure(message))
+
+    def tell_env(self, message: str) -> None:
+        """Send every env rank a ``PeerFailure`` on each of its keys (for a rollout worker that died), so none waits
+        out the channel's timeout for chunks that will not come."""
+        for link in self.rollout_links:
+            link.fail(link.to_env, PeerFailure(message))
 
     def env_ranges(self) -> dict[int, tuple[int, int]]:
         """Each rank's global env indices [first, last + 1)."""

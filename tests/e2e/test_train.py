@@ -112,6 +112,35 @@ def test_an_actor_rank_that_dies_stops_the_run_naming_it_its_last_checkpoint_and
     assert load_checkpoint(find_checkpoint(run_dir))["iteration"] >= 2  # the last checkpoint is whole and valid
 
 
+@pytest.mark.ray
+def test_a_rollout_worker_that_dies_stops_the_run_naming_it_its_last_checkpoint_and_the_resume_command(
+        tmp_path, ray_session):
+    """A rollout worker is not replaced (env workers are): its death stops the run as an actor rank's does, with the
+    last checkpoint and the resume command, not Ray's own traceback."""
+    import threading
+
+    from embodied.backends import WorkerLostError
+    from embodied.core.registry import POLICIES
+
+    POLICIES.register("dying_act_mlp", "tests.toy_policies:DyingActMLPConfig", overwrite=True)
+    marker = tmp_path / "die"
+    cfg = load_config(RECIPE, [*SHORT, "runner.iterations=60", "runner.checkpoint_every=1", "runner.eval_every=0",
+                               "cluster.backend=ray", "cluster.placement=disaggregated", "policy.type=dying_act_mlp",
+                               f"policy.marker={marker}", f"experiment.output_dir={tmp_path}"])
+
+    def kill_after_a_checkpoint() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not list(tmp_path.glob("*/checkpoints/iter_000001/manifest.json")):
+            time.sleep(0.1)
+        marker.touch()
+
+    threading.Thread(target=kill_after_a_checkpoint, daemon=True).start()
+    with pytest.raises(WorkerLostError, match=r"a worker's process died in iteration \d+: MultiStepRolloutWorker "
+                                              r"\(\w+\); the run cannot replace it; the run stopped: its last "
+                                              r"checkpoint is .*iter_0000\d\d\. Resume it with runner.resume_from="):
+        train(cfg)
+
+
 def learning_figures(result) -> list[dict[str, float]]:
     """Every metric that depends on the run's numbers (not on how fast the machine ran it)."""
     return [{k: v for k, v in m.items() if k.startswith(("train/", "eval/", "rollout/"))} for m in result.history]
