@@ -82,11 +82,24 @@ def test_two_actor_ranks_train_and_resume_into_one(tmp_path, ray_session, strate
 
 
 @pytest.mark.slow
+def touch_after_checkpoint(marker: Path, output_dir: Path, iteration: int) -> None:
+    """Create ``marker`` (a dying toy policy's signal) once a run under ``output_dir`` wrote the checkpoint of
+    ``iteration`` (from a thread: the run goes on meanwhile)."""
+    import threading
+
+    def touch() -> None:
+        deadline = time.monotonic() + 300
+        pattern = f"*/checkpoints/iter_{iteration:06d}/manifest.json"
+        while time.monotonic() < deadline and not list(output_dir.glob(pattern)):
+            time.sleep(0.1)
+        marker.touch()
+
+    threading.Thread(target=touch, daemon=True).start()
+
+
 @pytest.mark.ray
 def test_an_actor_rank_that_dies_stops_the_run_naming_it_its_last_checkpoint_and_the_resume_command(
         tmp_path, ray_session):
-    import threading
-
     from embodied.checkpoint.store import find_checkpoint
     from embodied.backends import ActorLostError
     from embodied.core.registry import POLICIES
@@ -97,13 +110,7 @@ def test_an_actor_rank_that_dies_stops_the_run_naming_it_its_last_checkpoint_and
                                "cluster.backend=ray", "cluster.num_rollout_workers=2", "actor.num_ranks=2",
                                "policy.type=dying_mlp", f"policy.marker={marker}", f"experiment.output_dir={tmp_path}"])
 
-    def kill_after_two_checkpoints() -> None:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not list(tmp_path.glob("*/checkpoints/iter_000002/manifest.json")):
-            time.sleep(0.1)
-        marker.touch()
-
-    threading.Thread(target=kill_after_two_checkpoints, daemon=True).start()
+    touch_after_checkpoint(marker, tmp_path, 2)
     with pytest.raises(ActorLostError, match=r"actor rank [01] of 2 died during the update of iteration \d+ .*the "
                                              r"run stopped: its last checkpoint is .*iter_0000\d\d\. Resume it with "
                                              r"runner.resume_from=") as lost:
@@ -117,7 +124,6 @@ def test_a_rollout_worker_that_dies_stops_the_run_naming_it_its_last_checkpoint_
         tmp_path, ray_session):
     """A rollout worker is not replaced (env workers are): its death stops the run as an actor rank's does, with the
     last checkpoint and the resume command, not Ray's own traceback."""
-    import threading
 
     from embodied.backends import WorkerLostError
     from embodied.core.registry import POLICIES
@@ -128,13 +134,7 @@ def test_a_rollout_worker_that_dies_stops_the_run_naming_it_its_last_checkpoint_
                                "cluster.backend=ray", "cluster.placement=disaggregated", "policy.type=dying_act_mlp",
                                f"policy.marker={marker}", f"experiment.output_dir={tmp_path}"])
 
-    def kill_after_a_checkpoint() -> None:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not list(tmp_path.glob("*/checkpoints/iter_000001/manifest.json")):
-            time.sleep(0.1)
-        marker.touch()
-
-    threading.Thread(target=kill_after_a_checkpoint, daemon=True).start()
+    touch_after_checkpoint(marker, tmp_path, 1)
     with pytest.raises(WorkerLostError, match=r"a worker's process died in iteration \d+: MultiStepRolloutWorker "
                                               r"\(\w+\); the run cannot replace it; the run stopped: its last "
                                               r"checkpoint is .*iter_0000\d\d\. Resume it with runner.resume_from="):
