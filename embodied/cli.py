@@ -10,7 +10,7 @@
     embodied make-tiny-vla runs/tiny-smolvlm --backbone smolvlm-tiny
     embodied collect configs/pick_place_mlp_sft.yaml --episodes 200 --out data/pick_place [--format lerobot]
     embodied data info data/pick_place
-    embodied config show configs/reach_mlp_ppo.yaml actor.lr=0.001
+    embodied config show configs/reach_mlp_ppo.yaml algorithm.lr=0.001
     embodied sft configs/pick_place_mlp_sft.yaml sft.dataset=data/pick_place
 """
 

@@ -43,7 +43,7 @@ class LearnerSpec:
     policy: PolicySpec  # state_dim, image shapes, action_dim and the action box of one env step
     action_chunk: int  # C: actions a chunk holds (policy.action_chunk)
     seed: int  # experiment.seed: the learner's own random stream starts here
-    lr: float  # actor.lr
+    lr: float  # algorithm.lr
     total_iterations: int  # runner.iterations (a schedule decays over them)
     num_ranks: int = 1  # actor.num_ranks
     device: torch.device = torch.device("cpu")  # where the policy computes
@@ -255,7 +255,7 @@ class UpdateContext:
     ranks: RankGroup  # the actor ranks' collectives: each rank holds its share of the trajectories
     micro_batches: int  # actor.grad_accumulation_steps: backward passes per minibatch, one gradient step
     version: int  # the weights' version before this update (a chunk step acted by an older one is stale)
-    lr: float  # actor.lr: the learning rate the schedule scales
+    lr: float  # algorithm.lr: the learning rate the schedule scales
     total_iterations: int  # runner.iterations: what anneal_lr decays over
     after_step: Callable[[], None]  # called after every optimizer step (the worker's weight average)
 
@@ -316,7 +316,7 @@ class OffPolicyLearner(Protocol):
 
     def __init__(self, policy: Any, cfg: Any, spec: LearnerSpec) -> None:
         """Around ``policy`` (what the rollout workers act with), with ``cfg`` (its ``OffPolicyConfig``) and the
-        run's ``LearnerSpec`` (spaces and bounds, chunk, device, ranks, seed, ``actor.lr``); built by
+        run's ``LearnerSpec`` (spaces and bounds, chunk, device, ranks, seed, ``algorithm.lr``); built by
         ``build_learner``."""
 
     def join(self, ranks: LearnerRanks) -> None:

@@ -37,7 +37,7 @@ def unpack(column: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class DAggerLearner:
-    """The policy's supervised loss on replay batches of expert labels, with one Adam optimizer (``actor.lr``)."""
+    """The policy's supervised loss on replay batches of expert labels, with one Adam optimizer (``algorithm.lr``)."""
 
     name: ClassVar[str] = "dagger"  # checkpoint keys and metric prefix
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 @dataclass
 class DAggerConfig(OffPolicyConfig):
     """The ``algorithm:`` section of a DAgger run (Ross et al. 2011): the policy acts, the envs' scripted experts
-    label every state it visits, and it is trained on the aggregate. Its one Adam optimizer takes ``actor.lr``; replay is the aggregate
+    label every state it visits, and it is trained on the aggregate. Its one Adam optimizer takes ``algorithm.lr``; replay is the aggregate
     dataset, so ``replay_capacity`` should hold every label of the run (the oldest go first when it is full)."""
 
     algorithm_class: ClassVar[str] = "embodied.algorithms.dagger:DAggerLearner"

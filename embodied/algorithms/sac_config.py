@@ -113,7 +113,7 @@ def learner_moves(name: str, saved_as: str | None = None) -> tuple[KeyMove, ...]
 class SACConfig(TDConfig):
     """The ``algorithm:`` section of a SAC run (Haarnoja et al. 2018; RLPD with demonstrations): off-policy
     actor-critic with an entropy bonus, over action chunks. A chunk [C, A] is the action; ``gamma`` is per *sub-step*. Its three
-    Adam optimizers (policy, critics, temperature) take ``actor.lr`` (the critics: ``critic_lr`` if set) and Adam's
+    Adam optimizers (policy, critics, temperature) take ``algorithm.lr`` (the critics: ``critic_lr`` if set) and Adam's
     own epsilon, with no schedule and no gradient clip. The policy it trains is the ``policy:`` section's type with a
     tanh-squashed Gaussian head (``policy.type: mlp`` or ``cnn``); the critics are its own."""
 
@@ -130,7 +130,7 @@ class SACConfig(TDConfig):
     critic_layernorm: bool = False  # LayerNorm after every hidden layer of the critics (RLPD)
     critic_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # widths of every critic's layers
     init_alpha: float = 0.1  # initial entropy temperature (then tuned)
-    critic_lr: float | None = None  # the critics' (and image encoder's) learning rate (null: actor.lr)
+    critic_lr: float | None = None  # the critics' (and image encoder's) learning rate (null: algorithm.lr)
     target_entropy: float | None = None  # entropy the temperature steers to (null: -C * A)
     # On images (DrQ): every update batch's images, obs and next_obs, are shifted at random by up to this many
     # pixels (replicate-padded, cropped back); 0 disables. Only images the policy reads (policy.type=cnn).
@@ -169,7 +169,7 @@ class SACConfig(TDConfig):
         if not self.init_alpha > 0:
             p.append(f"algorithm.init_alpha: the temperature must be > 0, got {self.init_alpha}")
         if self.critic_lr is not None and not self.critic_lr > 0:
-            p.append(f"algorithm.critic_lr: must be > 0 (null: actor.lr), got {self.critic_lr}")
+            p.append(f"algorithm.critic_lr: must be > 0 (null: algorithm.lr), got {self.critic_lr}")
         if self.image_shift < 0:
             p.append(f"algorithm.image_shift: the random shift's pixels must be >= 0 (0 disables it), got "
                      f"{self.image_shift}")

@@ -37,7 +37,7 @@ class OnPolicyConfig(AlgorithmConfig):
     update_epochs: int = 4  # passes over each rollout batch
     num_minibatches: int = 4  # minibatches per pass
     max_grad_norm: float = 0.5  # gradient-norm clip
-    adam_eps: float = 1e-5  # Adam epsilon (actor.lr is the learning rate)
+    adam_eps: float = 1e-5  # Adam epsilon (algorithm.lr is the learning rate)
     anneal_lr: bool = True  # decay the learning rate linearly to 0 over runner.iterations
     # Iterations over which the learning rate rises linearly from 0, per optimizer step, counted from the first
     # policy update (after warmup_iterations()). Adam's first steps move every weight by about lr

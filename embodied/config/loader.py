@@ -203,6 +203,7 @@ class FieldChange:
 
 # Every field change, in one table (a field that split off into an algorithm of its own: AlgorithmConfig.split_off).
 FIELD_CHANGES = (
+    FieldChange("actor.lr", "algorithm.lr", 4, "the optimizer's settings are the algorithm's"),
     FieldChange("actor.adam_eps", "algorithm.adam_eps", 3, "the optimizer's settings are the algorithm's"),
     FieldChange("actor.anneal_lr", "algorithm.anneal_lr", 3, "the optimizer's settings are the algorithm's"),
     FieldChange("actor.lr_warmup_iterations", "algorithm.lr_warmup_iterations", 3,

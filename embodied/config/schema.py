@@ -58,6 +58,9 @@ class AlgorithmConfig:
     """Fields every algorithm has. Subclasses add their own, each with a default and a doc line."""
 
     name: str = ""  # registered algorithm name (see embodied.core.registry.ALGORITHMS); each subclass sets its own
+    # Adam's learning rate, of the policy (and of whatever else the learner trains, unless its config says otherwise:
+    # SAC's critic_lr). The optimizer's other settings are the algorithm's too (adam_eps, anneal_lr, ...).
+    lr: float = 3e-4
 
     algorithm_class: ClassVar[str] = ""
     """``"module:attr"`` of what trains with this config: an ``embodied.algorithms.base.OnPolicyLearner`` class or an

@@ -217,9 +217,6 @@ class RolloutConfig:
 
 @dataclass
 class ActorConfig:
-    # Adam learning rate. Its epsilon and schedule are the algorithm's (algorithm.adam_eps, algorithm.anneal_lr,
-    # algorithm.lr_warmup_iterations of an on-policy algorithm), where they take effect.
-    lr: float = 3e-4
     # Data-parallel actor ranks (cluster.backend=ray): one torch.distributed process group; each minibatch is
     # split over the ranks and the gradients summed, so N ranks take the step one rank would.
     num_ranks: int = 1
@@ -234,7 +231,7 @@ class ActorConfig:
 
     def validate(self, path: str = "actor") -> list[str]:
         """Problems of this section's own fields, each prefixed by its path."""
-        p = [] if self.lr > 0 else [f"{path}.lr: must be > 0, got {self.lr}"]
+        p = []
         if not 0.0 <= self.ema_decay < 1.0:
             p.append(f"{path}.ema_decay: must be in [0, 1) (0: no average), got {self.ema_decay}")
         if self.num_ranks < 1:

@@ -48,6 +48,8 @@ def _algorithm_problems(cfg: Config) -> list[str]:
                             f"env.auto_reset=false")
         if cfg.env.max_episode_steps is not None:  # else against the env's own cap, before any worker starts (runner)
             problems += whole_episode_problems(cfg, cfg.env.max_episode_steps)
+    if not a.lr > 0:
+        problems.append(f"algorithm.lr: Adam's learning rate must be > 0, got {a.lr}")
     return problems + a.validate(cfg)
 
 

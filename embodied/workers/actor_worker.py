@@ -72,7 +72,7 @@ class ActorWorker:
         print(self.policy.describe(), flush=True)
         device = next((p.device for p in self.policy.parameters()), torch.device("cpu"))
         # What the learner is built with (build_learner), for both families.
-        self.learner_spec = LearnerSpec(spec, policy_cfg.action_chunk, seed, actor.lr, total_iterations,
+        self.learner_spec = LearnerSpec(spec, policy_cfg.action_chunk, seed, algorithm.lr, total_iterations,
                                         actor.num_ranks, device)
         self.training: Training = new_training(self.policy, policy_cfg, spec, algorithm, self.learner_spec, seed)
         self._build_optimizer()
@@ -206,7 +206,7 @@ class ActorWorker:
         """What the learner is lent for one update."""
         return UpdateContext(policy=self.policy, optimizer=self.optimizer, params=self.params,
                              value_head=frozenset(self.value_head), device=self.device, ranks=self.ranks,
-                             micro_batches=self.cfg.grad_accumulation_steps, version=self.version, lr=self.cfg.lr,
+                             micro_batches=self.cfg.grad_accumulation_steps, version=self.version, lr=self.algo.lr,
                              total_iterations=self.total_iterations, after_step=self._step_average)
 
     def _observe(self, forward_inputs: dict[str, torch.Tensor]) -> None:

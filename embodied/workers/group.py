@@ -50,7 +50,7 @@ def rollout_resets(cfg: Config, spec: PolicySpec) -> Resets | None:
         warnings.warn(f"{cls.__module__}.{cls.__qualname__}.rollout_reset: how envs start a rollout epoch is now the "
                       f"config's (OnPolicyConfig.rollout_reset, docs/extending.md); move it to "
                       f"{type(a).__name__}. The learner's method is asked for this release", FutureWarning, stacklevel=2)
-    return build_learner(a, LearnerSpec(spec, cfg.policy.action_chunk, cfg.experiment.seed, cfg.actor.lr,
+    return build_learner(a, LearnerSpec(spec, cfg.policy.action_chunk, cfg.experiment.seed, cfg.algorithm.lr,
                                         cfg.runner.iterations, cfg.actor.num_ranks)).rollout_reset
 
 

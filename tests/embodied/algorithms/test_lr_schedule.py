@@ -20,8 +20,8 @@ def actor(warmup: int, anneal: bool, critic_warmup: int = 0, epochs: int = 2, mi
     return ActorWorker(CNNConfig(action_chunk=test_cnn.C, **test_cnn.SMALL), test_cnn.WRIST,
                        PPOConfig(update_epochs=epochs, num_minibatches=minibatches,
                                  critic_warmup_iterations=critic_warmup, anneal_lr=anneal,
-                                 lr_warmup_iterations=warmup),
-                       ActorConfig(lr=lr), total_iterations=10, seed=0)
+                                 lr_warmup_iterations=warmup, lr=lr),
+                       ActorConfig(), total_iterations=10, seed=0)
 
 
 def test_the_schedule_is_decay_times_warmup_per_optimizer_step():
@@ -31,10 +31,10 @@ def test_the_schedule_is_decay_times_warmup_per_optimizer_step():
             decay = 1.0 - (iteration - 1) / 10
             done = iteration - 1 - 1 + (step + 1) / 4  # policy iterations done at the end of this step
             warm = 1.0 if iteration == 1 else min(1.0, done / 2)  # the value head alone trains at full rate first
-            lr = learning_rate(a.algo, a.cfg.lr, a.total_iterations, iteration, step)
+            lr = learning_rate(a.algo, a.algo.lr, a.total_iterations, iteration, step)
             assert lr == pytest.approx(1e-3 * decay * warm, rel=1e-12)
     plain = actor(warmup=0, anneal=False)
-    assert {learning_rate(plain.algo, plain.cfg.lr, plain.total_iterations, i, s)
+    assert {learning_rate(plain.algo, plain.algo.lr, plain.total_iterations, i, s)
             for i in range(1, 11) for s in range(4)} == {1e-3}
 
 

@@ -8,7 +8,7 @@ update and the metrics and weights that update gave (equal to the bit on the mac
 on that commit's tree as::
 
     actor = ActorWorker(MLPConfig(action_chunk=2, hidden_sizes=[8], normalize_states=True), MLP_SPEC,
-                        PPOConfig(update_epochs=2, num_minibatches=2), ActorConfig(lr=1e-3, ema_decay=0.5), 5, 0)
+                        PPOConfig(update_epochs=2, num_minibatches=2, lr=1e-3), ActorConfig(ema_decay=0.5), 5, 0)
     epoch = lambda it: [rollout(actor.policy, mlp_obs(2, it * 10 + s), 3, it * 10 + s) for s in (1, 2)]
     actor.update(epoch(1), 1); actor.update(epoch(2), 2)
     actor.save_checkpoint(FIXTURE, {"iteration": 2, "env_steps": 0})
@@ -38,7 +38,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "ppo_checkpoint_31b2849"
 
 def actor() -> ActorWorker:
     return ActorWorker(MLPConfig(action_chunk=2, hidden_sizes=[8], normalize_states=True), MLP_SPEC,
-                       PPOConfig(update_epochs=2, num_minibatches=2), ActorConfig(lr=1e-3, ema_decay=0.5), 5, 0)
+                       PPOConfig(update_epochs=2, num_minibatches=2, lr=1e-3), ActorConfig(ema_decay=0.5), 5, 0)
 
 
 def beside(suffix: str) -> Path:

@@ -67,7 +67,7 @@ def test_the_schedule_is_the_on_policy_algorithms_and_refused_where_it_does_not_
     assert "algorithm.adam_eps: not a field of algorithm 'dsrl'" in error_of(
         ["algorithm.name=dsrl", "algorithm.adam_eps=1e-8"])
     for old, value in (("actor.anneal_lr=false", False), ("actor.adam_eps=1e-8", 1e-8),
-                       ("actor.lr_warmup_iterations=2", 2)):
+                       ("actor.lr_warmup_iterations=2", 2), ("actor.lr=0.001", 0.001)):
         field = old.partition("=")[0]  # an old recipe keeps loading, told where the field went
         with pytest.warns(FutureWarning, match=rf"override '{old}': {field}: moved to algorithm.{field.split('.')[1]}"):
             moved = load_config(None, [old])
@@ -75,6 +75,17 @@ def test_the_schedule_is_the_on_policy_algorithms_and_refused_where_it_does_not_
     cfg = load_config(None, ["algorithm.name=grpo", "algorithm.anneal_lr=false", "algorithm.lr_warmup_iterations=3",
                              "env.auto_reset=false", "env.max_episode_steps=16"])
     assert (cfg.algorithm.anneal_lr, cfg.algorithm.lr_warmup_iterations, cfg.algorithm.adam_eps) == (False, 3, 1e-5)
+
+
+def test_the_learning_rate_is_every_algorithm_s_and_a_saved_config_with_actor_lr_reads_it_there():
+    from embodied.config import config_from_dict, to_dict
+
+    for name in ("sac", "iql", "ppo"):
+        assert load_config(None, [f"algorithm.name={name}", "algorithm.lr=0.002"]).algorithm.lr == 0.002
+    raw = to_dict(load_config(None, ["algorithm.lr=0.005"]))
+    raw["actor"]["lr"] = raw["algorithm"].pop("lr")  # as a checkpoint of format 3 saved it
+    assert config_from_dict(raw).algorithm.lr == 0.005
+    assert "algorithm.lr: Adam's learning rate must be > 0, got 0.0" in error_of(["algorithm.lr=0"])
 
 
 def test_what_the_off_policy_loop_cannot_run_with_is_refused_for_each_off_policy_algorithm():
@@ -102,7 +113,7 @@ def test_the_defaults_are_the_flat_configs_of_before():
               "demos": None, "demo_ratio": 0.5, "bc_weight": 0.0, "policy_q": "mean",
               "noise_scale": 1.0, "dsrl_features": "encoding", "noise_policy_hidden_sizes": [256, 256],
               "critic_hidden_sizes": [256, 256], "adam_eps": 1e-5, "anneal_lr": True, "lr_warmup_iterations": 0,
-              "log_std_min": -5.0, "log_std_max": 2.0}  # the last two: the mlp_sac policy's of before
+              "log_std_min": -5.0, "log_std_max": 2.0, "lr": 3e-4}  # the last two: the mlp_sac policy's of before
     seen = set()
     for cls in BUILT_IN.values():
         for field in dataclasses.fields(cls):
@@ -150,7 +161,7 @@ def test_the_on_policy_base_holds_only_what_every_on_policy_learner_reads():
     from embodied.config.algorithm import OnPolicyConfig
 
     shared = {f.name for f in dataclasses.fields(OnPolicyConfig)}
-    assert shared == {"name", "update_epochs", "num_minibatches", "max_grad_norm", "adam_eps", "anneal_lr",
+    assert shared == {"name", "lr", "update_epochs", "num_minibatches", "max_grad_norm", "adam_eps", "anneal_lr",
                       "lr_warmup_iterations"}
     loop = {f.name for f in dataclasses.fields(PPOLoopConfig)} - shared
     assert loop == {"target_kl", "skip_nonfinite_updates"} and issubclass(GRPOConfig, PPOLoopConfig)

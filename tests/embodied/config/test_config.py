@@ -45,14 +45,14 @@ def test_defaults_load_without_a_file():
 def test_scalar_overrides_reach_their_fields():
     cfg = load_config(ROOT / "configs" / "reach_mlp_ppo.yaml", [
         "env.num_envs=8", "cluster.backend=ray", "algorithm.gamma=0.9", "algorithm.anneal_lr=false",
-        "experiment.name=my run", "actor.lr=1", "cluster.num_env_workers=2",
+        "experiment.name=my run", "algorithm.lr=1", "cluster.num_env_workers=2",
     ])
     assert cfg.env.num_envs == 8
     assert cfg.cluster.backend == "ray"
     assert cfg.algorithm.gamma == 0.9
     assert cfg.algorithm.anneal_lr is False
     assert cfg.experiment.name == "my run"
-    assert cfg.actor.lr == 1.0 and isinstance(cfg.actor.lr, float)  # int widened to float
+    assert cfg.algorithm.lr == 1.0 and isinstance(cfg.algorithm.lr, float)  # int widened to float
     assert cfg.cluster.num_env_workers == 2
 
 
@@ -330,7 +330,7 @@ def test_yaml_floats_with_an_exponent_and_no_dot_are_floats(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text("actor:\n  lr: 3e-4\nalgorithm:\n  adam_eps: 1E-5\n  ent_coef: 1e-3\n")
     cfg = load_config(path, ["algorithm.vf_coef=5e-1"])
-    assert (cfg.actor.lr, cfg.algorithm.adam_eps, cfg.algorithm.ent_coef, cfg.algorithm.vf_coef) == (3e-4, 1e-5, 1e-3, 0.5)
+    assert (cfg.algorithm.lr, cfg.algorithm.adam_eps, cfg.algorithm.ent_coef, cfg.algorithm.vf_coef) == (3e-4, 1e-5, 1e-3, 0.5)
 
 
 def test_an_override_typo_names_the_override_not_the_file(tmp_path):
@@ -338,7 +338,7 @@ def test_an_override_typo_names_the_override_not_the_file(tmp_path):
     path.write_text("env:\n  num_envs: 4\n")
     msg = error_of(["env.num_env=3"], path)
     assert msg.startswith("override 'env.num_env=3'") and "did you mean 'num_envs'" in msg
-    assert error_of(["actor.lr=fast"], path).startswith("override 'actor.lr=fast'")
+    assert error_of(["algorithm.lr=fast"], path).startswith("override 'algorithm.lr=fast'")
     path.write_text("env:\n  num_env: 4\n")
     assert error_of([], path).startswith(str(path))
 
@@ -374,8 +374,8 @@ def test_a_key_given_twice_in_yaml_is_an_error_naming_file_and_lines(tmp_path):
 
 
 @pytest.mark.parametrize(("override", "expected"), [
-    ("actor.lr=.inf", "actor.lr: must be a finite number, got inf"),
-    ("actor.lr=.nan", "actor.lr: must be > 0, got nan"),
+    ("algorithm.lr=.inf", "algorithm.lr: must be a finite number, got inf"),
+    ("algorithm.lr=.nan", "algorithm.lr: Adam's learning rate must be > 0, got nan"),
     ("algorithm.adam_eps=0", "algorithm.adam_eps: must be > 0"),
     ("experiment.seed=-1", "experiment.seed: must be in [0, 2**32)"),
     ("experiment.seed=4294967296", "experiment.seed: must be in [0, 2**32)"),

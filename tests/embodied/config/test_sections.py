@@ -28,7 +28,7 @@ def test_every_section_of_the_config_validates_itself():
     (ClusterConfig(torch_threads=0, env_resources=Resources(num_gpus=-1.0)), "cluster",
      "cluster.env_resources.num_gpus: must be a number >= 0"),
     (RolloutConfig(pipeline_stages=0), "rollout", "rollout.pipeline_stages: must be >= 1"),
-    (ActorConfig(lr=0.0, ema_decay=1.0), "actor", "actor.ema_decay: must be in [0, 1)"),
+    (ActorConfig(ema_decay=1.0), "actor", "actor.ema_decay: must be in [0, 1)"),
     (RunnerConfig(faults=FaultsConfig(restart_backoff_s=2.0, restart_backoff_max_s=1.0)), "runner",
      "runner.faults.restart_backoff_max_s: the backoff's cap must be >= its base runner.faults.restart_backoff_s=2"),
     (SFTConfig(features={"imgs": "x"}, dataset=[""]), "sft", "sft.features.imgs: unknown key"),

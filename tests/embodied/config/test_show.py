@@ -17,8 +17,8 @@ RECIPE = ROOT / "configs" / "reach_mlp_ppo.yaml"
 
 
 def test_each_field_says_where_its_value_came_from():
-    by_path = {r.path: r for r in rows(RECIPE, ["actor.lr=0.001", "env.kwargs.reward_type=dense"])}
-    assert by_path["actor.lr"].value == 0.001 and by_path["actor.lr"].source == "override"
+    by_path = {r.path: r for r in rows(RECIPE, ["algorithm.lr=0.001", "env.kwargs.reward_type=dense"])}
+    assert by_path["algorithm.lr"].value == 0.001 and by_path["algorithm.lr"].source == "override"
     assert by_path["env.kwargs"].source == "override"
     assert by_path["policy.hidden_sizes"].value == [64, 64] and by_path["policy.hidden_sizes"].source == "recipe"
     assert by_path["experiment.output_dir"].source == "default"
@@ -32,7 +32,7 @@ def test_docs_come_from_the_comment_on_the_line_or_just_above_it():
 
 
 def test_the_show_command_prints_every_section_and_refuses_a_bad_override(capsys):
-    assert main(["config", "show", str(RECIPE), "actor.lr=0.001"]) == 0
+    assert main(["config", "show", str(RECIPE), "algorithm.lr=0.001"]) == 0
     out = capsys.readouterr().out
     for section in ("experiment:", "cluster:", "env:", "policy:", "algorithm:", "runner:", "sft:"):
         assert f"\n{section}" in f"\n{out}"
@@ -42,8 +42,8 @@ def test_the_show_command_prints_every_section_and_refuses_a_bad_override(capsys
 
 
 def test_differences_name_only_what_the_recipe_changed():
-    got = differences(load_config(RECIPE, ["actor.lr=0.001"]))
-    assert "actor.lr=0.001" in got and "policy.hidden_sizes=[64, 64]" in got
+    got = differences(load_config(RECIPE, ["algorithm.lr=0.001"]))
+    assert "algorithm.lr=0.001" in got and "policy.hidden_sizes=[64, 64]" in got
     assert not any(g.startswith(("experiment.output_dir=", "cluster.")) for g in got)
     assert differences(load_config(None)) == []
 

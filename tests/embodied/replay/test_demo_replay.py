@@ -227,7 +227,7 @@ def test_bc_weight_pulls_the_greedy_chunk_to_the_demonstrations_and_is_logged(de
     def run(weight: float) -> tuple[float, float, dict[str, float]]:
         cfg = load_config(RECIPE, ["policy.hidden_sizes=[8]", "algorithm.critic_hidden_sizes=[8]",
                                    "algorithm.batch_size=4", "algorithm.learning_starts=1", "algorithm.utd_ratio=10",
-                                   "actor.lr=0.01", f"policy.action_chunk={C}", f"algorithm.demos={demos}",
+                                   "algorithm.lr=0.01", f"policy.action_chunk={C}", f"algorithm.demos={demos}",
                                    f"algorithm.bc_weight={weight}"])
         actor = ActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor, 1, 0)
         d = actor.training.demos.sample(len(actor.training.demos), torch.Generator().manual_seed(0))
@@ -248,7 +248,7 @@ def test_awr_actor_regresses_onto_replay_chunks(demos):
     from tests.embodied.runs.test_offpolicy import transitions
 
     cfg = load_config(RECIPE, ["policy.hidden_sizes=[8]", "algorithm.critic_hidden_sizes=[8]", "algorithm.batch_size=4",
-                               "algorithm.learning_starts=1", "algorithm.utd_ratio=10", "actor.lr=0.01",
+                               "algorithm.learning_starts=1", "algorithm.utd_ratio=10", "algorithm.lr=0.01",
                                f"policy.action_chunk={C}", f"algorithm.demos={demos}", "algorithm.demo_ratio=1.0",
                                "algorithm.name=awac", "algorithm.awr_temperature=1.0"])
     actor = ActorWorker(cfg.algorithm.worker_policy(cfg.policy), SPEC, cfg.algorithm, cfg.actor, 1, 0)

@@ -151,9 +151,9 @@ def test_critic_warmup_iterations_move_the_critics_and_leave_the_actor_and_tempe
 
 
 def test_critic_lr_sets_the_critics_learning_rate_and_defaults_to_the_actors():
-    both = actor("actor.lr=0.001")
+    both = actor("algorithm.lr=0.001")
     assert [g["lr"] for g in both.learner.critic_optimizer.param_groups] == [0.001]
-    apart = actor("actor.lr=0.001", "algorithm.critic_lr=0.01")
+    apart = actor("algorithm.lr=0.001", "algorithm.critic_lr=0.01")
     assert [g["lr"] for g in apart.learner.critic_optimizer.param_groups] == [0.01]
     assert [g["lr"] for g in apart.learner.policy_optimizer.param_groups] == [0.001]
 

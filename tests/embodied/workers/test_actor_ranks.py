@@ -71,10 +71,10 @@ def rollout(policy: Policy, obs: dict, steps: int, seed: int) -> Trajectory:
 def actor_args(kind: str, accumulation: int = 1, ranks: int = 1) -> tuple:
     config, spec, _ = CASES[kind]
     algo = PPOConfig(update_epochs=1, num_minibatches=1, normalize_advantages=True, max_grad_norm=1e9, adam_eps=1e-2,
-                     anneal_lr=False)
+                     anneal_lr=False, lr=1e-2)
     # Adam's first step is lr * g / (|g| + eps): with a small eps it turns the rounding of a near-zero gradient
     # into a step of the learning rate's size, so the comparison uses a large one.
-    return (config(), spec, algo, ActorConfig(lr=1e-2, num_ranks=ranks,
+    return (config(), spec, algo, ActorConfig(num_ranks=ranks,
                                               grad_accumulation_steps=accumulation), 3, 0)
 
 

@@ -43,8 +43,8 @@ CASES = {  # the policy, its env, observations, and the value head the probe mus
 def test_warmup_steps_the_value_head_alone_then_everything_trains(kind):
     config, spec, obs, prefix = CASES[kind]
     actor = ActorWorker(config(), spec, PPOConfig(critic_warmup_iterations=1, update_epochs=1, num_minibatches=2,
-                                                  anneal_lr=False),
-                        ActorConfig(lr=1e-3), total_iterations=2, seed=0)
+                                                  anneal_lr=False, lr=1e-3),
+                        ActorConfig(), total_iterations=2, seed=0)
     head = {name for name, p in actor.policy.named_parameters() if p.requires_grad and name.startswith(prefix)}
     assert head and len(head) < sum(1 for _ in actor.policy.parameters())
     assert actor.training.value_names == head  # found by the probe, declared by no one

@@ -4,6 +4,8 @@ its own resumes; a learner whose state would overwrite the worker's keys is refu
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -54,8 +56,8 @@ class OverwritingConfig(PPOConfig):
 
 
 def actor(algorithm: PPOConfig, accumulation: int = 1) -> ActorWorker:
-    return ActorWorker(MLPConfig(action_chunk=2, hidden_sizes=[8]), MLP_SPEC, algorithm,
-                       ActorConfig(lr=1e-3, grad_accumulation_steps=accumulation), 3, 0)
+    return ActorWorker(MLPConfig(action_chunk=2, hidden_sizes=[8]), MLP_SPEC, dataclasses.replace(algorithm, lr=1e-3),
+                       ActorConfig(grad_accumulation_steps=accumulation), 3, 0)
 
 
 def test_the_learner_is_lent_the_policy_and_its_state_resumes():

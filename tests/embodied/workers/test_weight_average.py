@@ -23,8 +23,8 @@ from tests.policies import test_cnn
 
 def cnn_actor(decay: float) -> ActorWorker:
     return ActorWorker(CNNConfig(action_chunk=test_cnn.C, **test_cnn.SMALL), test_cnn.WRIST,
-                       PPOConfig(update_epochs=2, num_minibatches=2, anneal_lr=False),
-                       ActorConfig(lr=1e-2, ema_decay=decay), total_iterations=2, seed=0)
+                       PPOConfig(update_epochs=2, num_minibatches=2, anneal_lr=False, lr=1e-2),
+                       ActorConfig(ema_decay=decay), total_iterations=2, seed=0)
 
 
 def trained(actor: ActorWorker) -> dict[str, torch.Tensor]:
