@@ -1,9 +1,9 @@
 """Which of a policy's parameters the value reaches and the action distribution does not: what critic warm-up
 (``AlgorithmConfig.warmup_iterations``) may step while the policy must stay still.
 
-Found from the contract alone, so a policy declares nothing for it: ``evaluate`` on a probe batch built from the
-env's spec (zero states, black images, a placeholder instruction, the action box's centre), then autograd says
-which parameters the log-probs reach and which the values reach. A value head over a shared trunk (a VLA backbone,
+Found from the contract alone, so a policy declares nothing for it: ``act`` on a probe batch built from the env's
+spec (zero states, black images, a placeholder instruction), then ``evaluate`` of what it recorded and sampled, as
+PPO replays a rollout, and autograd says which parameters the log-probs reach and which the values reach. A value head over a shared trunk (a VLA backbone,
 a CNN encoder) gives the head alone: the trunk reaches the log-probs too.
 
 Run once when the actor is built, before ranks shard the policy (names, not tensors, are kept: sharding replaces
@@ -37,7 +37,7 @@ def probe_observations(spec: PolicySpec, rows: int = PROBE_ROWS) -> Obs:
     return obs
 
 
-def value_only_parameter_names(policy: Policy, spec: PolicySpec, chunk: int) -> list[str]:
+def value_only_parameter_names(policy: Policy, spec: PolicySpec) -> list[str]:
     """Names of the trainable parameters that the values of ``policy.evaluate`` depend on and its log-probs do
     not (in ``named_parameters`` order); [] when every parameter the value reaches also shapes the actions."""
     if getattr(type(policy), "value_head_prefixes", None) is not None:
@@ -48,12 +48,11 @@ def value_only_parameter_names(policy: Policy, spec: PolicySpec, chunk: int) -> 
     if not named:
         return []
     device = named[0][1].device
-    low, high = np.asarray(spec.action_low, np.float32), np.asarray(spec.action_high, np.float32)
-    centre = np.where(np.isfinite(low) & np.isfinite(high), (low + high) / 2, 0.0).astype(np.float32)
-    actions = torch.as_tensor(np.broadcast_to(centre, (PROBE_ROWS, chunk, spec.action_dim)).copy(), device=device)
     with rng.seeded(0), rng.drawing(rng.RandomStream(0)), torch.enable_grad():
-        inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v
-                  for k, v in policy.forward_inputs(probe_observations(spec)).items()}
+        with torch.no_grad():  # what PPO replays: act's record (a flow head's chain included) and its chunks
+            acted = policy.act(probe_observations(spec))
+        inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in acted.forward_inputs.items()}
+        actions = acted.actions.to(device)
         logprobs, _, values = policy.evaluate(inputs, actions)
         if not values.requires_grad:  # values of no parameter (a policy without a value head returns zeros)
             return []

@@ -77,7 +77,7 @@ class OnPolicyTraining:
         self.busy = Busy()
         self.value_names: frozenset[str] = frozenset()
         if algorithm.warmup_iterations() > 0:
-            self.value_names = frozenset(value_only_parameter_names(policy, spec.policy, policy_cfg.action_chunk))
+            self.value_names = frozenset(value_only_parameter_names(policy, spec.policy))
             if not self.value_names:
                 raise ValueError(f"algorithm.critic_warmup_iterations={algorithm.warmup_iterations()}: "
                                  f"policy.type={policy_cfg.type} ({type(policy).__name__}) has no parameter that its "

@@ -18,7 +18,7 @@ SPEC = PolicySpec(state_dim=5, image_shape=None, action_dim=2, action_low=(-1.0,
 def test_the_mlp_value_head_is_found_and_nothing_that_acts():
     torch.manual_seed(0)
     policy = MLPPolicy(MLPConfig(action_chunk=3, hidden_sizes=[8]), SPEC)
-    names = value_only_parameter_names(policy, SPEC, chunk=3)
+    names = value_only_parameter_names(policy, SPEC)
     critic = [n for n, _ in policy.named_parameters() if n.startswith("critic.")]
     assert names == critic and critic
 
@@ -28,7 +28,7 @@ def test_the_probe_leaves_the_global_stream_where_it_was():
     torch.manual_seed(3)
     expected = torch.rand(4)
     torch.manual_seed(3)
-    value_only_parameter_names(policy, SPEC, chunk=1)
+    value_only_parameter_names(policy, SPEC)
     assert torch.equal(torch.rand(4), expected)
 
 
@@ -45,8 +45,8 @@ def test_a_policy_that_still_names_its_value_head_is_told_it_is_not_read():
         value_head_prefixes = ("critic.",)
 
     with pytest.warns(FutureWarning, match="value_head_prefixes is no longer read"):
-        names = value_only_parameter_names(Declares(MLPConfig(), SPEC), SPEC, chunk=1)
+        names = value_only_parameter_names(Declares(MLPConfig(), SPEC), SPEC)
     assert names and all(n.startswith("critic.") for n in names)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        value_only_parameter_names(MLPPolicy(MLPConfig(), SPEC), SPEC, chunk=1)
+        value_only_parameter_names(MLPPolicy(MLPConfig(), SPEC), SPEC)
