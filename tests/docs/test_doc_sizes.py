@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.docs.test_readme import anchors  # GitHub's anchors of a page's headings, as README's links use them
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 RESULTS = DOCS / "results"
@@ -22,16 +24,6 @@ def guides() -> list[Path]:
 
 def length(page: Path) -> int:
     return len(page.read_text().splitlines())
-
-
-def slug(heading: str) -> str:
-    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-
-
-def anchors(page: Path) -> set[str]:
-    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
-    return {slug(h) for h in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}
 
 
 def test_the_scan_sees_the_guides_and_the_results():
