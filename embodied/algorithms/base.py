@@ -123,7 +123,8 @@ def _steps(cls: type) -> bool:
         warnings.warn(f"{cls.__module__}.{cls.__qualname__} defines step(batch, ranks, train_policy, demo_rows) and "
                       f"rank_modules(): the off-policy learner protocol of before. It runs through an adapter for "
                       f"this release; define update(batch) and join(ranks) instead (batch.demo_rows, batch.iteration; "
-                      f"docs/extending.md, \"An off-policy algorithm in code: TD3\")", FutureWarning, stacklevel=3)
+                      f"docs/extending_offpolicy.md, \"An off-policy algorithm in code: TD3\")", FutureWarning,
+                      stacklevel=3)
     return True
 
 

@@ -334,7 +334,8 @@ def check_init_from(path: str, policy: Any) -> Path:
     from embodied.config.loader import saved_form
 
     config = state.get("config") or {}
-    saved = (saved_form(config) if isinstance(config.get("policy"), dict) else config).get("policy") or {}
+    config = saved_form(config) if isinstance(config.get("policy"), dict) else config  # renames, aliases (mlp_sac)
+    saved = config.get("policy") or {}
     saved_type = trained_type(config, policy_type)
     problems = []
     if saved_type != policy_type:
@@ -352,15 +353,12 @@ def check_init_from(path: str, policy: Any) -> Path:
 
 
 def trained_type(config: dict[str, Any], default: str) -> str:
-    """The policy type a run with this saved ``config`` trained: its ``policy.type`` (read in today's form), with the
-    head its algorithm put on it (``AlgorithmConfig.policy_head``: ``"mlp/tanh_gaussian"``); ``default`` when it
-    names none."""
-    from embodied.config.loader import saved_form  # the config's own renames and aliases (mlp_sac: mlp under SAC)
-
-    config = saved_form(config) if isinstance(config.get("policy"), dict) else config
-    name = str((config.get("policy") or {}).get("type", default))
-    if "/" in name:
-        return name
+    """The policy type a run with this saved ``config`` (in today's form: ``saved_form``) trained: its
+    ``policy.type``, with the head its algorithm put on it (``AlgorithmConfig.policy_head``: ``"mlp/tanh_gaussian"``);
+    ``default`` when it names none."""
+    name = (config.get("policy") or {}).get("type")
+    if name is None:  # a checkpoint whose config names none is taken for what it is asked to be
+        return default
     algorithm = (config.get("algorithm") or {}).get("name")
     try:
         head = algorithm_config_class(str(algorithm)).policy_head if algorithm else ""

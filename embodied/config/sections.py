@@ -231,14 +231,10 @@ class ActorConfig:
 
     def validate(self, path: str = "actor") -> list[str]:
         """Problems of this section's own fields, each prefixed by its path."""
-        p = []
-        if not 0.0 <= self.ema_decay < 1.0:
-            p.append(f"{path}.ema_decay: must be in [0, 1) (0: no average), got {self.ema_decay}")
-        if self.num_ranks < 1:
-            p.append(f"{path}.num_ranks: must be >= 1, got {self.num_ranks}")
-        if self.grad_accumulation_steps < 1:
-            p.append(f"{path}.grad_accumulation_steps: must be >= 1, got {self.grad_accumulation_steps}")
-        return p
+        p = [] if 0.0 <= self.ema_decay < 1.0 else [
+            f"{path}.ema_decay: must be in [0, 1) (0: no average), got {self.ema_decay}"]
+        return p + [f"{path}.{name}: must be >= 1, got {n}" for name, n in (
+            ("num_ranks", self.num_ranks), ("grad_accumulation_steps", self.grad_accumulation_steps)) if n < 1]
 
 
 @dataclass

@@ -51,6 +51,8 @@ MOVED_MODULES = {
     "embodied.sft": "embodied.runs.sft",
     "embodied.collect": "embodied.runs.collect",
     "embodied.stop": "embodied.runs.stop",
+    # SAC's tanh-Gaussian head became the algorithm's (issue 68): the shared head and its helpers live there now
+    "embodied.policies.squashed": "embodied.algorithms.sac_actor",
 }
 
 # Packages that moved whole: their modules keep their names below the new package.

@@ -50,6 +50,15 @@ from embodied.workers.ranks import Ranks
 RANK_SEED_STRIDE = 1_000_003  # rank r's replay and learner streams start from experiment.seed + r * this
 
 
+# Policy methods an off-policy run once called, and what decides now (each named once, when a policy still has it).
+RETIRED_POLICY_HOOKS = {
+    "replay_actions": "what replay's action column holds is the learner's (OffPolicyLearner.replay_actions; "
+                      "docs/extending_offpolicy.md)",
+    "replay_observation": "what replay keeps of an observation is the algorithm's (AlgorithmConfig.replay_record; "
+                          "docs/extending_policy.md)",
+}
+
+
 class ReplayTraining:
     """Replay, the algorithm's learner and the UTD pacing, around the policy the actor worker holds."""
 
@@ -62,10 +71,10 @@ class ReplayTraining:
             require_q_functions(policy_cfg, algorithm.name)
         self.algo, self.policy, self.seed = algorithm, policy, seed
         self.learner: OffPolicyLearner = build_learner(algorithm, learner_spec, policy)
-        if "replay_actions" in vars(type(policy)):  # Policy.replay_actions of before: the learner decides now
-            warnings.warn(f"{type(policy).__name__}.replay_actions is no longer called: what replay's action column "
-                          f"holds is the learner's (OffPolicyLearner.replay_actions; docs/extending.md, \"An off-policy "
-                          f"algorithm in code: TD3\")", FutureWarning, stacklevel=2)
+        for hook, now in RETIRED_POLICY_HOOKS.items():  # a policy's hook of before: the algorithm decides now
+            if hook in vars(type(policy)):
+                warnings.warn(f"{type(policy).__name__}.{hook} is no longer called: {now}", FutureWarning,
+                              stacklevel=2)
         self.prefix = self.learner.name  # its checkpoint keys and metric names
         self.busy = Busy()  # seconds inserting into replay, sampling it and in the learner (ActorWorker.take_busy)
         self.ranks = Ranks()

@@ -439,11 +439,3 @@ def test_algorithm_n_step_reaches_the_actors_replay():
     discounts = worker.training.replay.storage["discount"][:12].reshape(4, 3)
     expected = torch.tensor([0.5 ** 6, 0.5 ** 6, 0.5 ** 4, 0.5 ** 2])  # windows of 3, 3, 2 (epoch end), 1 chunks
     assert torch.equal(discounts, expected[:, None].expand(4, 3))
-
-
-def test_a_policy_that_still_defines_replay_actions_is_told_it_is_no_longer_called(monkeypatch):
-    from embodied.algorithms.sac_actor import TanhGaussianActor
-
-    monkeypatch.setattr(TanhGaussianActor, "replay_actions", lambda self, inputs, actions: actions, raising=False)
-    with pytest.warns(FutureWarning, match="TanhGaussianActor.replay_actions is no longer called"):
-        actor()
