@@ -10,7 +10,10 @@ restart and the run goes on as it would have. ``runner.faults.max_worker_restart
 broken-env diagnosis, which a fault forced every few seconds in every process would trigger, are off), the run is
 stopped after ``--minutes`` (SIGTERM: it saves a checkpoint and stops), and ``metrics.jsonl`` is read
 back: for every ``sys/rss_mib/<worker>`` its value after warm-up, at the end, and its least-squares slope
-in MiB per hour over the rows after the first ``--warmup`` fraction of the time; then the restarts survived.
+in MiB per hour over the rows after the first ``--warmup`` fraction of the time; its growth from the ``--settle-min``
+mark (10 minutes) to the end; env steps/s and updates/s in the first and the last third of the settled time (their
+drift); then the restarts survived. ``soak.png`` in the run dir plots each process's memory and the two rates
+against time, the restarts marked. Goal (issue 70): no process grows more than 5% after the settle mark, no drift.
 """
 
 from __future__ import annotations
@@ -70,6 +73,65 @@ def rss_report(run_dir: Path, warmup: float) -> dict[str, dict[str, float]]:
     return report
 
 
+RATES = ("env_steps_per_s", "offpolicy/updates_per_s")  # the rates whose drift a soak reports (where logged)
+
+
+def _rows(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def drift_report(run_dir: Path, settle_s: float) -> dict[str, dict[str, float]]:
+    """From ``settle_s`` after the first row on: each process's growth (% from its first settled value to its last)
+    and each rate's mean over the first and the last third of that time (``drift``: last / first - 1)."""
+    rows = _rows(run_dir)
+    if not rows:
+        return {}
+    start = rows[0]["time"]
+    settled = [r for r in rows if r["time"] >= start + settle_s] or rows[-1:]
+    report: dict[str, dict[str, float]] = {}
+    for key in sorted({k for r in settled for k in r if k.startswith("sys/rss_mib/")}):
+        mib = [r[key] for r in settled if key in r]
+        report[key] = {"first": mib[0], "last": mib[-1], "growth_pct": 100.0 * (mib[-1] / mib[0] - 1.0)}
+    t0, t1 = settled[0]["time"], settled[-1]["time"]
+    third = (t1 - t0) / 3
+    for key in RATES:
+        early = [r[key] for r in settled if key in r and r["time"] <= t0 + third]
+        late = [r[key] for r in settled if key in r and r["time"] >= t1 - third]
+        if early and late:
+            first, last = float(np.mean(early)), float(np.mean(late))
+            report[key] = {"first": first, "last": last, "drift_pct": 100.0 * (last / first - 1.0)}
+    return report
+
+
+def plot_soak(run_dir: Path, settle_s: float) -> Path:
+    """``soak.png``: memory of every process, env steps/s and updates/s against minutes, the restarts marked."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    rows = _rows(run_dir)
+    start = rows[0]["time"]
+    minutes = np.array([(r["time"] - start) / 60 for r in rows])
+    restarts = np.array([r.get("workers/restarts", 0) for r in rows])
+    marks = minutes[1:][np.diff(restarts) > 0]
+    fig = Figure(figsize=(15, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    panels = [("resident memory (MiB)", sorted({k for r in rows for k in r if k.startswith("sys/rss_mib/")})),
+              *((key, [key]) for key in RATES if any(key in r for r in rows))]
+    for axis, (title, keys) in zip(fig.subplots(1, len(panels)), panels):
+        for key in keys:
+            points = [(m, r[key]) for m, r in zip(minutes, rows) if key in r]
+            axis.plot(*zip(*points), label=key.removeprefix("sys/rss_mib/"), lw=1)
+        for m in marks:
+            axis.axvline(m, color="grey", lw=0.5, alpha=0.5)
+        axis.axvline(settle_s / 60, color="black", ls="--", lw=0.8)
+        axis.set(title=title, xlabel="minutes (grey: an env-worker restart; dashed: settled)")
+        if len(keys) > 1:
+            axis.legend(fontsize=7)
+    out = run_dir / "soak.png"
+    fig.savefig(out, dpi=90)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("config", help="a recipe (YAML)")
@@ -78,6 +140,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--restart-every-s", type=float, default=60.0,
                         help="seconds between forced env faults in each env worker process (default 60)")
     parser.add_argument("--warmup", type=float, default=0.2, help="fraction of the run left out of the slope")
+    parser.add_argument("--settle-min", type=float, default=10.0,
+                        help="minutes after which growth and drift are measured (default 10)")
     args = parser.parse_intermixed_args(argv)  # overrides may follow the flags
     cfg = load_config(args.config, args.overrides)
     wrapped = {"inner": cfg.env.id, "every_s": args.restart_every_s, "inner_kwargs": dict(cfg.env.kwargs)}
@@ -102,7 +166,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"{'process':<12} {'MiB after warm-up':>18} {'MiB at the end':>15} {'slope MiB/h':>12}")
     for name, row in report.items():
         print(f"{name:<12} {row['after_warmup']:>18.1f} {row['end']:>15.1f} {row['slope_mib_per_h']:>12.1f}")
-    return {"restarts": restarts, "iterations": iterations, "rss": report, "run_dir": str(result.run_dir)}
+    drift = drift_report(result.run_dir, args.settle_min * 60)
+    print(f"after {args.settle_min:g} min: growth of each process, drift of each rate (first third -> last third)")
+    for key, row in drift.items():
+        change = row.get("growth_pct", row.get("drift_pct"))
+        print(f"  {key:<32} {row['first']:>10.1f} -> {row['last']:>10.1f}  {change:+6.1f}%")
+    print(f"plot: {plot_soak(result.run_dir, args.settle_min * 60)}")
+    return {"restarts": restarts, "iterations": iterations, "rss": report, "drift": drift,
+            "run_dir": str(result.run_dir)}
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ standardized with running statistics kept as buffers (so weight sync and checkpo
 
 from __future__ import annotations
 
+import re
+import zlib
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -18,7 +20,7 @@ import torch
 from torch import nn
 
 from embodied.core.registry import load_entry_point
-from embodied.core.types import STATES, Obs
+from embodied.core.types import STATES, TASK_DESCRIPTIONS, Obs
 from embodied.policy.config import PolicyConfig, PolicySpec
 
 
@@ -44,6 +46,33 @@ def build_encoder(config: PolicyConfig, spec: PolicySpec) -> FeatureEncoder:
     if not type(config).encoder_class:
         raise ValueError(f"policy.type={config.type} offers no observation encoder (PolicyConfig.encoder_class)")
     return load_entry_point(type(config).encoder_class)(config, spec)
+
+
+INSTRUCTION = "instruction"  # the forward-input key of an instruction's hashed words, float32 [B, buckets]
+
+
+def instruction_words(text: str) -> list[str]:
+    """The words of an instruction, lower-cased, punctuation dropped ("Pick up the milk." -> pick, up, the, milk)."""
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def instruction_features(obs: Obs, buckets: int, where: str) -> torch.Tensor:
+    """float32 [B, buckets]: each env's task description as a bag of hashed words (1 where a word of it falls).
+
+    A state policy's language conditioning without a text model: the word's CRC-32 picks its bucket, so the
+    features depend on nothing but the text (no vocabulary to save or to outgrow; an instruction never seen shares
+    the buckets of the words it shares with seen ones). ``where`` names the setting in the error when the env gave
+    no description."""
+    descriptions = obs.get(TASK_DESCRIPTIONS)
+    if descriptions is None or len(descriptions) == 0:
+        raise ValueError(f"{where}: the policy reads each env's instruction from obs['task_descriptions'] and "
+                         "these observations hold none (an off-policy replay keeps no instructions: set it to 0 "
+                         "there)")
+    features = torch.zeros(len(descriptions), buckets)
+    for row, text in enumerate(descriptions):
+        for word in instruction_words(str(text)):
+            features[row, zlib.crc32(word.encode()) % buckets] = 1.0
+    return features
 
 
 def standardize(states: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,9 @@ class MLPConfig(PolicyConfig):
     init_log_std: float = -0.5  # initial log standard deviation of every action dimension
     normalize_states: bool = False  # standardize states with running statistics of the rollouts
     freeze_state_statistics: bool = False  # keep the normalization statistics as loaded (e.g. fitted by SFT to the demonstrations)
+    # Condition on the task's instruction: its words hashed into this many buckets beside the states (0: off). One
+    # policy over several tasks whose states do not say which object is the target's kind needs it.
+    instruction_features: int = 0
 
     model_class: ClassVar[str] = "embodied.policies.mlp.modeling:MLPPolicy"
     encoder_class: ClassVar[str] = "embodied.policies.mlp.modeling:states_encoder"
@@ -32,7 +35,11 @@ class MLPConfig(PolicyConfig):
         return list(self.hidden_sizes)
 
     def validate(self) -> list[str]:
-        """At least one hidden layer, every width positive."""
+        """At least one hidden layer, every width positive; instruction buckets not negative."""
+        problems = []
         if not self.hidden_sizes or any(v < 1 for v in self.hidden_sizes):
-            return [f"policy.hidden_sizes: need at least one layer, every width >= 1, got {self.hidden_sizes}"]
-        return []
+            problems.append(f"policy.hidden_sizes: need at least one layer, every width >= 1, got {self.hidden_sizes}")
+        if self.instruction_features < 0:
+            problems.append(f"policy.instruction_features: need 0 (off) or a number of buckets, got "
+                            f"{self.instruction_features}")
+        return problems

@@ -1,6 +1,6 @@
 """Gaussian MLP actor-critic that emits an action chunk from the state observation.
 
-The actor maps states [B, S] to the mean of a diagonal Gaussian over the whole chunk [B, C * A]
+The actor maps states [B, S] (with ``instruction_features``, and the instruction's hashed words) to the mean of a diagonal Gaussian over the whole chunk [B, C * A]
 (one state-independent log-std per chunk entry); the log-prob of a chunk is the sum over its
 C * A dimensions (``logprob_granularity = "chunk"``). A separate critic gives V(s).
 """
@@ -16,7 +16,8 @@ from embodied.core import rng
 from embodied.core.types import STATES, Obs, PolicyOutput
 from embodied.policies.mlp.configuration import MLPConfig
 from embodied.policy.base import Policy, PolicySpec
-from embodied.policy.encoder import StatesEncoder, merge_statistics, standardize, states_tensor  # noqa: F401
+from embodied.policy.encoder import (INSTRUCTION, StatesEncoder, instruction_features, merge_statistics,  # noqa: F401
+                                     standardize, states_tensor)
 
 
 def _mlp(sizes: list[int], activation: type[nn.Module], out_gain: float) -> nn.Sequential:
@@ -46,8 +47,10 @@ class MLPPolicy(Policy):
         self.chunk, self.action_dim = config.action_chunk, spec.action_dim
         act = {"tanh": nn.Tanh, "relu": nn.ReLU}[config.activation]
         out = self.chunk * self.action_dim
-        self.actor_mean = _mlp([spec.state_dim, *config.hidden_sizes, out], act, 0.01)
-        self.critic = _mlp([spec.state_dim, *config.hidden_sizes, 1], act, 1.0)
+        self.instruction_buckets = config.instruction_features
+        inputs = spec.state_dim + self.instruction_buckets
+        self.actor_mean = _mlp([inputs, *config.hidden_sizes, out], act, 0.01)
+        self.critic = _mlp([inputs, *config.hidden_sizes, 1], act, 1.0)
         self.log_std = nn.Parameter(torch.full((out,), float(config.init_log_std)))
         self.normalize_states = config.normalize_states
         self.freeze_state_statistics = config.freeze_state_statistics
@@ -60,6 +63,11 @@ class MLPPolicy(Policy):
             return states
         return standardize(states, self.state_mean, self.state_var)
 
+    def _features(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """What actor and critic read: the (standardized) states, then the instruction's buckets where configured."""
+        states = self._normalized(inputs[STATES])
+        return torch.cat([states, inputs[INSTRUCTION]], -1) if self.instruction_buckets else states
+
     @torch.no_grad()
     def observe(self, forward_inputs: dict[str, torch.Tensor]) -> None:
         """Merge the batch's state mean and variance into the running ones (parallel algorithm)."""
@@ -67,31 +75,35 @@ class MLPPolicy(Policy):
             return
         merge_statistics(self.state_mean, self.state_var, self.state_count, forward_inputs[STATES])
 
-    def _dist(self, states: torch.Tensor) -> Normal:
-        return Normal(self.actor_mean(self._normalized(states)), self.log_std.exp().expand(states.shape[0], -1))
+    def _dist(self, features: torch.Tensor) -> Normal:
+        return Normal(self.actor_mean(features), self.log_std.exp().expand(features.shape[0], -1))
 
     def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
-        return {STATES: states_tensor(obs)}
+        inputs = {STATES: states_tensor(obs)}
+        if self.instruction_buckets:
+            inputs[INSTRUCTION] = instruction_features(obs, self.instruction_buckets, "policy.instruction_features")
+        return inputs
 
     def act(self, obs: Obs, deterministic: bool = False) -> PolicyOutput:
-        states = states_tensor(obs)
-        dist = self._dist(states)
+        inputs = self.forward_inputs(obs)
+        features = self._features(inputs)
+        dist = self._dist(features)
         flat = dist.mean if deterministic else rng.sample(dist)
         return PolicyOutput(
             actions=flat.view(-1, self.chunk, self.action_dim),
             logprobs=dist.log_prob(flat).sum(-1),
-            values=self.critic(self._normalized(states)).squeeze(-1),
-            forward_inputs={STATES: states},
+            values=self.critic(features).squeeze(-1),
+            forward_inputs=inputs,
         )
 
     def evaluate(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor):
-        states = forward_inputs[STATES]
-        dist = self._dist(states)
+        features = self._features(forward_inputs)
+        dist = self._dist(features)
         flat = actions.reshape(actions.shape[0], -1)
-        return dist.log_prob(flat).sum(-1), dist.entropy().sum(-1), self.critic(self._normalized(states)).squeeze(-1)
+        return dist.log_prob(flat).sum(-1), dist.entropy().sum(-1), self.critic(features).squeeze(-1)
 
     def value(self, obs: Obs) -> torch.Tensor:
-        return self.critic(self._normalized(states_tensor(obs))).squeeze(-1)
+        return self.critic(self._features(self.forward_inputs(obs))).squeeze(-1)
 
 
 def states_encoder(config: MLPConfig, spec: PolicySpec) -> StatesEncoder:
@@ -99,4 +111,7 @@ def states_encoder(config: MLPConfig, spec: PolicySpec) -> StatesEncoder:
     says. An algorithm that puts its own head on the policy (SAC) builds it."""
     if spec.state_dim <= 0:
         raise ValueError(f"policy.type={config.type} needs state observations (env.obs_mode 'state' or 'state+rgb')")
+    if config.instruction_features:
+        raise ValueError("policy.instruction_features: an algorithm that puts its own head on the policy's encoder "
+                         "reads the states only (and its replay keeps no instructions): set it to 0")
     return StatesEncoder(spec.state_dim, config.normalize_states, config.freeze_state_statistics)

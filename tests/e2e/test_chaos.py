@@ -4,10 +4,16 @@ left behind."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+import benchmarks.chaos as chaos_module
 from benchmarks.chaos import chaos
 
 pytestmark = pytest.mark.slow
@@ -21,3 +27,35 @@ def test_a_run_killed_three_times_ends_as_the_uninterrupted_one(tmp_path):
     assert len(report.kills) >= 1
     resumed = (tmp_path / "chaos.log").read_text().count("runner.resume_from=auto: continuing")
     assert resumed >= 1, report.kills  # at least one kill landed after a checkpoint, and the run went on from it
+
+
+def test_worker_targets_are_refused_on_the_local_backend_and_unknown_ones_named():
+    recipe = str(Path(__file__).resolve().parents[2] / "configs" / "reach_mlp_sac.yaml")
+    with pytest.raises(ValueError, match="cluster.backend is 'local', whose workers are threads"):
+        chaos_module._check_targets(recipe, ["cluster.backend=local"], ("driver", "env_worker"))
+    with pytest.raises(ValueError, match=r"--targets: \['learner'\]; choose from driver, env_worker, rollout_worker"):
+        chaos_module._check_targets(recipe, [], ("driver", "learner"))
+    chaos_module._check_targets(recipe, ["cluster.backend=ray"], ("driver", "rollout_worker"))  # accepted
+
+
+def test_a_killed_drivers_process_tree_is_found_and_what_outlives_it_named(monkeypatch):
+    # A "driver" whose child leaves its process group (as Ray's daemons do): killing the group leaves the child.
+    proc = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen([sys.executable, "
+                             "'-c', 'import os, time; os.setsid(); time.sleep(60)']); time.sleep(60)"],
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # until the child runs in a session of its own
+            tree = chaos_module._descendants(proc.pid)
+            if len(tree) == 2 and os.getsid(tree[1]) != os.getsid(proc.pid):
+                break
+            time.sleep(0.1)
+        assert len(tree) == 2 and tree[0] == proc.pid
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        monkeypatch.setattr(chaos_module, "ORPHAN_GRACE_S", 1.0)
+        left = chaos_module._left_behind(tree)
+        assert len(left) == 1 and str(tree[1]) in left[0] and "os.setsid()" in left[0]
+        assert not chaos_module._alive(tree[1])  # and it was killed, so nothing piles up
+    finally:
+        proc.kill()

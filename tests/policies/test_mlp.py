@@ -176,3 +176,40 @@ def test_state_normalization_tracks_rollout_statistics_and_keeps_replay_exact():
     torch.testing.assert_close(logprobs, out.logprobs)
     torch.testing.assert_close(values, out.values)
     assert "state_mean" in policy.state_dict()  # travels with weight syncs and checkpoints
+
+
+def test_instruction_features_hash_words_into_buckets():
+    from embodied.policy.encoder import instruction_features, instruction_words
+
+    assert instruction_words("Pick up the Milk, and place it.") == ["pick", "up", "the", "milk", "and", "place", "it"]
+    feats = instruction_features({"task_descriptions": ["pick up the milk", "pick up the ketchup", "PICK UP THE MILK"]},
+                                 64, "here")
+    assert feats.shape == (3, 64) and set(feats.unique().tolist()) <= {0.0, 1.0}
+    torch.testing.assert_close(feats[0], feats[2])  # the text alone decides, case aside
+    assert not torch.equal(feats[0], feats[1]) and (feats[0] * feats[1]).sum() >= 1  # shared words share buckets
+    with pytest.raises(ValueError, match="here: .*task_descriptions.*replay keeps no instructions"):
+        instruction_features({STATES: np.zeros((2, S))}, 64, "here")
+
+
+def test_instruction_conditioned_policy_acts_on_the_instruction_and_replays_it():
+    policy = make(instruction_features=32)
+    o = obs(4)
+    o["task_descriptions"] = ["pick up the milk"] * 2 + ["pick up the ketchup"] * 2
+    o[STATES][:] = o[STATES][0]  # the same states: only the instruction differs
+    out = policy.act(o, deterministic=True)
+    assert set(out.forward_inputs) == {STATES, "instruction"} and out.forward_inputs["instruction"].shape == (4, 32)
+    torch.testing.assert_close(out.actions[0], out.actions[1], rtol=0, atol=0)
+    assert not torch.allclose(out.actions[0], out.actions[2])
+    logprobs, _, values = policy.evaluate(out.forward_inputs, out.actions)
+    torch.testing.assert_close(logprobs, out.logprobs, rtol=0, atol=0)
+    torch.testing.assert_close(values, out.values, rtol=0, atol=0)
+    torch.testing.assert_close(policy.value(o), out.values, rtol=0, atol=0)
+
+
+def test_instruction_features_config_is_checked():
+    assert MLPConfig(instruction_features=-1).validate() == [
+        "policy.instruction_features: need 0 (off) or a number of buckets, got -1"]
+    from embodied.policies.mlp.modeling import states_encoder
+
+    with pytest.raises(ValueError, match="policy.instruction_features: an algorithm that puts its own head"):
+        states_encoder(MLPConfig(instruction_features=8), SPEC)
