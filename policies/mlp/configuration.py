@@ -26,6 +26,7 @@ class MLPConfig(PolicyConfig):
     model_class: ClassVar[str] = "embodied.policies.mlp.modeling:MLPPolicy"
     encoder_class: ClassVar[str] = "embodied.policies.mlp.modeling:states_encoder"
     head_fields: ClassVar[tuple[str, ...]] = ("activation", "init_log_std")
+    architecture_fields: ClassVar[tuple[str, ...]] = ("hidden_sizes", "instruction_features")  # init_from must match
     aliases: ClassVar[dict[str, dict[str, Any]]] = {"mlp_sac": {}}  # SAC's actor over this policy's encoder, before
 
     def required_observations(self) -> set[str]:

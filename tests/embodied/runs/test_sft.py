@@ -225,3 +225,16 @@ def test_a_cosine_schedule_decays_the_learning_rate_to_zero_over_the_run(tmp_pat
     assert {m["sft/lr"] for m in constant.history} == {0.002}
     with pytest.raises(ConfigError, match="sft.lr_schedule"):
         load_config(None, ["sft.lr_schedule=linear"])
+
+
+def test_an_instruction_conditioned_policy_clones_then_trains_with_ppo_on_its_instructions(tmp_path, reach_demos):
+    cloned = run_sft(tmp_path / "sft", reach_demos, "sft.epochs=2", "policy.instruction_features=16")
+    assert math.isfinite(cloned.history[-1]["sft/train_loss"]) and "eval/success_rate" in cloned.final_eval
+    # PPO replays what the rollouts recorded: the instruction's buckets travel with the states.
+    rl = runner.train(load_config(None, [*REACH, *QUIET, "runner.iterations=2", "runner.eval_every=0",
+                                         "policy.instruction_features=16", f"policy.init_from={cloned.checkpoint}",
+                                         f"experiment.output_dir={tmp_path / 'rl'}"]))
+    assert len(rl.history) == 2 and math.isfinite(rl.history[-1]["train/policy_loss"])
+    with pytest.raises(ConfigError, match="its policy.instruction_features is 16, this config.s is 0"):
+        runner.train(load_config(None, [*REACH, *QUIET, "runner.iterations=1", f"policy.init_from={cloned.checkpoint}",
+                                        f"experiment.output_dir={tmp_path / 'rl2'}"]))
