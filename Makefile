@@ -11,13 +11,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CONSTRAINTS := .ci/constraints.txt
 RECIPE ?= configs/reach_mlp_ppo.yaml
-EXTRAS ?= test,robotics,metaworld,libero
+EXTRAS ?= test,robotics,metaworld,libero,maniskill
 export MUJOCO_GL ?= egl
 
 .PHONY: setup train test test-fast test-slow bench clean
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	bash .ci/system-deps.sh
+	# ManiSkill's renderer needs Vulkan: a private CPU driver under .vulkan/, the system's Mesa untouched.
+	bash .ci/vulkan-driver.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, from the local CPU wheel; the constraints file keeps it there afterwards.
