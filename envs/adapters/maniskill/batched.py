@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal
 import gymnasium as gym
 import numpy as np
 
+from embodied.core import pickles
 from embodied.core.types import STATES, TASK_DESCRIPTIONS, ChunkStepResult, EpisodeStats, Obs
 from embodied.envs.adapters.maniskill.env import (
     RewardMode, SimBackend, _to_numpy, _to_torch, check_options, cuda_available, import_maniskill, make_maniskill)
@@ -195,8 +196,8 @@ class ManiSkillBatchedEnv:
 
     def set_state(self, state: bytes) -> None:
         """Put back what ``get_state`` saved (PhysX's contact caches are not in ManiSkill's state: see
-        docs/maniskill.md, exact resume)."""
-        sim, obs, counters = pickle.loads(state)  # noqa: S301 - the run's own checkpoint
+        docs/results/maniskill.md, exact resume)."""
+        sim, obs, counters = pickles.loads(state)  # noqa: S301 - the run's own checkpoint
         u = self.env.unwrapped
         u.set_state_dict(_to_torch(sim, self.device))
         self._obs = _to_torch(obs, self.device)

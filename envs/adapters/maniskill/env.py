@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import functools
 import importlib
-import pickle
 import warnings
 from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
 
-from embodied.core.types import MAIN_IMAGES, STATES, EnvFootprint, Obs
+from embodied.core.types import STATES, EnvFootprint, Obs
 from embodied.envs.adapters.maniskill.observations import (
     camera_map, maniskill_obs_mode, sensor_cameras, to_layout)
 from embodied.envs.adapters.maniskill.tasks import Task, missing_assets
@@ -217,7 +216,7 @@ class ManiSkillEnv(gym.Env):
     def __getstate__(self) -> dict[str, Any]:
         u = self.env.unwrapped
         sim = {k: _to_numpy(v) for k, v in u.get_state_dict().items()}
-        rngs = pickle.dumps({a: _plain_rng(getattr(u, a)) for a in RNG_ATTRS if hasattr(u, a)})
+        rngs = {a: _plain_rng(getattr(u, a)) for a in RNG_ATTRS if hasattr(u, a)}  # plain data: pickled with the rest
         return {"args": self._args, "sim": sim, "rngs": rngs, "steps": self._steps,
                 "elapsed": _to_numpy(u._elapsed_steps)}
 
@@ -226,7 +225,7 @@ class ManiSkillEnv(gym.Env):
 
         self.__init__(**state["args"])
         u = self.env.unwrapped
-        rngs = pickle.loads(state["rngs"])  # noqa: S301 - the run's own checkpoint
+        rngs = state["rngs"]
         self.env.reset(seed=int(np.asarray(rngs["_episode_seed"]).reshape(-1)[0]))  # what the episode drew at start
         for name, value in rngs.items():
             setattr(u, name, _batched_rng(value))

@@ -175,4 +175,5 @@ def test_checkpoints_are_read_without_unpickling_anywhere_but_the_signed_env_sna
     assert unpickling == {"embodied/core/pickles.py": ["pickle.Unpickler"],  # pickles.loads: moved modules mapped
                           "embodied/workers/env_worker.py": ["pickles.loads", "pickles.loads"],
                           "envs/chunked.py": ["pickles.loads"],  # set_state: reached only through env_worker's
-                          "envs/mujoco_batched.py": ["pickles.loads"]}  # likewise (the batched built-in tasks)
+                          "envs/mujoco_batched.py": ["pickles.loads"],  # likewise (the batched built-in tasks)
+                          "envs/adapters/maniskill/batched.py": ["pickles.loads"]}  # likewise (ManiSkill on CUDA)
