@@ -255,6 +255,9 @@ class SFTConfig:
     lr_schedule: Literal["constant", "cosine"] = "constant"
     weight_decay: float = 0.0  # AdamW weight decay
     max_grad_norm: float = 1.0  # gradient-norm clip
+    # Keep an exponential moving average of the weights with this decay (e.g. 0.999: about the last 1,000 steps); the
+    # average is what is validated, evaluated, saved and starts RL. 0: off, the last iterate.
+    ema_decay: float = 0.0
     val_fraction: float = 0.1  # episodes held out for the validation loss
     first_step_weight: float = 1.0  # how often each episode's first chunk step is drawn relative to the others (1: uniform); where the demonstrator picks its target, and one row in several
     eval_every: int = 0  # gradient steps between success evals and checkpoints (0: only at the end)
@@ -265,6 +268,7 @@ class SFTConfig:
         checks = ((self.epochs >= 1, "epochs", "must be >= 1"), (self.batch_size >= 1, "batch_size", "must be >= 1"),
                   (self.lr > 0, "lr", "must be > 0"), (self.weight_decay >= 0, "weight_decay", "must be >= 0"),
                   (self.max_grad_norm > 0, "max_grad_norm", "must be > 0"),
+                  (0.0 <= self.ema_decay < 1.0, "ema_decay", "must be in [0, 1) (0: off)"),
                   (0.0 <= self.val_fraction < 1.0, "val_fraction", "must be in [0, 1)"),
                   (self.first_step_weight > 0, "first_step_weight", "must be > 0 (1: uniform)"),
                   (self.eval_every >= 0, "eval_every", "must be >= 0"), (self.log_every >= 1, "log_every", "must be >= 1"),

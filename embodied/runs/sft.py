@@ -17,10 +17,12 @@ same sinks and ``learning_curves.png``, and the checkpoint is the same folder fo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,6 +94,7 @@ def sft(cfg: Config) -> SFTResult:
         optimizer = torch.optim.AdamW(params, lr=cfg.sft.lr, weight_decay=cfg.sft.weight_decay)
         schedule = (torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total, eta_min=0.0)
                     if cfg.sft.lr_schedule == "cosine" else None)
+        average = WeightAverage(params, cfg.sft.ema_decay) if cfg.sft.ema_decay else None
         logger = MetricLogger(cfg.logger, run_dir, run_dir.name, to_dict(cfg), total, 0, None)
         step, window, t0 = 0, [], time.perf_counter()
         checkpoint: Path | None = None
@@ -111,6 +114,8 @@ def sft(cfg: Config) -> SFTResult:
                 optimizer.step()
                 if schedule is not None:
                     schedule.step()
+                if average is not None:
+                    average.update()
                 window.append(float(loss.detach()))
                 evaluating = step == total or bool(cfg.sft.eval_every and step % cfg.sft.eval_every == 0)
                 if evaluating or step % cfg.sft.log_every == 0:
@@ -118,15 +123,17 @@ def sft(cfg: Config) -> SFTResult:
                                "sft/samples_per_s": len(window) * cfg.sft.batch_size / (time.perf_counter() - t0),
                                "sft/lr": optimizer.param_groups[0]["lr"]}
                     window, t0 = [], time.perf_counter()
-                    if len(val_set):
-                        metrics["sft/val_loss"] = validation_loss(policy, val_set, cfg.sft.batch_size)
-                    if evaluating:  # saved first: a stopped SFT, or an eval that fails, keeps what it learned
-                        checkpoint = save(step)
-                        metrics |= evaluate(evaluators, policy, step, cfg.runner.eval_episodes)
+                    with averaged(average):  # what is validated, saved and evaluated: the average, with one
+                        if len(val_set):
+                            metrics["sft/val_loss"] = validation_loss(policy, val_set, cfg.sft.batch_size)
+                        if evaluating:  # saved first: a stopped SFT, or an eval that fails, keeps what it learned
+                            checkpoint = save(step)
+                            metrics |= evaluate(evaluators, policy, step, cfg.runner.eval_episodes)
                     logger.log(metrics, step=step)
                     history.append(metrics)
         if checkpoint is None or checkpoint.name != f"iter_{step:06d}":
-            checkpoint = save(step)
+            with averaged(average):
+                checkpoint = save(step)
         for each in evaluators.values():
             each.close()
     finally:
@@ -137,6 +144,42 @@ def sft(cfg: Config) -> SFTResult:
         draw_learning_curves(run_dir)
     final = {k: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
     return SFTResult(run_dir, checkpoint, final, history)
+
+
+class WeightAverage:
+    """An exponential moving average of ``params`` (``sft.ema_decay``): after each step ``avg = d * avg + (1 - d) *
+    param``. A clone's last iterate moves by about the learning rate at every step, and its success swings by tens of
+    points between neighbouring steps; the average of the last ~1 / (1 - d) steps is what Diffusion Policy and
+    LeRobot's ACT-style recipes keep for the same reason."""
+
+    def __init__(self, params: list[torch.Tensor], decay: float) -> None:
+        self.params, self.decay = params, decay
+        self.average = [p.detach().clone() for p in params]
+
+    @torch.no_grad()
+    def update(self) -> None:
+        torch._foreach_lerp_(self.average, [p.detach() for p in self.params], 1.0 - self.decay)
+
+    @torch.no_grad()
+    def swap(self) -> None:
+        """Exchange the live weights and the average (twice: back as they were)."""
+        for param, avg in zip(self.params, self.average):
+            held = param.detach().clone()
+            param.copy_(avg)
+            avg.copy_(held)
+
+
+@contextlib.contextmanager
+def averaged(average: WeightAverage | None) -> Iterator[None]:
+    """The policy holds the averaged weights inside the block (as it is, without an average), the live ones after."""
+    if average is None:
+        yield
+        return
+    average.swap()
+    try:
+        yield
+    finally:
+        average.swap()
 
 
 def open_dataset(cfg: Config) -> Demonstrations:

@@ -238,3 +238,36 @@ def test_an_instruction_conditioned_policy_clones_then_trains_with_ppo_on_its_in
     with pytest.raises(ConfigError, match="its policy.instruction_features is 16, this config.s is 0"):
         runner.train(load_config(None, [*REACH, *QUIET, "runner.iterations=1", f"policy.init_from={cloned.checkpoint}",
                                         f"experiment.output_dir={tmp_path / 'rl2'}"]))
+
+
+def test_a_weight_average_is_what_is_saved_and_evaluated_and_the_live_weights_train_on():
+    import torch
+
+    from embodied.runs.sft import WeightAverage, averaged
+
+    param = torch.nn.Parameter(torch.zeros(3))
+    average = WeightAverage([param], decay=0.5)
+    for value in (1.0, 1.0, 1.0):
+        with torch.no_grad():
+            param.fill_(value)
+        average.update()
+    torch.testing.assert_close(average.average[0], torch.full((3,), 0.875))  # 0 -> 0.5 -> 0.75 -> 0.875
+    with averaged(average):
+        torch.testing.assert_close(param.detach(), torch.full((3,), 0.875))
+    torch.testing.assert_close(param.detach(), torch.ones(3))  # the live weights are back
+    with averaged(None):
+        torch.testing.assert_close(param.detach(), torch.ones(3))
+
+
+def test_sft_with_a_weight_average_saves_the_average(tmp_path, reach_demos):
+    import torch
+
+    from embodied.checkpoint.store import load_checkpoint
+
+    plain = run_sft(tmp_path / "a", reach_demos, "sft.epochs=3")
+    smooth = run_sft(tmp_path / "b", reach_demos, "sft.epochs=3", "sft.ema_decay=0.9")
+    saved = [load_checkpoint(r.checkpoint)["actor"]["policy"]["actor_mean.0.weight"] for r in (plain, smooth)]
+    assert not torch.equal(saved[0], saved[1])  # the same steps, another point saved: the average
+    assert "eval/success_rate" in smooth.final_eval
+    with pytest.raises(ConfigError, match=r"sft.ema_decay: must be in \[0, 1\) \(0: off\), got 1.0"):
+        run_sft(tmp_path / "c", reach_demos, "sft.ema_decay=1.0")
