@@ -3,7 +3,7 @@
 ``TASKS`` lists every task mani-skill 3.0.1 registers, with its registered episode cap and, for those that cannot
 build from the wheel alone, the ManiSkill asset ids it needs (``python -m mani_skill.utils.download_asset ID``
 fetches one) or the package it imports. The table is static so that ``embodied list envs`` lists the suite
-without importing ManiSkill (seconds: torch, SAPIEN); ``tests/envs/adapters/test_maniskill_tasks.py`` checks it
+without importing ManiSkill (seconds: torch, SAPIEN); ``tests/envs/adapters/test_maniskill.py`` checks it
 against the installed ManiSkill's registry. Each id's env class (a ``ManiSkillEnv`` subclass) is made on first use
 by this module's ``__getattr__``, as the entry points in ``pyproject.toml`` name them (``ManiSkill_PickCube_v1``).
 """
