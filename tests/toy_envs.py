@@ -235,6 +235,25 @@ class ReplayFaultEnv(CountingEnv):
         return 1 / 0  # the same line on every replay
 
 
+class DyingBuildEnv(CountingEnv):
+    """A CountingEnv whose first construction in a process other than the driver's (the pid the file ``marker``
+    holds) kills that process: an env worker OOM-killed while the run starts. The process that removes the marker
+    dies; later builds are plain."""
+
+    def __init__(self, marker: str = "", **kwargs) -> None:
+        import os
+        import signal
+
+        if marker and os.path.exists(marker) and open(marker).read() != str(os.getpid()):
+            try:
+                os.unlink(marker)
+            except FileNotFoundError:
+                pass
+            else:
+                os.kill(os.getpid(), signal.SIGKILL)
+        super().__init__(**kwargs)
+
+
 class FlakyBuildEnv(CountingEnv):
     """A CountingEnv whose constructor raises (as an EGL initialisation that loses a race does) on the first
     ``fail_builds`` constructions counted in the file ``counter`` (shared by all its envs and processes)."""

@@ -152,9 +152,15 @@ def run(cfg: Config, make_iterations: Callable[[Workers, Config], Iterations]) -
     discarded = 0
     try:
         stop.__enter__()  # SIGINT/SIGTERM: finish the iteration, checkpoint, stop (see embodied.runs.stop)
-        workers = Workers.start(cfg, backend)
-        if resume:
-            restore_run(workers, resume, cfg)
+        try:
+            workers = Workers.start(cfg, backend)
+            if resume:
+                restore_run(workers, resume, cfg)
+        except Exception as exc:
+            if backend.died(exc):  # a worker's process killed while building (an OOM kill, say): not Ray's traceback
+                raise WorkerLostError(f"a worker's process died while the run was starting: {lost_worker(exc)}") \
+                    from exc
+            raise
         logger = MetricLogger(cfg.logger, run_dir, run_dir.name, to_dict(cfg), cfg.runner.iterations, start,
                               wandb_id_of(resume, run_dir))
         evaluate = PeriodicEval(workers, cfg, run_dir)

@@ -141,6 +141,22 @@ def test_a_rollout_worker_that_dies_stops_the_run_naming_it_its_last_checkpoint_
         train(cfg)
 
 
+@pytest.mark.ray
+def test_a_worker_that_dies_while_the_run_starts_stops_it_with_a_clear_error_not_rays_traceback(tmp_path, ray_session):
+    from embodied.backends import WorkerLostError
+
+    marker = tmp_path / "die"
+    marker.write_text(str(os.getpid()))  # the driver builds one env too (its preflight), and is spared
+    cfg = load_config(RECIPE, [*SHORT, "runner.iterations=2", "runner.eval_every=0", "cluster.backend=ray",
+                               "env.id=tests.toy_envs:DyingBuildEnv", "policy.type=mlp",
+                               f'env.kwargs={{"marker": "{marker}"}}', "eval_env.id=tests.toy_envs:CountingEnv",
+                               "eval_env.kwargs={}", f"experiment.output_dir={tmp_path}"])
+    with pytest.raises(WorkerLostError, match=r"a worker's process died while the run was starting: EnvWorker \(\w+\); "
+                                              r"the run stopped: it saved no checkpoint yet .*runner.resume_from="):
+        train(cfg)
+    assert not marker.exists()  # a worker claimed it
+
+
 def learning_figures(result) -> list[dict[str, float]]:
     """Every metric that depends on the run's numbers (not on how fast the machine ran it)."""
     return [{k: v for k, v in m.items() if k.startswith(("train/", "eval/", "rollout/"))} for m in result.history]
