@@ -27,9 +27,9 @@ import numpy as np
 
 from embodied.core import pickles
 from embodied.core.types import STATES, TASK_DESCRIPTIONS, ChunkStepResult, EpisodeStats, Obs
-from embodied.envs.adapters.maniskill.env import (
-    RewardMode, SimBackend, _to_numpy, _to_torch, check_options, cuda_available, import_maniskill, make_maniskill)
 from embodied.envs.adapters.maniskill.observations import camera_map, sensor_cameras, to_layout
+from embodied.envs.adapters.maniskill.sim import (
+    RewardMode, SimBackend, check_options, cuda_available, import_maniskill, make_maniskill, to_numpy, to_torch)
 from embodied.envs.adapters.maniskill.tasks import Task
 from embodied.envs.adapters.maniskill.vulkan import ManiSkillSetupError
 from embodied.envs.batched import check_chunk_actions
@@ -189,8 +189,8 @@ class ManiSkillBatchedEnv:
     def get_state(self) -> bytes:
         """The batch mid-episode: ManiSkill's simulator state, observations and episode counters, pickled."""
         u = self.env.unwrapped
-        sim = {k: _to_numpy(v) for k, v in u.get_state_dict().items()}
-        obs = {k: _to_numpy(v) for k, v in self._obs.items()}
+        sim = {k: to_numpy(v) for k, v in u.get_state_dict().items()}
+        obs = {k: to_numpy(v) for k, v in self._obs.items()}
         counters = (self._elapsed, self._finished, self._ret, self._success_once, self._success_last)
         return pickle.dumps((sim, obs, counters))
 
@@ -199,8 +199,8 @@ class ManiSkillBatchedEnv:
         docs/results/maniskill.md, exact resume)."""
         sim, obs, counters = pickles.loads(state)  # noqa: S301 - the run's own checkpoint
         u = self.env.unwrapped
-        u.set_state_dict(_to_torch(sim, self.device))
-        self._obs = _to_torch(obs, self.device)
+        u.set_state_dict(to_torch(sim, self.device))
+        self._obs = to_torch(obs, self.device)
         self._elapsed, self._finished, self._ret, self._success_once, self._success_last = counters
 
     # -- internals -----------------------------------------------------------------------------

@@ -24,75 +24,21 @@ envs`` shows them with those needing a download marked). Configs::
 
 from __future__ import annotations
 
-import functools
-import importlib
-import warnings
 from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
 
 from embodied.core.types import STATES, EnvFootprint, Obs
-from embodied.envs.adapters.maniskill.observations import (
-    camera_map, maniskill_obs_mode, sensor_cameras, to_layout)
+from embodied.envs.adapters.maniskill.observations import camera_map, sensor_cameras, to_layout
+from embodied.envs.adapters.maniskill.sim import (
+    RewardMode, SimBackend, check_options, cuda_available, import_maniskill, make_maniskill, to_numpy, to_torch)
 from embodied.envs.adapters.maniskill.tasks import Task, missing_assets
-from embodied.envs.adapters.maniskill.vulkan import ManiSkillSetupError, VulkanDriver, choose_driver, explain
+from embodied.envs.adapters.maniskill.vulkan import ManiSkillSetupError
 
-EXTRA = "pip install 'embodied[maniskill]' (make setup installs it)"
-MIN_IMAGE, MAX_IMAGE = 16, 1024
-RewardMode = Literal["sparse", "dense", "normalized_dense"]
-SimBackend = Literal["auto", "physx_cpu", "physx_cuda"]
 # What the RNGs of a ManiSkill env are called (exact resume puts them back).
 RNG_ATTRS: tuple[str, ...] = ("_main_seed", "_episode_seed", "_main_rng", "_batched_main_rng", "_episode_rng",
                               "_batched_episode_rng")
-
-
-@functools.cache
-def import_maniskill() -> VulkanDriver:
-    """Choose the Vulkan driver, then import ``mani_skill.envs`` (which registers the tasks with gymnasium)."""
-    driver = choose_driver()  # before SAPIEN reads VK_ICD_FILENAMES
-    try:
-        with warnings.catch_warnings():  # SAPIEN warns that it uses its own Vulkan loader: what is meant here
-            warnings.filterwarnings("ignore", message=".*libvulkan.*")
-            importlib.import_module("mani_skill.envs")
-    except ImportError as err:
-        raise ManiSkillSetupError(f"the ManiSkill envs need mani-skill: {EXTRA} ({err})") from err
-    return driver
-
-
-def cuda_available() -> bool:
-    """Whether this process can use CUDA (torch is ManiSkill's own dependency)."""
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def make_maniskill(task: Task, obs_mode: str, num_envs: int, sim_backend: str, max_episode_steps: int,
-                   render_mode: str | None, reward_mode: str | None, control_mode: str | None,
-                   image_size: int) -> gym.Env:
-    """``gym.make`` of a ManiSkill task, each failure said as what is missing and the fix."""
-    missing = missing_assets(task)
-    if missing:
-        raise ManiSkillSetupError(missing)
-    driver = import_maniskill()
-    from mani_skill.utils.registration import REGISTERED_ENVS
-
-    supported = list(getattr(REGISTERED_ENVS[task.maniskill_id].cls, "SUPPORTED_REWARD_MODES", ()) or ())
-    if reward_mode is not None and supported and reward_mode not in supported:
-        raise ValueError(f"env.kwargs.reward_mode: {task.env_id} supports {supported}, got {reward_mode!r}")
-    size = {"width": image_size, "height": image_size}
-    options = {"reward_mode": reward_mode} if reward_mode is not None else {}
-    options |= {"control_mode": control_mode} if control_mode is not None else {}
-    # Without CUDA SAPIEN renders on the CPU driver; asking for it spares ManiSkill's warning that it fell back.
-    options |= {} if cuda_available() else {"render_backend": "cpu"}
-    try:
-        return gym.make(task.maniskill_id, obs_mode=maniskill_obs_mode(obs_mode), num_envs=num_envs,
-                        sim_backend=sim_backend, render_mode=render_mode, max_episode_steps=max_episode_steps,
-                        sensor_configs=size, human_render_camera_configs=size, **options)
-    except RuntimeError as err:
-        if "vk::" in str(err) or "Vulkan" in str(err) or "vulkan" in str(err):
-            raise ManiSkillSetupError(explain(driver, err)) from err
-        raise
 
 
 class ManiSkillEnv(gym.Env):
@@ -215,10 +161,10 @@ class ManiSkillEnv(gym.Env):
 
     def __getstate__(self) -> dict[str, Any]:
         u = self.env.unwrapped
-        sim = {k: _to_numpy(v) for k, v in u.get_state_dict().items()}
+        sim = {k: to_numpy(v) for k, v in u.get_state_dict().items()}
         rngs = {a: _plain_rng(getattr(u, a)) for a in RNG_ATTRS if hasattr(u, a)}  # plain data: pickled with the rest
         return {"args": self._args, "sim": sim, "rngs": rngs, "steps": self._steps,
-                "elapsed": _to_numpy(u._elapsed_steps)}
+                "elapsed": to_numpy(u._elapsed_steps)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         import torch
@@ -229,7 +175,7 @@ class ManiSkillEnv(gym.Env):
         self.env.reset(seed=int(np.asarray(rngs["_episode_seed"]).reshape(-1)[0]))  # what the episode drew at start
         for name, value in rngs.items():
             setattr(u, name, _batched_rng(value))
-        u.set_state_dict(_to_torch(state["sim"], u.device))
+        u.set_state_dict(to_torch(state["sim"], u.device))
         u._elapsed_steps[:] = torch.as_tensor(state["elapsed"], device=u.device)
         self._steps = state["steps"]
 
@@ -241,17 +187,6 @@ class ManiSkillEnv(gym.Env):
     def _numpy(self, raw: Any) -> Obs:
         return {k: np.array(v[0].cpu().numpy(), dtype=np.float32 if k == STATES else np.uint8, copy=True)
                 for k, v in self._layout(raw).items()}
-
-
-def check_options(task: Task, obs_mode: str, image_size: int, render_mode: str | None) -> None:
-    """The constructor's own checks, before anything is built."""
-    if obs_mode not in ("state", "rgb", "state+rgb"):
-        raise ValueError(f"env.obs_mode: {obs_mode!r} is not one of state, rgb, state+rgb")
-    if not isinstance(image_size, int) or not MIN_IMAGE <= image_size <= MAX_IMAGE:
-        raise ValueError(f"env.kwargs.image_size: {task.env_id}'s cameras render {MIN_IMAGE}..{MAX_IMAGE} px, "
-                         f"got {image_size!r}")
-    if render_mode not in (None, "rgb_array"):
-        raise ValueError(f"{task.env_id}: render_mode must be None or 'rgb_array', got {render_mode!r}")
 
 
 def cuda_refusal(task: Task) -> str:
@@ -286,17 +221,3 @@ def _batched_rng(value: Any) -> Any:
 
 def _flag(value: Any) -> bool:
     return bool(np.asarray(value.cpu() if hasattr(value, "cpu") else value).reshape(-1)[0])
-
-
-def _to_numpy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _to_numpy(v) for k, v in value.items()}
-    return value.cpu().numpy() if hasattr(value, "cpu") else value
-
-
-def _to_torch(value: Any, device: Any) -> Any:
-    import torch
-
-    if isinstance(value, dict):
-        return {k: _to_torch(v, device) for k, v in value.items()}
-    return torch.as_tensor(value, device=device)

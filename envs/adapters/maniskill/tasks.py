@@ -5,7 +5,7 @@ build from the wheel alone, the ManiSkill asset ids it needs (``python -m mani_s
 fetches one) or the package it imports. The table is static so that ``embodied list envs`` lists the suite
 without importing ManiSkill (seconds: torch, SAPIEN); ``tests/envs/adapters/test_maniskill.py`` checks it
 against the installed ManiSkill's registry. Each id's env class (a ``ManiSkillEnv`` subclass) is made on first use
-by this module's ``__getattr__``, as the entry points in ``pyproject.toml`` name them (``ManiSkill_PickCube_v1``).
+by ``classes``, as the entry points in ``pyproject.toml`` name them (``classes:ManiSkill_PickCube_v1``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import functools
 import importlib.util
 import re
 from dataclasses import dataclass
-from typing import Any
 
 PREFIX = "ManiSkill-"
 DOWNLOAD = "python -m mani_skill.utils.download_asset"
@@ -124,19 +123,3 @@ def _downloaded(asset: str) -> bool:
 
     ids = data.expand_data_group_into_individual_data_source_ids(asset) if asset in data.DATA_GROUPS else [asset]
     return all(data.is_data_source_downloaded(i) for i in ids)
-
-
-@functools.cache
-def _task_class(name: str) -> type:
-    from embodied.envs.adapters.maniskill.env import ManiSkillEnv
-
-    task = BY_CLASS[name]
-    doc = f"ManiSkill3's {task.maniskill_id}: {task.description} (CPU PhysX, one env; a GPU batch on CUDA)."
-    return type(name, (ManiSkillEnv,), {"task": task, "__doc__": doc, "__module__": __name__})
-
-
-def __getattr__(name: str) -> Any:
-    """The env class of a ManiSkill id (the entry points name them), made on first use."""
-    if name not in BY_CLASS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return _task_class(name)

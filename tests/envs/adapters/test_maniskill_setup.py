@@ -9,7 +9,7 @@ import pytest
 
 from embodied.core.registry import ENVS
 from embodied.env_runtime.catalog import describe_env
-from embodied.envs.adapters.maniskill import batched, env as ms_env, tasks, vulkan
+from embodied.envs.adapters.maniskill import batched, classes, env as ms_env, tasks, vulkan
 from embodied.envs.adapters.maniskill.observations import camera_map
 from embodied.envs.adapters.maniskill.vulkan import ManiSkillSetupError
 
@@ -22,10 +22,10 @@ def test_every_task_is_a_registered_id_with_its_own_class_and_cap():
     assert len(ids) == len(set(ids)) and all(i.startswith("ManiSkill-") for i in ids)
     for name in RUNS_HERE:
         task = tasks.task_for(name)
-        assert not task.assets and ENVS.entry_point(task.env_id) == f"embodied.envs.adapters.maniskill.tasks:{task.class_name}"
+        assert not task.assets and ENVS.entry_point(task.env_id) == f"embodied.envs.adapters.maniskill.classes:{task.class_name}"
     cls = ENVS.resolve("ManiSkill-PickCube-v1")
     assert cls.task.maniskill_id == "PickCube-v1" and cls.default_max_episode_steps() == 50
-    assert cls.__name__ == "ManiSkill_PickCube_v1" and tasks.ManiSkill_PickCube_v1 is cls  # pickles by name
+    assert cls.__name__ == "ManiSkill_PickCube_v1" and classes.ManiSkill_PickCube_v1 is cls  # pickles by name
     assert tasks.task_for("PegInsertionSide-v1").description == "peg insertion side"
     assert tasks.task_for("MS-CartpoleBalance-v1").description == "cartpole balance"
     with pytest.raises(ValueError, match="unknown ManiSkill task 'PickCubes-v1'"):
