@@ -2,8 +2,8 @@
 with ``runner.resume_from=auto``, and compare the end with an uninterrupted run of the same recipe.
 
     python benchmarks/chaos.py --recipe configs/reach_mlp_sac.yaml --kills 10 --seed 0 runner.iterations=30
-    python benchmarks/chaos.py --recipe configs/reach_mlp_sac.yaml --kills 10 --targets driver,env_worker,rollout_worker \
-        cluster.backend=ray runner.iterations=30
+    python benchmarks/chaos.py --recipe configs/reach_mlp_sac.yaml --kills 10 \
+        --targets driver,env_worker,rollout_worker cluster.backend=ray runner.iterations=30
 
 Each kill's target (one of ``--targets``) and moment are drawn from ``--seed``: a driver kill lands uniformly over the
 reference run's wall time after a (re)start, so some fall inside a checkpoint write or a replay save; a worker kill
@@ -154,7 +154,8 @@ def chaos(recipe: str, kills: int, seed: int, out: Path, overrides: list[str],
         run_to_end(train_command(recipe, out / "chaos", overrides, True), out / "chaos.log")
     report.chaos_s = time.monotonic() - t0
     finished = _finished_run(out / "chaos")
-    dropped = any(v for row in _learning_rows(finished).values() for k, v in row.items() if k.endswith("episodes_dropped"))
+    dropped = any(v for row in _learning_rows(finished).values() for k, v in row.items()
+                  if k.endswith("episodes_dropped"))
     report.inexact = _not_exact(out / "chaos.log") or ("a redone rollout failed again, and its envs restarted from "
                                                        "fresh seeds (episodes_dropped)" if dropped else "")
     report.exact = not report.inexact

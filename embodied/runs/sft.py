@@ -123,7 +123,7 @@ def sft(cfg: Config) -> SFTResult:
                                "sft/samples_per_s": len(window) * cfg.sft.batch_size / (time.perf_counter() - t0),
                                "sft/lr": optimizer.param_groups[0]["lr"]}
                     window, t0 = [], time.perf_counter()
-                    with averaged(average):  # what is validated, saved and evaluated: the average, with one
+                    with averaged(average):  # validated, saved and evaluated: the average where sft.ema_decay keeps one
                         if len(val_set):
                             metrics["sft/val_loss"] = validation_loss(policy, val_set, cfg.sft.batch_size)
                         if evaluating:  # saved first: a stopped SFT, or an eval that fails, keeps what it learned

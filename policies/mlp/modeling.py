@@ -1,6 +1,7 @@
 """Gaussian MLP actor-critic that emits an action chunk from the state observation.
 
-The actor maps states [B, S] (with ``instruction_features``, and the instruction's hashed words) to the mean of a diagonal Gaussian over the whole chunk [B, C * A]
+The actor maps states [B, S] (with ``instruction_features``, and the instruction's hashed words) to the mean
+of a diagonal Gaussian over the whole chunk [B, C * A]
 (one state-independent log-std per chunk entry); the log-prob of a chunk is the sum over its
 C * A dimensions (``logprob_granularity = "chunk"``). A separate critic gives V(s).
 """
