@@ -29,7 +29,8 @@ from embodied.core import pickles
 from embodied.core.types import STATES, TASK_DESCRIPTIONS, ChunkStepResult, EpisodeStats, Obs
 from embodied.envs.adapters.maniskill.observations import camera_map, sensor_cameras, to_layout
 from embodied.envs.adapters.maniskill.sim import (
-    RewardMode, SimBackend, check_options, cuda_available, import_maniskill, make_maniskill, to_numpy, to_torch)
+    RewardMode, SimBackend, check_options, cuda_available, host_array, import_maniskill, make_maniskill, to_numpy,
+    to_torch)
 from embodied.envs.adapters.maniskill.tasks import Task
 from embodied.envs.adapters.maniskill.vulkan import ManiSkillSetupError
 from embodied.envs.batched import check_chunk_actions
@@ -108,7 +109,7 @@ class ManiSkillBatchedEnv:
         obs, info = self.env.reset(seed=seeds)
         self._obs = self._layout(obs)
         self._zero_stats()
-        self._success_last[:] = _host(info.get("success", np.zeros(self.num_envs, bool)))
+        self._success_last[:] = host_array(info.get("success", np.zeros(self.num_envs, bool)))
         return self._batch(self._obs)
 
     def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
@@ -131,7 +132,7 @@ class ManiSkillBatchedEnv:
             layout = self._layout(obs)
             run = torch.as_tensor(running, device=self.device)
             self._obs = {k: torch.where(_rows(run, v), v, self._obs[k]) for k, v in layout.items()}
-            r, term, success = _host(reward).astype(np.float32), _host(terminated), _host(info["success"])
+            r, term, success = host_array(reward).astype(np.float32), host_array(terminated), host_array(info["success"])
             self._elapsed[running] += 1
             trunc = running & ~term & (self._elapsed >= self.max_episode_steps)
             executed[:, c], rewards[running, c] = running, r[running]
@@ -164,7 +165,7 @@ class ManiSkillBatchedEnv:
 
     def render(self) -> list[np.ndarray]:
         """One frame per env from ManiSkill's render camera (``render_mode="rgb_array"``)."""
-        frames = _host(self.env.render()).astype(np.uint8)
+        frames = host_array(self.env.render()).astype(np.uint8)
         return [frames[i] for i in range(self.num_envs)]
 
     def close(self) -> None:
@@ -209,7 +210,7 @@ class ManiSkillBatchedEnv:
         return to_layout(raw, self.obs_mode, self.cameras)
 
     def _batch(self, obs: dict[str, Any]) -> Obs:
-        out: Obs = {k: _host(v).astype(np.float32 if k == STATES else np.uint8) for k, v in obs.items()}
+        out: Obs = {k: host_array(v).astype(np.float32 if k == STATES else np.uint8) for k, v in obs.items()}
         out[TASK_DESCRIPTIONS] = [self.task.description] * self.num_envs
         return out
 
@@ -230,12 +231,6 @@ def __getattr__(name: str) -> Any:
     if name.endswith("_Batched") and base in BY_CLASS:
         return batched_class(BY_CLASS[base])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _host(value: Any) -> np.ndarray:
-    """A tensor (or array) as a numpy array on the host, batch first."""
-    array = np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
-    return array.reshape(-1) if array.ndim == 0 else array
 
 
 def _rows(mask: Any, like: Any) -> Any:

@@ -32,7 +32,8 @@ import numpy as np
 from embodied.core.types import STATES, EnvFootprint, Obs
 from embodied.envs.adapters.maniskill.observations import camera_map, sensor_cameras, to_layout
 from embodied.envs.adapters.maniskill.sim import (
-    RewardMode, SimBackend, check_options, cuda_available, import_maniskill, make_maniskill, to_numpy, to_torch)
+    RewardMode, SimBackend, check_options, cuda_available, host_array, import_maniskill, make_maniskill, to_numpy,
+    to_torch)
 from embodied.envs.adapters.maniskill.tasks import Task, missing_assets
 from embodied.envs.adapters.maniskill.vulkan import ManiSkillSetupError
 
@@ -220,4 +221,4 @@ def _batched_rng(value: Any) -> Any:
 
 
 def _flag(value: Any) -> bool:
-    return bool(np.asarray(value.cpu() if hasattr(value, "cpu") else value).reshape(-1)[0])
+    return bool(host_array(value).reshape(-1)[0])

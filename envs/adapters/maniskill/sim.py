@@ -10,6 +10,7 @@ import warnings
 from typing import Any, Literal
 
 import gymnasium as gym
+import numpy as np
 
 from embodied.envs.adapters.maniskill.observations import maniskill_obs_mode
 from embodied.envs.adapters.maniskill.tasks import Task, missing_assets
@@ -94,3 +95,9 @@ def to_torch(value: Any, device: Any) -> Any:
     if isinstance(value, dict):
         return {k: to_torch(v, device) for k, v in value.items()}
     return torch.as_tensor(value, device=device)
+
+
+def host_array(value: Any) -> np.ndarray:
+    """A tensor (or array) as a numpy array on the host, batch first."""
+    array = np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
+    return array.reshape(-1) if array.ndim == 0 else array
