@@ -232,13 +232,20 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _short_command(cmdline: str, width: int = 100) -> str:
+    """A command line for a report: the program's file name (not its path, whose length varies by machine), then
+    its arguments, cut to ``width`` characters."""
+    program, _, args = cmdline.partition(" ")
+    return f"{Path(program).name} {args}".strip()[:width]
+
+
 def _left_behind(tree: list[int]) -> list[str]:
     """The processes of a killed run's tree still alive after ``ORPHAN_GRACE_S`` (then killed, so none piles up)."""
     deadline = time.monotonic() + ORPHAN_GRACE_S
     while time.monotonic() < deadline and any(_alive(p) for p in tree):
         time.sleep(0.5)
     left = [p for p in tree if _alive(p)]
-    named = [f"{p} ({_cmdline(p)[:60]})" for p in left]
+    named = [f"{p} ({_short_command(_cmdline(p))})" for p in left]
     for p in left:
         try:
             os.kill(p, signal.SIGKILL)

@@ -61,6 +61,11 @@ def test_a_killed_drivers_process_tree_is_found_and_what_outlives_it_named(monke
         proc.kill()
 
 
+def test_a_left_process_is_named_by_its_program_and_arguments_whatever_the_length_of_its_path():
+    deep = "/check" + "/deeper" * 30 + "/.venv/bin/python -c import os; os.setsid()"
+    assert chaos_module._short_command(deep) == "python -c import os; os.setsid()"
+
+
 @pytest.mark.ray
 def test_on_ray_killed_workers_are_replaced_or_resumed_and_the_run_ends_as_the_uninterrupted_one(tmp_path):
     # a rollout-worker kill stops the run (then resumed); an env-worker kill is a restart and the rollout redone
