@@ -22,11 +22,15 @@ class MLPConfig(PolicyConfig):
     # Condition on the task's instruction: its words hashed into this many buckets beside the states (0: off). One
     # policy over several tasks whose states do not say which object is the target's kind needs it.
     instruction_features: int = 0
+    # Independent actor means (each its own initialization, trained on the same batches, each on its own likelihood)
+    # whose average is the policy's mean: a deep ensemble, which steadies a behaviour clone whose per-task success
+    # swings with the seed. 1: one actor.
+    ensemble_size: int = 1
 
     model_class: ClassVar[str] = "embodied.policies.mlp.modeling:MLPPolicy"
     encoder_class: ClassVar[str] = "embodied.policies.mlp.modeling:states_encoder"
     head_fields: ClassVar[tuple[str, ...]] = ("activation", "init_log_std")
-    architecture_fields: ClassVar[tuple[str, ...]] = ("hidden_sizes", "instruction_features")  # init_from must match
+    architecture_fields: ClassVar[tuple[str, ...]] = ("hidden_sizes", "instruction_features", "ensemble_size")  # init_from must match
     aliases: ClassVar[dict[str, dict[str, Any]]] = {"mlp_sac": {}}  # SAC's actor over this policy's encoder, before
 
     def required_observations(self) -> set[str]:
@@ -36,11 +40,13 @@ class MLPConfig(PolicyConfig):
         return list(self.hidden_sizes)
 
     def validate(self) -> list[str]:
-        """At least one hidden layer, every width positive; instruction buckets not negative."""
+        """At least one hidden layer, every width positive; instruction buckets not negative; one actor or more."""
         problems = []
         if not self.hidden_sizes or any(v < 1 for v in self.hidden_sizes):
             problems.append(f"policy.hidden_sizes: need at least one layer, every width >= 1, got {self.hidden_sizes}")
         if self.instruction_features < 0:
             problems.append(f"policy.instruction_features: need 0 (off) or a number of buckets, got "
                             f"{self.instruction_features}")
+        if self.ensemble_size < 1:
+            problems.append(f"policy.ensemble_size: need 1 (one actor) or more, got {self.ensemble_size}")
         return problems

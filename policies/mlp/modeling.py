@@ -3,7 +3,8 @@
 The actor maps states [B, S] (with ``instruction_features``, and the instruction's hashed words) to the mean
 of a diagonal Gaussian over the whole chunk [B, C * A]
 (one state-independent log-std per chunk entry); the log-prob of a chunk is the sum over its
-C * A dimensions (``logprob_granularity = "chunk"``). A separate critic gives V(s).
+C * A dimensions (``logprob_granularity = "chunk"``). A separate critic gives V(s). With ``ensemble_size`` K > 1 the
+mean is the average of K independently initialized actors, each fitted to demonstrations on its own likelihood.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from torch.distributions import Normal
 from embodied.core import rng
 from embodied.core.types import STATES, Obs, PolicyOutput
 from embodied.policies.mlp.configuration import MLPConfig
-from embodied.policy.base import Policy, PolicySpec
+from embodied.policy.base import Policy, PolicySpec, masked_nll
 from embodied.policy.encoder import (INSTRUCTION, StatesEncoder, instruction_features, merge_statistics,  # noqa: F401
                                      standardize, states_tensor)
 
@@ -35,6 +36,33 @@ def _mlp(sizes: list[int], activation: type[nn.Module], out_gain: float) -> nn.S
     return nn.Sequential(*layers)
 
 
+class EnsembleMLP(nn.Module):
+    """K MLPs of the same sizes, one batched matmul a layer: inputs [B, in] -> outputs [K, B, out].
+
+    Each member is initialized as ``_mlp`` initializes one (orthogonal, zero biases), from its own draws.
+    """
+
+    def __init__(self, members: int, sizes: list[int], activation: type[nn.Module], out_gain: float) -> None:
+        super().__init__()
+        self.members, self.activation = members, activation()
+        self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
+        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+            gain = out_gain if i == len(sizes) - 2 else np.sqrt(2)
+            weight = torch.empty(members, n_in, n_out)
+            for member in weight:  # [in, out]: orthogonal as nn.Linear's [out, in] weight would be
+                nn.init.orthogonal_(member.T, gain)
+            self.weights.append(nn.Parameter(weight))
+            self.biases.append(nn.Parameter(torch.zeros(members, 1, n_out)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.unsqueeze(0).expand(self.members, -1, -1)
+        for i, (weight, bias) in enumerate(zip(self.weights, self.biases)):
+            h = torch.baddbmm(bias, h, weight)
+            if i < len(self.weights) - 1:
+                h = self.activation(h)
+        return h
+
+
 class MLPPolicy(Policy):
     """Gaussian MLP policy over action chunks, with a value head."""
 
@@ -50,7 +78,11 @@ class MLPPolicy(Policy):
         out = self.chunk * self.action_dim
         self.instruction_buckets = config.instruction_features
         inputs = spec.state_dim + self.instruction_buckets
-        self.actor_mean = _mlp([inputs, *config.hidden_sizes, out], act, 0.01)
+        self.ensemble_size = config.ensemble_size
+        sizes = [inputs, *config.hidden_sizes, out]
+        # One actor keeps nn.Sequential's parameter names, so checkpoints of before the ensemble load as they were.
+        self.actor_mean = _mlp(sizes, act, 0.01) if self.ensemble_size == 1 else EnsembleMLP(
+            self.ensemble_size, sizes, act, 0.01)
         self.critic = _mlp([inputs, *config.hidden_sizes, 1], act, 1.0)
         self.log_std = nn.Parameter(torch.full((out,), float(config.init_log_std)))
         self.normalize_states = config.normalize_states
@@ -77,7 +109,10 @@ class MLPPolicy(Policy):
         merge_statistics(self.state_mean, self.state_var, self.state_count, forward_inputs[STATES])
 
     def _dist(self, features: torch.Tensor) -> Normal:
-        return Normal(self.actor_mean(features), self.log_std.exp().expand(features.shape[0], -1))
+        mean = self.actor_mean(features)
+        if self.ensemble_size > 1:
+            mean = mean.mean(0)  # the members' average
+        return Normal(mean, self.log_std.exp().expand(features.shape[0], -1))
 
     def forward_inputs(self, obs: Obs) -> dict[str, torch.Tensor]:
         inputs = {STATES: states_tensor(obs)}
@@ -106,6 +141,17 @@ class MLPPolicy(Policy):
     def value(self, obs: Obs) -> torch.Tensor:
         return self.critic(self._features(self.forward_inputs(obs))).squeeze(-1)
 
+    def supervised_loss(self, forward_inputs: dict[str, torch.Tensor], actions: torch.Tensor,
+                        executed: torch.Tensor) -> torch.Tensor:
+        """One actor: the base class's negative log-likelihood. An ensemble: each member's own, averaged. Fitting the
+        members' average instead would make them one wide network, whose errors do not average out."""
+        if self.ensemble_size == 1:
+            return super().supervised_loss(forward_inputs, actions, executed)
+        means = self.actor_mean(self._features(forward_inputs))  # [K, B, C * A]
+        flat = actions.reshape(actions.shape[0], -1)
+        logprobs = Normal(means, self.log_std.exp()).log_prob(flat).sum(-1)  # [K, B]
+        return torch.stack([masked_nll(member, executed) for member in logprobs]).mean()
+
 
 def states_encoder(config: MLPConfig, spec: PolicySpec) -> StatesEncoder:
     """The MLP policies' observation encoder (``MLPConfig.encoder_class``): the states, standardized as the config
@@ -115,4 +161,7 @@ def states_encoder(config: MLPConfig, spec: PolicySpec) -> StatesEncoder:
     if config.instruction_features:
         raise ValueError("policy.instruction_features: an algorithm that puts its own head on the policy's encoder "
                          "reads the states only (and its replay keeps no instructions): set it to 0")
+    if config.ensemble_size != 1:
+        raise ValueError(f"policy.ensemble_size: an algorithm that puts its own head on the policy's encoder builds "
+                         f"one actor, not {config.ensemble_size}: set it to 1")
     return StatesEncoder(spec.state_dim, config.normalize_states, config.freeze_state_statistics)

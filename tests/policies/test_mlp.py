@@ -213,3 +213,48 @@ def test_instruction_features_config_is_checked():
 
     with pytest.raises(ValueError, match="policy.instruction_features: an algorithm that puts its own head"):
         states_encoder(MLPConfig(instruction_features=8), SPEC)
+
+
+def test_an_ensemble_acts_on_the_average_of_independently_initialized_members():
+    policy = make(ensemble_size=3)
+    o = obs()
+    means = policy.actor_mean(torch.as_tensor(o[STATES]))
+    assert means.shape == (3, B, C * A)
+    assert not torch.allclose(means[0], means[1]) and not torch.allclose(means[1], means[2])  # their own draws
+    out = policy.act(o, deterministic=True)
+    torch.testing.assert_close(out.actions, means.mean(0).view(B, C, A), rtol=0, atol=0)
+    logprobs, _, values = policy.evaluate(out.forward_inputs, out.actions)  # replay: as one Gaussian policy
+    torch.testing.assert_close(logprobs, out.logprobs, rtol=0, atol=0)
+    torch.testing.assert_close(values, out.values, rtol=0, atol=0)
+    # A member computes what a lone MLP of the same weights computes.
+    lone = torch.as_tensor(o[STATES])
+    for i, (weight, bias) in enumerate(zip(policy.actor_mean.weights, policy.actor_mean.biases)):
+        lone = lone @ weight[1] + bias[1]
+        lone = torch.tanh(lone) if i < len(policy.actor_mean.weights) - 1 else lone
+    torch.testing.assert_close(lone, means[1])
+
+
+def test_an_ensemble_fits_each_member_on_its_own_likelihood():
+    policy = make(ensemble_size=2)
+    inputs = policy.forward_inputs(obs())
+    actions = torch.randn(B, C, A)
+    executed = torch.ones(B, C, dtype=torch.bool)
+    loss = policy.supervised_loss(inputs, actions, executed)
+    means = policy.actor_mean(torch.as_tensor(inputs[STATES]))
+    std = policy.log_std.exp()
+    each = [-torch.distributions.Normal(m, std).log_prob(actions.reshape(B, -1)).sum(-1).mean() for m in means]
+    torch.testing.assert_close(loss, torch.stack(each).mean())
+    # not the average's likelihood: that would fit one wide network
+    average = -policy.evaluate(inputs, actions)[0].mean()
+    assert not torch.isclose(loss, average)
+    loss.backward()
+    assert all(w.grad is not None and (w.grad.abs().sum((1, 2)) > 0).all() for w in policy.actor_mean.weights)
+
+
+def test_ensemble_config_is_checked_and_sac_refuses_it():
+    assert MLPConfig(ensemble_size=0).validate() == ["policy.ensemble_size: need 1 (one actor) or more, got 0"]
+    from embodied.policies.mlp.modeling import states_encoder
+
+    with pytest.raises(ValueError, match="policy.ensemble_size: an algorithm that puts its own head .* not 3"):
+        states_encoder(MLPConfig(ensemble_size=3), SPEC)
+    assert "ensemble_size" in MLPConfig.architecture_fields  # init_from refuses a checkpoint of another size

@@ -240,6 +240,18 @@ def test_an_instruction_conditioned_policy_clones_then_trains_with_ppo_on_its_in
                                         f"experiment.output_dir={tmp_path / 'rl2'}"]))
 
 
+def test_an_ensemble_clones_saves_and_loads_and_init_from_refuses_another_size(tmp_path, reach_demos):
+    cloned = run_sft(tmp_path / "sft", reach_demos, "sft.epochs=2", "policy.ensemble_size=3")
+    assert math.isfinite(cloned.history[-1]["sft/train_loss"]) and "eval/success_rate" in cloned.final_eval
+    rl = runner.train(load_config(None, [*REACH, *QUIET, "runner.iterations=1", "runner.eval_every=0",
+                                         "policy.ensemble_size=3", f"policy.init_from={cloned.checkpoint}",
+                                         f"experiment.output_dir={tmp_path / 'rl'}"]))
+    assert len(rl.history) == 1 and math.isfinite(rl.history[-1]["train/policy_loss"])
+    with pytest.raises(ConfigError, match="its policy.ensemble_size is 3, this config.s is 1"):
+        runner.train(load_config(None, [*REACH, *QUIET, "runner.iterations=1", f"policy.init_from={cloned.checkpoint}",
+                                        f"experiment.output_dir={tmp_path / 'rl2'}"]))
+
+
 def test_a_weight_average_is_what_is_saved_and_evaluated_and_the_live_weights_train_on():
     import torch
 
