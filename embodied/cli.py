@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     p_eval.add_argument("--episodes", type=int, help="episodes to run (default: the suite's whole fixed eval set, e.g. LIBERO's tasks x 50 init states; else runner.eval_episodes); spread evenly over a fixed set")
     p_eval.add_argument("--video", action="store_true", help="record mp4s of the first logger.video.max_videos")
     p_eval.add_argument("--sample", action="store_true",
-                        help="sample actions as training rollouts do (seeded, reproducible) instead of greedy ones")
+                        help="sample actions as training rollouts do (seeded, reproducible) instead of greedy ones "
+                             "(the default where the config sets runner.eval_sample: true)")
     p_eval.add_argument("--out", help="output folder (default: <run dir>/eval/<checkpoint name>[-sampled])")
     p_eval.add_argument("--suites", help="comma-separated env ids and named sets (libero-pro-object, ...) to evaluate "
                         "in turn: one table per suite x axis, one eval.json, suites.png (--episodes: per suite)")
@@ -285,6 +286,7 @@ def _eval(args: argparse.Namespace) -> int:
     if checkpoint is None and not args.out:
         return _error("embodied eval without --checkpoint evaluates the policy as the config builds it (e.g. a "
                       "pretrained folder in policy.model_path): give --out, the folder for eval.json")
+    args.sample = args.sample or cfg.runner.eval_sample  # the recipe's own way of acting in evals, or --sample
     episodes = args.episodes  # None: the env's fixed eval set (e.g. LIBERO's tasks x init states) or runner.eval_episodes
     if episodes is not None and episodes < 1:
         return _error(f"--episodes must be >= 1, got {episodes}")

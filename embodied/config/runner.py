@@ -95,7 +95,12 @@ class RunnerConfig:
     # producing the next rollouts while the actor trains on earlier ones (algorithm.max_staleness bounds the lag).
     mode: Literal["sync", "async"] = "sync"
     eval_every: int = 10  # iterations between evals (0: only at the end)
-    eval_episodes: int = 32  # episodes per eval (deterministic actions)
+    eval_episodes: int = 32  # episodes per eval
+    # How evals act: false, the policy's greedy (mean) actions; true, actions sampled as training rollouts sample
+    # them, reproducibly (the RNG seeded from the eval seeds). Every eval of the run (periodic, extra, SFT's) and
+    # `embodied eval` on its config follow it. A clone of noisy demonstrations (DART) can stall where its mean
+    # action is zero; sampled, it acts as the demonstrator was recorded.
+    eval_sample: bool = False
     checkpoint_every: int = 50  # iterations between checkpoints (0: only at the end)
     eval_video: Literal["none", "last", "all"] = "none"  # evals that record videos (see logger.video); envs must render
     # More envs evaluated at every eval beside the training env, each with its own episode count, e.g.

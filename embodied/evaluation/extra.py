@@ -95,7 +95,8 @@ class ExtraEvals:
                 evaluator = self.evaluators[suite.name]
                 evaluator.iteration = iteration
                 backend.wait(evaluator.rollout_group.call("sync_weights", weights, True))
-                found = [e for e in evaluator.run(suite.episodes) if e.env_index < suite.episodes]
+                found = [e for e in evaluator.run(suite.episodes, None, self.cfg.runner.eval_sample)
+                         if e.env_index < suite.episodes]
             except Exception as exc:  # noqa: BLE001 - training goes on without this extra eval
                 warnings.warn(f"extra eval {suite.name} at iteration {iteration} failed and is switched off: "
                               f"{type(exc).__name__}: {exc}", stacklevel=2)

@@ -97,7 +97,8 @@ class PeriodicEval:
             try:
                 self.workers.sync_weights()
                 with self.progress_bar(iteration, n) as progress:
-                    episodes = [e for e in self.workers.evaluator.run(n, video_dir, progress=progress)
+                    episodes = [e for e in self.workers.evaluator.run(n, video_dir, self.cfg.runner.eval_sample,
+                                                                      progress)
                                 if e.env_index < n]
                 others = self.members.episodes(iteration)
                 extra = self.extra(iteration)  # eval/<env id>/*: the same weights (the average, with ema_decay)

@@ -128,7 +128,7 @@ def sft(cfg: Config) -> SFTResult:
                             metrics["sft/val_loss"] = validation_loss(policy, val_set, cfg.sft.batch_size)
                         if evaluating:  # saved first: a stopped SFT, or an eval that fails, keeps what it learned
                             checkpoint = save(step)
-                            metrics |= evaluate(evaluators, policy, step, cfg.runner.eval_episodes)
+                            metrics |= evaluate(evaluators, policy, step, cfg.runner.eval_episodes, cfg.runner.eval_sample)
                     logger.log(metrics, step=step)
                     history.append(metrics)
         if checkpoint is None or checkpoint.name != f"iter_{step:06d}":
@@ -267,12 +267,14 @@ def validation_loss(policy: Policy, val_set: Subset, batch_size: int) -> float:
     return total / max(count, 1)
 
 
-def evaluate(evaluators: dict[str, Evaluator], policy: Policy, step: int, episodes: int) -> dict[str, float]:
-    """Greedy success of the current weights on the fixed eval seeds (the RL runner's ``eval/*`` metrics); with a
-    mixture eval env, ``episodes`` on each member, pooled, and each member's as ``eval/<id>/*``."""
+def evaluate(evaluators: dict[str, Evaluator], policy: Policy, step: int, episodes: int,
+             sample: bool = False) -> dict[str, float]:
+    """Success of the current weights on the fixed eval seeds, greedy or ``sample``d (``runner.eval_sample``), as
+    the RL runner's ``eval/*`` metrics; with a mixture eval env, ``episodes`` on each member, pooled, and each
+    member's as ``eval/<id>/*``."""
     found = {}
     for member, evaluator in evaluators.items():
         evaluator.backend.wait(evaluator.rollout_group.call("sync_weights", (step, policy.trainable_state())))
-        found[member] = [e for e in evaluator.run(episodes) if e.env_index < episodes]
+        found[member] = [e for e in evaluator.run(episodes, None, sample) if e.env_index < episodes]
     members = {k: v for m, eps in found.items() for k, v in suite_metrics(m, eps).items()} if len(found) > 1 else {}
     return eval_metrics([e for eps in found.values() for e in eps]) | members

@@ -300,3 +300,6 @@ def test_sampled_eval_repeats_itself_and_differs_from_greedy(tmp_path, capsys, m
     assert sampled["episodes"] == again["episodes"]  # seeded: the same sampled episodes every time
     assert [e["seed"] for e in sampled["episodes"]] == [e["seed"] for e in greedy["episodes"]]  # same initial states
     assert [e["return"] for e in sampled["episodes"]] != [e["return"] for e in greedy["episodes"]]
+    # runner.eval_sample: true makes sampling the config's own way to evaluate, --sample or not
+    assert main([*args, "runner.eval_sample=true", "--out", str(tmp_path / "by_config")]) == 0
+    assert json.loads((tmp_path / "by_config" / "eval.json").read_text())["episodes"] == sampled["episodes"]

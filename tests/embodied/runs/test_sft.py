@@ -252,6 +252,17 @@ def test_an_ensemble_clones_saves_and_loads_and_init_from_refuses_another_size(t
                                         f"experiment.output_dir={tmp_path / 'rl2'}"]))
 
 
+def test_runner_eval_sample_makes_the_runs_evals_sample_their_actions(tmp_path, reach_demos):
+    greedy = run_sft(tmp_path / "greedy", reach_demos, "sft.epochs=1", "runner.eval_episodes=8")
+    sampled = run_sft(tmp_path / "sampled", reach_demos, "sft.epochs=1", "runner.eval_episodes=8",
+                      "runner.eval_sample=true")
+    assert sampled.final_eval["eval/return"] != greedy.final_eval["eval/return"]  # the same weights
+    rl = [runner.train(load_config(None, [*REACH, *QUIET, "runner.iterations=1", "runner.eval_every=1",
+                                          f"runner.eval_sample={flag}", f"policy.init_from={greedy.checkpoint}",
+                                          f"experiment.output_dir={tmp_path / flag}"])) for flag in ("false", "true")]
+    assert rl[0].history[-1]["eval/return"] != rl[1].history[-1]["eval/return"]
+
+
 def test_a_weight_average_is_what_is_saved_and_evaluated_and_the_live_weights_train_on():
     import torch
 
