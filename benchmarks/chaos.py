@@ -5,9 +5,11 @@ with ``runner.resume_from=auto``, and compare the end with an uninterrupted run 
     python benchmarks/chaos.py --recipe configs/reach_mlp_sac.yaml --kills 10 \
         --targets driver,env_worker,rollout_worker cluster.backend=ray runner.iterations=30
 
-Each kill's target (one of ``--targets``) and moment are drawn from ``--seed``: a driver kill lands uniformly over the
-reference run's wall time after a (re)start, so some fall inside a checkpoint write or a replay save; a worker kill
-lands a little later in the running run. After a driver kill the run is started again with
+Each kill's target (one of ``--targets``) and moment are drawn from ``--seed``: a driver kill lands after a (re)start
+once the start-up is over (as long as the reference run took to write its first checkpoint), then uniformly over
+most of the reference run's training time, so some fall inside a checkpoint write or a replay save; a worker kill
+lands a little later in the running run. Scaled by the reference run's own times, the kills land in training on a
+loaded machine as on a quiet one. After a driver kill the run is started again with
 ``runner.resume_from=auto``, as after any run that stopped with an error (a lost rollout worker stops the run), until
 it ends. On the local backend every worker is a thread of the driver, so only the driver can be killed. On Ray,
 ``env_worker`` and ``rollout_worker`` SIGKILL one of the run's Ray actor processes of that class (the rank drawn
@@ -59,6 +61,7 @@ class ChaosReport:
     kills: list[dict[str, Any]] = field(default_factory=list)  # when each kill landed, and what the run was doing
     failures: list[str] = field(default_factory=list)  # what did not hold
     reference_s: float = 0.0
+    startup_s: float = 0.0  # the reference run's start to its first checkpoint
     chaos_s: float = 0.0
     exact: bool = True  # compared bit for bit (False where the module's docstring names why not)
     inexact: str = ""  # why not
@@ -76,12 +79,25 @@ def train_command(recipe: str, out: Path, overrides: list[str], resume: bool) ->
             *(["runner.resume_from=auto"] if resume else [])]
 
 
-def run_to_end(command: list[str], log: Path) -> float:
-    """Run ``command`` to its end; its wall time. Raises if it fails."""
-    t0 = time.monotonic()
+def run_to_end(command: list[str], log: Path, checkpoints: Path | None = None) -> tuple[float, float]:
+    """Run ``command`` to its end (raises if it fails): its wall time, and when its first checkpoint appeared under
+    ``checkpoints`` (a run root; the wall time if none did or none is watched)."""
+    t0, first = time.monotonic(), None
     with log.open("a") as out:
-        subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=True, env=_env())
-    return time.monotonic() - t0
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=_env())
+        while proc.poll() is None:
+            if first is None and checkpoints is not None and _checkpoints(checkpoints):
+                first = time.monotonic() - t0
+            time.sleep(0.05)
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, command)
+    total = time.monotonic() - t0
+    return total, total if first is None else first
+
+
+def _checkpoints(root: Path) -> list[str]:
+    """The finished checkpoints of the runs under ``root``, oldest first (a ``.tmp`` folder is one being written)."""
+    return sorted(p.name for p in root.glob("*/checkpoints/iter_*") if ".tmp" not in p.name)
 
 
 def _env() -> dict[str, str]:
@@ -100,13 +116,15 @@ def chaos(recipe: str, kills: int, seed: int, out: Path, overrides: list[str],
     _check_targets(recipe, overrides, targets)
     report, rng = ChaosReport(), random.Random(seed)
     out.mkdir(parents=True, exist_ok=True)
-    report.reference_s = run_to_end(train_command(recipe, out / "reference", overrides, False), out / "reference.log")
+    report.reference_s, report.startup_s = run_to_end(train_command(recipe, out / "reference", overrides, False),
+                                                      out / "reference.log", out / "reference")
+    training_s = report.reference_s - report.startup_s
     t0, worker_killed = time.monotonic(), False
     proc, stops = None, 0
     for k in range(kills):
         target = rng.choice(targets)
-        # a driver kill lands after the start-up, mostly; a worker kill while the run goes on
-        delay = rng.uniform(0.1, 0.6) * report.reference_s if target == "driver" or proc is None else \
+        # a driver kill lands after the start-up, in training; a worker kill while the run goes on
+        delay = report.startup_s + rng.uniform(0.0, 0.8) * training_s if target == "driver" or proc is None else \
             rng.uniform(0.05, 0.3) * report.reference_s
         if proc is None:
             proc = _start(recipe, out, overrides)
@@ -151,7 +169,7 @@ def chaos(recipe: str, kills: int, seed: int, out: Path, overrides: list[str],
         if proc.returncode != 0:  # stopped by the last worker kill: resume it to the end below
             proc = None
     if proc is None:
-        run_to_end(train_command(recipe, out / "chaos", overrides, True), out / "chaos.log")
+        run_to_end(train_command(recipe, out / "chaos", overrides, True), out / "chaos.log")  # the rest, unkilled
     report.chaos_s = time.monotonic() - t0
     finished = _finished_run(out / "chaos")
     dropped = any(v for row in _learning_rows(finished).values() for k, v in row.items()
@@ -194,7 +212,7 @@ def _start(recipe: str, out: Path, overrides: list[str]) -> subprocess.Popen:
 def _what_it_is_doing(root: Path) -> str:
     """What the run was at when killed: writing a checkpoint (a temp folder exists) or not, and its newest one."""
     temps = [p.name for p in root.glob("*/checkpoints/*") if ".tmp" in p.name]
-    done = sorted(p.name for p in root.glob("*/checkpoints/iter_*") if ".tmp" not in p.name)
+    done = _checkpoints(root)
     where = f"newest checkpoint {done[-1]}" if done else "no checkpoint yet"
     return f"writing {temps[0]} ({where})" if temps else f"between checkpoints ({where})"
 
@@ -345,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     report = chaos(args.recipe, args.kills, args.seed, Path(args.out), args.overrides,
                    tuple(t for t in args.targets.split(",") if t))
-    print(f"reference run: {report.reference_s:.1f} s; chaos run with {len(report.kills)} kills: {report.chaos_s:.1f} s")
+    print(f"reference run: {report.reference_s:.1f} s ({report.startup_s:.1f} s to its first checkpoint); "
+          f"chaos run with {len(report.kills)} kills: {report.chaos_s:.1f} s")
     for kill in report.kills:
         print(f"  kill {kill['kill']} ({kill.get('target', '-')}): after {kill['after_s']} s, {kill['what']}")
     if not report.ok:
