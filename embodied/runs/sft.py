@@ -128,7 +128,8 @@ def sft(cfg: Config) -> SFTResult:
                             metrics["sft/val_loss"] = validation_loss(policy, val_set, cfg.sft.batch_size)
                         if evaluating:  # saved first: a stopped SFT, or an eval that fails, keeps what it learned
                             checkpoint = save(step)
-                            metrics |= evaluate(evaluators, policy, step, cfg.runner.eval_episodes, cfg.runner.eval_sample)
+                            metrics |= evaluate(evaluators, policy, step, cfg.runner.eval_episodes,
+                                                cfg.runner.eval_sample)
                     logger.log(metrics, step=step)
                     history.append(metrics)
         if checkpoint is None or checkpoint.name != f"iter_{step:06d}":

@@ -30,7 +30,8 @@ class MLPConfig(PolicyConfig):
     model_class: ClassVar[str] = "embodied.policies.mlp.modeling:MLPPolicy"
     encoder_class: ClassVar[str] = "embodied.policies.mlp.modeling:states_encoder"
     head_fields: ClassVar[tuple[str, ...]] = ("activation", "init_log_std")
-    architecture_fields: ClassVar[tuple[str, ...]] = ("hidden_sizes", "instruction_features", "ensemble_size")  # init_from must match
+    # init_from must match these
+    architecture_fields: ClassVar[tuple[str, ...]] = ("hidden_sizes", "instruction_features", "ensemble_size")
     aliases: ClassVar[dict[str, dict[str, Any]]] = {"mlp_sac": {}}  # SAC's actor over this policy's encoder, before
 
     def required_observations(self) -> set[str]:
