@@ -5,7 +5,7 @@ width is ``feature_size``) and its action chunks (``chunk`` x ``action_dim``); `
 ``algorithm.num_critics`` MLPs over (features, flattened chunk) from them, with an optional LayerNorm after every
 hidden layer (``algorithm.critic_layernorm``, RLPD's), of hidden widths ``algorithm.critic_hidden_sizes``.
 
-- ``EnsembleLinear``: ``E`` independent linear layers applied in one batched matmul, ``[E, in, out]``.
+- ``EnsembleLinear`` (``embodied.policy.ensemble``): ``E`` independent linear layers in one batched matmul.
 - ``MLPQEnsemble``: every critic in one batched pass (``embodied.policy.q_functions.QEnsemble``).
 
 Their widths are ``algorithm.critic_hidden_sizes``; their state dicts are a checkpoint's ``critics`` and
@@ -14,25 +14,13 @@ Their widths are ``algorithm.critic_hidden_sizes``; their state dicts are a chec
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-class EnsembleLinear(nn.Module):
-    """``E`` independent linear layers applied to [E, B, n_in] in one batched matmul."""
-
-    def __init__(self, ensemble: int, n_in: int, n_out: int) -> None:
-        super().__init__()
-        bound = 1.0 / math.sqrt(n_in)  # nn.Linear's default init, per member
-        self.weight = nn.Parameter(torch.empty(ensemble, n_in, n_out).uniform_(-bound, bound))
-        self.bias = nn.Parameter(torch.empty(ensemble, 1, n_out).uniform_(-bound, bound))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.baddbmm(self.bias, x, self.weight)
-
+from embodied.policy.ensemble import EnsembleLinear  # noqa: F401 - here since the critics were built; crossq imports it
 
 class MLPQEnsemble(nn.Module):
     """``num_critics`` MLP critics Q(s, a) over ``sizes`` [in, hidden..., 1], batched over the ensemble."""

@@ -18,6 +18,7 @@ from embodied.core import rng
 from embodied.core.types import STATES, Obs, PolicyOutput
 from embodied.policies.mlp.configuration import MLPConfig
 from embodied.policy.base import Policy, PolicySpec, masked_nll
+from embodied.policy.ensemble import EnsembleLinear
 from embodied.policy.encoder import (INSTRUCTION, StatesEncoder, instruction_features, merge_statistics,  # noqa: F401
                                      standardize, states_tensor)
 
@@ -37,7 +38,7 @@ def _mlp(sizes: list[int], activation: type[nn.Module], out_gain: float) -> nn.S
 
 
 class EnsembleMLP(nn.Module):
-    """K MLPs of the same sizes, one batched matmul a layer: inputs [B, in] -> outputs [K, B, out].
+    """K MLPs of the same sizes, one ``EnsembleLinear`` a layer: inputs [B, in] -> outputs [K, B, out].
 
     Each member is initialized as ``_mlp`` initializes one (orthogonal, zero biases), from its own draws.
     """
@@ -45,20 +46,19 @@ class EnsembleMLP(nn.Module):
     def __init__(self, members: int, sizes: list[int], activation: type[nn.Module], out_gain: float) -> None:
         super().__init__()
         self.members, self.activation = members, activation()
-        self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
-        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-            gain = out_gain if i == len(sizes) - 2 else np.sqrt(2)
-            weight = torch.empty(members, n_in, n_out)
-            for member in weight:  # [in, out]: orthogonal as nn.Linear's [out, in] weight would be
-                nn.init.orthogonal_(member.T, gain)
-            self.weights.append(nn.Parameter(weight))
-            self.biases.append(nn.Parameter(torch.zeros(members, 1, n_out)))
+        self.layers = nn.ModuleList(EnsembleLinear(members, a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        for i, layer in enumerate(self.layers):
+            gain = out_gain if i == len(self.layers) - 1 else np.sqrt(2)
+            with torch.no_grad():
+                for k in range(members):  # [in, out]: orthogonal as nn.Linear's [out, in] weight would be
+                    nn.init.orthogonal_(layer.weight[k].T, gain)
+                layer.bias.zero_()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x.unsqueeze(0).expand(self.members, -1, -1)
-        for i, (weight, bias) in enumerate(zip(self.weights, self.biases)):
-            h = torch.baddbmm(bias, h, weight)
-            if i < len(self.weights) - 1:
+        for i, layer in enumerate(self.layers):
+            h = layer(h)
+            if i < len(self.layers) - 1:
                 h = self.activation(h)
         return h
 

@@ -228,14 +228,16 @@ def test_an_ensemble_acts_on_the_average_of_independently_initialized_members():
     torch.testing.assert_close(values, out.values, rtol=0, atol=0)
     # A member computes what a lone MLP of the same weights computes.
     lone = torch.as_tensor(o[STATES])
-    for i, (weight, bias) in enumerate(zip(policy.actor_mean.weights, policy.actor_mean.biases)):
-        lone = lone @ weight[1] + bias[1]
-        lone = torch.tanh(lone) if i < len(policy.actor_mean.weights) - 1 else lone
+    for i, layer in enumerate(policy.actor_mean.layers):
+        lone = lone @ layer.weight[1] + layer.bias[1]
+        lone = torch.tanh(lone) if i < len(policy.actor_mean.layers) - 1 else lone
     torch.testing.assert_close(lone, means[1])
 
 
 def test_an_ensemble_fits_each_member_on_its_own_likelihood():
     policy = make(ensemble_size=2)
+    with torch.no_grad():  # members far apart (their last layers start near 0), so the two losses below differ
+        policy.actor_mean.layers[-1].weight.normal_()
     inputs = policy.forward_inputs(obs())
     actions = torch.randn(B, C, A)
     executed = torch.ones(B, C, dtype=torch.bool)
@@ -248,7 +250,8 @@ def test_an_ensemble_fits_each_member_on_its_own_likelihood():
     average = -policy.evaluate(inputs, actions)[0].mean()
     assert not torch.isclose(loss, average)
     loss.backward()
-    assert all(w.grad is not None and (w.grad.abs().sum((1, 2)) > 0).all() for w in policy.actor_mean.weights)
+    assert all(layer.weight.grad is not None and (layer.weight.grad.abs().sum((1, 2)) > 0).all()
+               for layer in policy.actor_mean.layers)
 
 
 def test_ensemble_config_is_checked_and_sac_refuses_it():
