@@ -5,15 +5,16 @@ with ``runner.resume_from=auto``, and compare the end with an uninterrupted run 
     python benchmarks/chaos.py --recipe configs/reach_mlp_sac.yaml --kills 10 \
         --targets driver,env_worker,rollout_worker cluster.backend=ray runner.iterations=30
 
-Each kill's target (one of ``--targets``) and moment are drawn from ``--seed``: a driver kill lands after a (re)start
-once the start-up is over (as long as the reference run took to write its first checkpoint), then uniformly over
-most of the reference run's training time, so some fall inside a checkpoint write or a replay save; a worker kill
-lands a little later in the running run. Scaled by the reference run's own times, the kills land in training on a
-loaded machine as on a quiet one. After a driver kill the run is started again with
-``runner.resume_from=auto``, as after any run that stopped with an error (a lost rollout worker stops the run), until
-it ends. On the local backend every worker is a thread of the driver, so only the driver can be killed. On Ray,
-``env_worker`` and ``rollout_worker`` SIGKILL one of the run's Ray actor processes of that class (the rank drawn
-from the seed). The harness prints the kill log and checks, against the uninterrupted run:
+Each kill's target (one of ``--targets``) and moment are drawn from ``--seed``. A (re)started run is first let
+write a new checkpoint, so that its start-up is over; the kill then lands uniformly over most of the reference run's
+training time (its first checkpoint to its last), so some fall inside a checkpoint write or a replay save; a worker
+kill in a run going on lands a little later. Timed from the run's own progress and scaled by the reference's
+training time, the kills land in training on a fast machine, a quiet one and a loaded one alike. After a driver
+kill the run is started again with ``runner.resume_from=auto``, as after any run that stopped with an error (a lost
+rollout worker stops the run), until it ends. On the local backend every worker is a thread of the driver, so
+only the driver can be killed. On Ray, ``env_worker`` and ``rollout_worker`` SIGKILL one of the run's Ray actor
+processes of that class (the rank drawn from the seed). The harness prints the kill log and checks, against the
+uninterrupted run:
 
 - the final policy weights, the learner's state and replay: equal bit for bit;
 - the learning metrics of every iteration (``metrics.jsonl`` without times and rates): equal;
@@ -62,6 +63,7 @@ class ChaosReport:
     failures: list[str] = field(default_factory=list)  # what did not hold
     reference_s: float = 0.0
     startup_s: float = 0.0  # the reference run's start to its first checkpoint
+    training_s: float = 0.0  # the reference run's first checkpoint to its last
     chaos_s: float = 0.0
     exact: bool = True  # compared bit for bit (False where the module's docstring names why not)
     inexact: str = ""  # why not
@@ -79,20 +81,32 @@ def train_command(recipe: str, out: Path, overrides: list[str], resume: bool) ->
             *(["runner.resume_from=auto"] if resume else [])]
 
 
-def run_to_end(command: list[str], log: Path, checkpoints: Path | None = None) -> tuple[float, float]:
-    """Run ``command`` to its end (raises if it fails): its wall time, and when its first checkpoint appeared under
-    ``checkpoints`` (a run root; the wall time if none did or none is watched)."""
-    t0, first = time.monotonic(), None
+def run_to_end(command: list[str], log: Path, checkpoints: Path | None = None) -> tuple[float, float, float]:
+    """Run ``command`` to its end (raises if it fails): its wall time, and when its first and its last checkpoint
+    appeared under ``checkpoints`` (a run root; the wall time if none did or none is watched)."""
+    t0, first, last, seen = time.monotonic(), None, None, set()
     with log.open("a") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=_env())
         while proc.poll() is None:
-            if first is None and checkpoints is not None and _checkpoints(checkpoints):
-                first = time.monotonic() - t0
+            if checkpoints is not None and not seen.issuperset(now := _checkpoints(checkpoints)):
+                seen.update(now)
+                last = time.monotonic() - t0
+                first = last if first is None else first
             time.sleep(0.05)
     if proc.returncode:
         raise subprocess.CalledProcessError(proc.returncode, command)
     total = time.monotonic() - t0
-    return total, total if first is None else first
+    return total, total if first is None else first, total if last is None else last
+
+
+def _wait_for_a_new_checkpoint(proc: subprocess.Popen, root: Path, before: set[str]) -> float:
+    """Wait until the run under ``root`` writes a checkpoint not in ``before`` (its training is under way) or ends;
+    the seconds waited. Kills are timed from there, not from the start: start-up takes most of a short run's wall
+    time and varies most between machines."""
+    t0 = time.monotonic()
+    while proc.poll() is None and before.issuperset(_checkpoints(root)):
+        time.sleep(0.05)
+    return time.monotonic() - t0
 
 
 def _checkpoints(root: Path) -> list[str]:
@@ -116,22 +130,28 @@ def chaos(recipe: str, kills: int, seed: int, out: Path, overrides: list[str],
     _check_targets(recipe, overrides, targets)
     report, rng = ChaosReport(), random.Random(seed)
     out.mkdir(parents=True, exist_ok=True)
-    report.reference_s, report.startup_s = run_to_end(train_command(recipe, out / "reference", overrides, False),
-                                                      out / "reference.log", out / "reference")
-    training_s = report.reference_s - report.startup_s
+    report.reference_s, report.startup_s, last = run_to_end(train_command(recipe, out / "reference", overrides, False),
+                                                            out / "reference.log", out / "reference")
+    report.training_s = last - report.startup_s
     t0, worker_killed = time.monotonic(), False
     proc, stops = None, 0
     for k in range(kills):
         target = rng.choice(targets)
-        # a driver kill lands after the start-up, in training; a worker kill while the run goes on
-        delay = report.startup_s + rng.uniform(0.0, 0.8) * training_s if target == "driver" or proc is None else \
-            rng.uniform(0.05, 0.3) * report.reference_s
+        # A kill lands in training: a started (or resumed) run is first let write a new checkpoint, then the kill
+        # falls anywhere in the next 80% of the reference's training time (a worker kill sooner, in a run going on).
+        waited = 0.0
         if proc is None:
+            before = set(_checkpoints(out / "chaos"))
             proc = _start(recipe, out, overrides)
+            waited = _wait_for_a_new_checkpoint(proc, out / "chaos", before)
+            delay = rng.uniform(0.0, 0.8) * report.training_s
+        else:
+            delay = rng.uniform(0.05, 0.3) * report.training_s
         try:
             proc.wait(timeout=delay)
         except subprocess.TimeoutExpired:
             pass
+        delay += waited
         if proc.returncode == 0:
             report.kills.append({"kill": k, "after_s": round(delay, 2), "what": "the run had ended already"})
             break
@@ -155,7 +175,7 @@ def chaos(recipe: str, kills: int, seed: int, out: Path, overrides: list[str],
                                        f"{ORPHAN_GRACE_S:.0f} s: {left}")
             proc = None
         else:
-            victims = [p for p in _descendants(proc.pid) if _cmdline(p).startswith(RAY_ACTORS[target])]
+            victims = _ray_actors(proc, RAY_ACTORS[target])
             if not victims:
                 report.kills.append({"kill": k, "after_s": round(delay, 2), "what": f"no {target} process found"})
                 continue
@@ -233,6 +253,17 @@ def _descendants(pid: int) -> list[int]:
         found.append(todo.pop())
         todo += children.get(found[-1], [])
     return found
+
+
+def _ray_actors(proc: subprocess.Popen, title: str, within_s: float = 5.0) -> list[int]:
+    """The processes below ``proc`` titled ``title``, waiting up to ``within_s`` for one (a worker Ray is replacing
+    has none for a moment)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        found = [p for p in _descendants(proc.pid) if _cmdline(p).startswith(title)]
+        if found or proc.poll() is not None or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
 
 
 def _alive(pid: int) -> bool:
@@ -363,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     report = chaos(args.recipe, args.kills, args.seed, Path(args.out), args.overrides,
                    tuple(t for t in args.targets.split(",") if t))
-    print(f"reference run: {report.reference_s:.1f} s ({report.startup_s:.1f} s to its first checkpoint); "
+    print(f"reference run: {report.reference_s:.1f} s ({report.startup_s:.1f} s to its first checkpoint, "
+          f"{report.training_s:.1f} s from there to its last); "
           f"chaos run with {len(report.kills)} kills: {report.chaos_s:.1f} s")
     for kill in report.kills:
         print(f"  kill {kill['kill']} ({kill.get('target', '-')}): after {kill['after_s']} s, {kill['what']}")

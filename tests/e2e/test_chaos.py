@@ -76,3 +76,19 @@ def test_on_ray_killed_workers_are_replaced_or_resumed_and_the_run_ends_as_the_u
                        "algorithm.batch_size=64"])
     assert report.ok, (report.failures, report.kills)
     assert report.exact and any("pid" in k["what"] for k in report.kills), report.kills  # a worker kill landed
+
+
+def test_kills_are_timed_from_the_runs_first_new_checkpoint_not_from_its_start(tmp_path):
+    # A run whose start-up is slow (3 s) and writes iter_000002 then: the wait ends at that write, not before.
+    (tmp_path / "run" / "checkpoints" / "iter_000001").mkdir(parents=True)  # from before the restart
+    (tmp_path / "run" / "checkpoints" / "iter_000002.tmp").mkdir()  # one being written does not count
+    target = tmp_path / "run" / "checkpoints" / "iter_000002"
+    proc = subprocess.Popen([sys.executable, "-c", f"import os, time; time.sleep(3); os.mkdir({str(target)!r}); "
+                             "time.sleep(30)"])
+    try:
+        waited = chaos_module._wait_for_a_new_checkpoint(proc, tmp_path, set(chaos_module._checkpoints(tmp_path)))
+        assert target.exists() and 2.5 < waited < 20
+    finally:
+        proc.kill()
+    proc.wait()
+    assert chaos_module._wait_for_a_new_checkpoint(proc, tmp_path, set()) < 1  # an ended run is not waited on
