@@ -43,3 +43,23 @@ def test_short_rlpd_run_from_an_sft_start(tmp_path):
         for key in ("sac/q_loss", "sac/policy_loss", "sac/alpha", "sac/q_mean"):
             assert math.isfinite(metrics[key]), (key, metrics[key])
     assert 0.0 <= result.final_eval["eval/success_rate"] <= 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, losses", [("pick_place_mlp_crossq.yaml", ("q_loss", "policy_loss", "alpha")),
+                                          ("pick_place_mlp_iql.yaml", ("q_loss", "v_loss", "policy_loss"))])
+def test_the_recipes_that_compare_with_rlpd_train_from_the_same_demonstrations(tmp_path, name, losses):
+    recipe = RECIPE.with_name(name)
+    demos = tmp_path / "pick_place_state"
+    collect(load_config(recipe, SMALL), episodes=4, out=demos)
+    cfg = load_config(recipe, [*SMALL, *RL[:-1], "algorithm.critic_warmup_iterations=1", f"algorithm.demos={demos}",
+                               f"experiment.output_dir={tmp_path}"])
+    result = train(cfg)
+    assert len(result.history) == 3
+    for metrics in result.history:
+        assert metrics["replay/demo_transitions"] == len(DemoDataset(demos))
+        assert metrics["replay/demo_share"] == 0.5
+        assert math.isfinite(metrics[f"{cfg.algorithm.name}/q_loss"])
+    for key in losses:  # after the one critic-only iteration, the policy moves too
+        assert math.isfinite(result.history[-1][f"{cfg.algorithm.name}/{key}"]), key
+    assert 0.0 <= result.final_eval["eval/success_rate"] <= 1.0
