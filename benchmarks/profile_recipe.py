@@ -14,8 +14,8 @@ wall time:
   sending chunks (``send``), loading new weights mid-epoch (``sync``);
 - the actor: the learner's steps (``learn``), adding the epoch to replay (``replay_insert``) and sampling it
   (``replay_sample``), and the update as the driver waits for it (``time/update``);
-- the driver: waiting for the rollout (``time/actor_wait``) and the rest of the iteration (logging, the workers'
-  reports, Ray's calls).
+- the driver: waiting for the rollout (``time/actor_wait`` off-policy, ``time/rollout`` on-policy) and the rest of
+  the iteration (logging, the workers' reports, Ray's calls).
 
 Then the same envs (env id, kwargs, obs mode, ``env.num_envs / cluster.num_env_workers`` a process, one process an
 env worker, all at once) stepped alone with random chunks: the envs' own env steps/s on these cores, and the
@@ -62,7 +62,9 @@ def profile_rows(rows: list[dict[str, Any]], skip: int) -> tuple[dict[str, float
                 if ranks:  # averaged over the workers of the kind: each one's busy share of the iteration
                     shares.setdefault(f"{worker} {activity}", []).append(sum(ranks) / len(ranks) / wall)
         shares.setdefault("actor update (the driver's wait for it)", []).append(row.get("time/update", 0.0) / wall)
-        waited = row.get("time/actor_wait", 0.0)
+        # the off-policy loop names the driver's wait for data time/actor_wait; the on-policy one waits out the whole
+        # rollout, time/rollout (the off-policy loop's time/rollout is the epoch's, which overlaps its update)
+        waited = row.get("time/actor_wait", row.get("time/rollout", 0.0))
         shares.setdefault("driver waits for the rollout", []).append(waited / wall)
         rest = wall - waited - row.get("time/update", 0.0)
         shares.setdefault("driver, the rest (logging, reports, calls)", []).append(max(rest, 0.0) / wall)

@@ -28,6 +28,13 @@ def test_shares_average_the_workers_of_a_kind_over_the_kept_iterations():
         profile_rows(rows, skip=3)
 
 
+def test_an_on_policy_loops_wait_for_its_rollout_is_the_drivers_wait_not_the_rest():
+    on_policy = {"env_steps": 100, "time/iteration": 2.0, "time/update": 0.2, "time/rollout": 1.7}
+    shares, _, _ = profile_rows([on_policy], skip=0)
+    assert shares["driver waits for the rollout"] == pytest.approx(0.85)
+    assert shares["driver, the rest (logging, reports, calls)"] == pytest.approx(0.05)
+
+
 @pytest.mark.slow
 def test_the_profile_runs_a_recipe_and_steps_its_envs_alone(capsys):
     figures = main(["configs/reach_mlp_sac.yaml", "--iterations", "5", "--skip", "2", "--alone-chunks", "5",
