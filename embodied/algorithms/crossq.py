@@ -24,8 +24,9 @@ from torch import nn
 from embodied.algorithms.base import LearnerSpec
 from embodied.algorithms.sac import (PolicyBatch, SACLearner, critic_loss, rank_backward, subset_min,
                                      td_target)
-from embodied.algorithms.sac_networks import EnsembleLinear, critic_sizes
+from embodied.algorithms.sac_networks import critic_sizes
 from embodied.algorithms.transitions import ReplaySample
+from embodied.policy.ensemble import EnsembleLinear
 
 if TYPE_CHECKING:
     from embodied.algorithms.crossq_config import CrossQConfig

@@ -20,7 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from embodied.policy.ensemble import EnsembleLinear  # noqa: F401 - here since the critics were built; crossq imports it
+# EnsembleLinear lived here before the MLP policy's ensemble shared it; kept importable from here for users' code
+from embodied.policy.ensemble import EnsembleLinear  # noqa: F401
+
 
 class MLPQEnsemble(nn.Module):
     """``num_critics`` MLP critics Q(s, a) over ``sizes`` [in, hidden..., 1], batched over the ensemble."""

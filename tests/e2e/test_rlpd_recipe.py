@@ -52,7 +52,8 @@ def test_the_recipes_that_compare_with_rlpd_train_from_the_same_demonstrations(t
     recipe = RECIPE.with_name(name)
     demos = tmp_path / "pick_place_state"
     collect(load_config(recipe, SMALL), episodes=4, out=demos)
-    cfg = load_config(recipe, [*SMALL, *RL[:-1], "algorithm.critic_warmup_iterations=1", f"algorithm.demos={demos}",
+    rl = [o for o in RL if not o.startswith("algorithm.num_critics")]  # each recipe's own critics
+    cfg = load_config(recipe, [*SMALL, *rl, "algorithm.critic_warmup_iterations=1", f"algorithm.demos={demos}",
                                f"experiment.output_dir={tmp_path}"])
     result = train(cfg)
     assert len(result.history) == 3
