@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
+import threading
+import time
 
-from benchmarks.soak import drift_report, main
+from benchmarks.soak import drift_report, main, stop_after_running
 
 
 def test_soak_forces_restarts_and_reports_memory_per_process(tmp_path, capsys):
@@ -30,3 +33,28 @@ def test_drift_report_reads_growth_after_the_settle_mark_and_rate_drift(tmp_path
     rate = report["env_steps_per_s"]  # minutes 10-20 against 30-40
     assert rate["first"] == sum(100.0 - m for m in range(10, 21)) / 11
     assert rate["last"] == sum(100.0 - m for m in range(30, 41)) / 11 and rate["drift_pct"] < 0
+
+
+def test_the_clock_starts_at_the_first_iteration_and_a_finished_run_is_not_signalled(tmp_path):
+    got: list[float] = []
+    previous = signal.signal(signal.SIGTERM, lambda *_: got.append(time.monotonic()))
+    try:
+        done = threading.Event()
+        clock = threading.Thread(target=stop_after_running, args=(tmp_path, "run-", 0.3, done))
+        clock.start()
+        time.sleep(0.5)  # start-up: no iteration logged yet, so no signal however long it takes
+        assert not got
+        (tmp_path / "run-1").mkdir()
+        (tmp_path / "run-1" / "metrics.jsonl").write_text('{"time": 0}\n')
+        logged = time.monotonic()
+        clock.join(timeout=5)
+        assert len(got) == 1 and got[0] - logged >= 0.3
+
+        quiet = threading.Event()
+        clock = threading.Thread(target=stop_after_running, args=(tmp_path / "other", "run-", 0.3, quiet))
+        clock.start()
+        quiet.set()  # the run ended on its own before logging
+        clock.join(timeout=5)
+        assert not clock.is_alive() and len(got) == 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
