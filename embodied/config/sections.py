@@ -261,6 +261,9 @@ class SFTConfig:
     val_fraction: float = 0.1  # episodes held out for the validation loss
     first_step_weight: float = 1.0  # how often each episode's first chunk step is drawn relative to the others (1: uniform); where the demonstrator picks its target, and one row in several
     eval_every: int = 0  # gradient steps between success evals and checkpoints (0: only at the end)
+    # Gradient steps between checkpoints written without an eval (0: with the evals and at the end only), so a long SFT
+    # that is stopped loses at most this many steps; go on from the last one with policy.init_from.
+    checkpoint_every: int = 0
     log_every: int = 20  # gradient steps between metric rows
 
     def validate(self, path: str = "sft") -> list[str]:
@@ -272,6 +275,7 @@ class SFTConfig:
                   (0.0 <= self.val_fraction < 1.0, "val_fraction", "must be in [0, 1)"),
                   (self.first_step_weight > 0, "first_step_weight", "must be > 0 (1: uniform)"),
                   (self.eval_every >= 0, "eval_every", "must be >= 0"), (self.log_every >= 1, "log_every", "must be >= 1"),
+                  (self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0 (0: with the evals only)"),
                   (self.frame_cache_mb >= 0, "frame_cache_mb", "must be >= 0 (0: no cache)"))
         p = [f"{path}.{name}: {rule}, got {getattr(self, name)}" for ok, name, rule in checks if not ok]
         for key, name in self.features.items():

@@ -132,6 +132,9 @@ def sft(cfg: Config) -> SFTResult:
                                                 cfg.runner.eval_sample)
                     logger.log(metrics, step=step)
                     history.append(metrics)
+                if not evaluating and cfg.sft.checkpoint_every and step % cfg.sft.checkpoint_every == 0:
+                    with averaged(average):
+                        checkpoint = save(step)
         if checkpoint is None or checkpoint.name != f"iter_{step:06d}":
             with averaged(average):
                 checkpoint = save(step)

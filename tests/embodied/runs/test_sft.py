@@ -86,6 +86,20 @@ def test_sft_keeps_a_checkpoint_at_each_eval_that_init_from_continues(tmp_path, 
     assert load_checkpoint(result.run_dir / "checkpoints" / saved[0])["iteration"] == 2
 
 
+def test_checkpoint_every_saves_between_evals_without_evaluating(tmp_path, reach_demos):
+    """``sft.checkpoint_every`` writes a checkpoint every so many steps with no eval (an eval of a VLA costs minutes),
+    beside the evals' own; only the evals log success."""
+    result = run_sft(tmp_path / "a", reach_demos, "sft.epochs=6", "sft.eval_every=6", "sft.checkpoint_every=2",
+                     "runner.eval_episodes=8")
+    saved = sorted(p.name for p in (result.run_dir / "checkpoints").iterdir())
+    total = int(result.checkpoint.name.split("_")[1])
+    assert saved == [f"iter_{s:06d}" for s in range(2, total, 2)] + [f"iter_{total:06d}"] and total >= 12
+    evals = [row for row in result.history if "eval/success_rate" in row]
+    assert len(evals) == total // 6 + (total % 6 != 0)  # every 6th step and the end: no eval at the other saves
+    with pytest.raises(ConfigError, match="sft.checkpoint_every: must be >= 0"):
+        load_config(None, [*REACH, "sft.checkpoint_every=-1"])
+
+
 def test_the_trained_policy_is_saved_before_the_final_eval_which_may_fail(tmp_path, reach_demos, monkeypatch):
     """An eval that fails (or an eval env lost on the way) after a long SFT loses nothing: the checkpoint of the
     last step is written before it."""
