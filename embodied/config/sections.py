@@ -262,7 +262,8 @@ class SFTConfig:
     first_step_weight: float = 1.0  # how often each episode's first chunk step is drawn relative to the others (1: uniform); where the demonstrator picks its target, and one row in several
     eval_every: int = 0  # gradient steps between success evals and checkpoints (0: only at the end)
     # Gradient steps between checkpoints written without an eval (0: with the evals and at the end only), so a long SFT
-    # that is stopped loses at most this many steps; go on from the last one with policy.init_from.
+    # that is stopped loses at most this many steps; go on from the last one with policy.init_from. Of these, the newest
+    # runner.keep_checkpoints are kept (0: all); the evals' checkpoints always are.
     checkpoint_every: int = 0
     log_every: int = 20  # gradient steps between metric rows
 

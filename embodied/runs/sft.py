@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
+import shutil
 import time
 import warnings
 from collections.abc import Iterator
@@ -98,6 +99,7 @@ def sft(cfg: Config) -> SFTResult:
         logger = MetricLogger(cfg.logger, run_dir, run_dir.name, to_dict(cfg), total, 0, None)
         step, window, t0 = 0, [], time.perf_counter()
         checkpoint: Path | None = None
+        plain: list[Path] = []  # the checkpoints of sft.checkpoint_every, oldest first
 
         def save(step: int) -> Path:
             return save_policy_checkpoint(run_dir / "checkpoints" / f"iter_{step:06d}", policy, optimizer, step, spec,
@@ -135,6 +137,11 @@ def sft(cfg: Config) -> SFTResult:
                 if not evaluating and cfg.sft.checkpoint_every and step % cfg.sft.checkpoint_every == 0:
                     with averaged(average):
                         checkpoint = save(step)
+                    plain.append(checkpoint)  # written whole first: a save that failed deletes nothing
+                    keep = cfg.runner.keep_checkpoints  # as RL keeps its own (0: all); the evals' always stay
+                    for old in plain[:-keep] if keep else []:
+                        shutil.rmtree(old, ignore_errors=True)
+                    plain = plain[-keep:] if keep else plain
         if checkpoint is None or checkpoint.name != f"iter_{step:06d}":
             with averaged(average):
                 checkpoint = save(step)

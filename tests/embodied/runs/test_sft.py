@@ -96,6 +96,12 @@ def test_checkpoint_every_saves_between_evals_without_evaluating(tmp_path, reach
     assert saved == [f"iter_{s:06d}" for s in range(2, total, 2)] + [f"iter_{total:06d}"] and total >= 12
     evals = [row for row in result.history if "eval/success_rate" in row]
     assert len(evals) == total // 6 + (total % 6 != 0)  # every 6th step and the end: no eval at the other saves
+    kept = run_sft(tmp_path / "b", reach_demos, "sft.epochs=6", "sft.eval_every=6", "sft.checkpoint_every=2",
+                   "runner.eval_episodes=8", "runner.keep_checkpoints=1")
+    evals_at = [s for s in range(6, total + 1, 6)] + ([total] if total % 6 else [])
+    newest_plain = max(s for s in range(2, total, 2) if s % 6)
+    assert sorted(p.name for p in (kept.run_dir / "checkpoints").iterdir()) == sorted(
+        {f"iter_{s:06d}" for s in [*evals_at, newest_plain]})  # the evals' checkpoints and the newest of the rest
     with pytest.raises(ConfigError, match="sft.checkpoint_every: must be >= 0"):
         load_config(None, [*REACH, "sft.checkpoint_every=-1"])
 
