@@ -138,10 +138,8 @@ def sft(cfg: Config) -> SFTResult:
                     with averaged(average):
                         checkpoint = save(step)
                     plain.append(checkpoint)  # written whole first: a save that failed deletes nothing
-                    keep = cfg.runner.keep_checkpoints  # as RL keeps its own (0: all); the evals' always stay
-                    for old in plain[:-keep] if keep else []:
-                        shutil.rmtree(old, ignore_errors=True)
-                    plain = plain[-keep:] if keep else plain
+                    if 0 < cfg.runner.keep_checkpoints < len(plain):  # as RL keeps its own; the evals' always stay
+                        shutil.rmtree(plain.pop(0), ignore_errors=True)
         if checkpoint is None or checkpoint.name != f"iter_{step:06d}":
             with averaged(average):
                 checkpoint = save(step)
