@@ -91,9 +91,15 @@ def check_expert(cfg: Config) -> None:
     from embodied.envs.experts import has_expert
 
     for env_id in cfg.env.members():  # every member of a mixture
-        if not has_expert(ENVS.resolve(env_id)):
+        target = ENVS.resolve(env_id)
+        if not has_expert(target):
             raise ConfigError(f"env.id: {env_id!r} has no scripted expert to collect demonstrations from; "
                               f"tasks with one: {', '.join(expert_tasks())}")
+        # An expert that needs the env built a certain way says so (a ManiSkill motion plan: joint-position control).
+        check = getattr(getattr(target, "scripted_expert", None), "check_env_config", None)
+        problem = check(dict(cfg.env.kwargs)) if check is not None else ""
+        if problem:
+            raise ConfigError(f"{problem} (env.id {env_id!r}: its scripted expert needs it)")
 
 
 def collect(cfg: Config, episodes: int, out: Path, keep_failed: bool = False,

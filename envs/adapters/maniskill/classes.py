@@ -8,6 +8,7 @@ import functools
 from typing import Any
 
 from embodied.envs.adapters.maniskill.env import ManiSkillEnv
+from embodied.envs.adapters.maniskill.expert import expert_class
 from embodied.envs.adapters.maniskill.tasks import BY_CLASS
 
 
@@ -15,7 +16,11 @@ from embodied.envs.adapters.maniskill.tasks import BY_CLASS
 def _task_class(name: str) -> type:
     task = BY_CLASS[name]
     doc = f"ManiSkill3's {task.maniskill_id}: {task.description} (CPU PhysX, one env; a GPU batch on CUDA)."
-    return type(name, (ManiSkillEnv,), {"task": task, "__doc__": doc, "__module__": __name__})
+    attrs: dict[str, Any] = {"task": task, "__doc__": doc, "__module__": __name__}
+    expert = expert_class(task.maniskill_id)
+    if expert is not None:  # ManiSkill ships a motion-planning solution: embodied collect can use it
+        attrs["scripted_expert"] = expert
+    return type(name, (ManiSkillEnv,), attrs)
 
 
 def __getattr__(name: str) -> Any:

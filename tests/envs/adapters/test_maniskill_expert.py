@@ -1,0 +1,84 @@
+"""ManiSkill's motion-planning solutions as scripted experts (envs/adapters/maniskill/expert.py): our screw planner
+sends the very actions mplib's does (fixtures/maniskill_mplib_plans.json, written with mplib under numpy < 2, where
+it runs), the solution follows the state step by step through ``act``, ``embodied collect`` writes the episodes, and a
+control mode the plans cannot drive is refused before any worker starts. Skipped, with the reason, where mani-skill or
+every Vulkan driver is missing; marked slow (seconds per scene)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("mani_skill", reason="pip install 'embodied[maniskill]' (make setup installs it)")
+
+from embodied.config import ConfigError, load_config  # noqa: E402
+from embodied.core.registry import ENVS  # noqa: E402
+from embodied.envs.adapters.maniskill import vulkan  # noqa: E402
+from embodied.envs.adapters.maniskill.expert import SOLUTIONS, MotionPlanningExpert  # noqa: E402
+from embodied.envs.experts import expert_for, has_expert  # noqa: E402
+from embodied.runs.collect import check_expert, collect, expert_tasks  # noqa: E402
+
+DRIVER = vulkan.choose_driver()
+if DRIVER.source == "none":
+    pytest.skip(f"no Vulkan driver: {vulkan.FIX}", allow_module_level=True)
+pytestmark = pytest.mark.slow
+
+PLANS = json.loads((Path(__file__).parent / "fixtures" / "maniskill_mplib_plans.json").read_text())["plans"]
+RECIPE = Path(__file__).resolve().parents[3] / "configs" / "maniskill_pick_cube_rlpd.yaml"
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=[p["task"] for p in PLANS])
+def test_the_solution_on_our_planner_sends_mplibs_actions(plan):
+    env = ENVS.resolve(f"ManiSkill-{plan['task']}")(obs_mode="state", control_mode="pd_joint_pos",
+                                                    max_episode_steps=400)
+    expert = expert_for(env)
+    assert isinstance(expert, MotionPlanningExpert) and expert.solution == plan["solution"]
+    obs, info = env.reset(seed=plan["seed"])
+    expert.reset(env)
+    sent, succeeded = [], False
+    for _ in plan["actions"]:
+        action = expert.act(env, obs)
+        sent.append(action)
+        obs, _, terminated, truncated, info = env.step(action)
+        succeeded |= bool(info["success"])
+    # The plan is over where mplib's was: the expert now holds its last target.
+    held = expert.act(env, obs)
+    np.testing.assert_array_equal(held, sent[-1])
+    assert expert.failure == ""
+    np.testing.assert_allclose(np.stack(sent), np.asarray(plan["actions"], dtype=np.float32), atol=2e-3)
+    assert succeeded == plan["success"]
+    # A new episode ends the last one's plan and starts another from the new scene.
+    obs, _ = env.reset(seed=plan["seed"] + 1)
+    expert.reset(env)
+    assert not np.allclose(expert.act(env, obs), plan["actions"][0], atol=1e-3)
+    expert.close()
+    env.close()
+
+
+def test_collect_writes_motion_planned_pick_cube_demos(tmp_path):
+    cfg = load_config(RECIPE, ["env.num_envs=2", "eval_env.num_envs=2", "experiment.seed=3"])
+    report = collect(cfg, episodes=2, out=tmp_path / "pick_cube")
+    assert (report.episodes, report.successes) == (2, 2) and report.meta is not None
+    assert report.meta.expert == "MotionPlanningExpert_PickCube_v1"
+    assert report.meta.env_id == "ManiSkill-PickCube-v1" and report.meta.action_dim == 8
+
+
+def test_a_control_mode_the_plans_cannot_drive_is_refused_before_any_worker_starts():
+    cfg = load_config(RECIPE, ["env.kwargs.control_mode=pd_joint_delta_pos"])
+    with pytest.raises(ConfigError, match=r"env\.kwargs\.control_mode: .*pd_joint_pos \(got 'pd_joint_delta_pos'\)"):
+        check_expert(cfg)
+    env = ENVS.resolve("ManiSkill-PickCube-v1")(obs_mode="state")  # built anyway: the expert says what to set
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"ManiSkill-PickCube-v1: .*env\.kwargs\.control_mode: pd_joint_pos"):
+        expert_for(env).reset(env)
+    env.close()
+
+
+def test_the_tasks_with_a_solution_are_the_ones_with_an_expert():
+    listed = set(expert_tasks())
+    for maniskill_id in SOLUTIONS:
+        assert f"ManiSkill-{maniskill_id}" in listed
+    assert not has_expert(ENVS.resolve("ManiSkill-PushT-v1"))  # ManiSkill ships no motion plan for it
