@@ -1,7 +1,7 @@
 """ManiSkill's own motion-planning solutions (shipped in the mani-skill wheel) as scripted experts, so that
 ``embodied collect`` writes demonstrations of ManiSkill tasks as it does of ours::
 
-    embodied collect configs/maniskill_pick_cube_sft.yaml --episodes 100 --out data/maniskill_pick_cube_mp
+    embodied collect configs/maniskill_pick_cube_rlpd.yaml --episodes 100 --out data/maniskill_pick_cube_mp
 
 A solution (``mani_skill.examples.motionplanning.panda.solutions``) is a function that drives an env itself: it
 computes grasp poses from the scene, plans screw motions to them, then calls ``env.step`` once per control step
@@ -22,9 +22,11 @@ parameterization with toppra, mplib's own dependency) on SAPIEN's Pinocchio mode
 the path; the solutions' straight-line paths do not need it, and an episode that goes wrong is dropped by collect
 (successful episodes only).
 
-The solutions command absolute joint targets: the env must run ``control_mode: pd_joint_pos``, as ManiSkill's
-motion-planning demonstrations do (``reset`` refuses any other, naming the field). When a plan ends (or finds no
-path, which ManiSkill's runner counts as a failed episode) the expert holds the last target.
+The solutions command absolute joint targets. The env runs ``control_mode: pd_joint_pos`` (the targets as they are,
+as ManiSkill's motion-planning demonstrations record them) or ``pd_joint_delta_pos`` (each target as a delta from
+the current joint positions, what ManiSkill's ``replay_trajectory`` converts them to for RL, and what a policy learns
+more easily); ``reset`` refuses any other, naming the field. When a plan ends (or finds no path, which ManiSkill's
+runner counts as a failed episode) the expert holds the last target.
 """
 
 from __future__ import annotations
@@ -53,7 +55,10 @@ SOLUTIONS: dict[str, str] = {
     "PullCube-v1": "solvePullCube",
     "StackPyramid-v1": "solveStackPyramid",
 }
-CONTROL_MODE = "pd_joint_pos"  # what every solution's actions are
+CONTROL_MODE = "pd_joint_pos"  # what every solution commands: absolute joint targets
+# The control modes the expert drives: the plan's targets as they are, or as deltas from the current joint positions
+# in units of the arm controller's limit (what ManiSkill's own replay_trajectory converts demonstrations to for RL).
+CONTROL_MODES = (CONTROL_MODE, "pd_joint_delta_pos")
 
 
 class ScrewPlanner:
@@ -171,6 +176,20 @@ class _Stop(BaseException):
     """Raised inside a solution's thread to end it (a new episode began, or the expert is dropped)."""
 
 
+class _JointTargets:
+    """ManiSkill's BaseEnv as a solution sees it: all of it, but with ``control_mode`` ``pd_joint_pos`` (the
+    solutions assert it), since the solution's actions are joint targets whatever the env runs (the expert
+    converts them)."""
+
+    control_mode = CONTROL_MODE
+
+    def __init__(self, base: Any) -> None:
+        self._base = base
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._base, name)
+
+
 class _Plan:
     """One episode's solution running in its thread, and the two hand-over queues between it and ``act``.
 
@@ -183,7 +202,7 @@ class _Plan:
         self.resume: queue.Queue[bool] = queue.Queue()
         self.failure = ""
         self.over = False  # the solution returned and act has seen its end marker
-        self.unwrapped = base  # the solution's env: ManiSkill's BaseEnv, read for the scene and the robot
+        self.unwrapped = _JointTargets(base)  # what the solution reads the scene, the robot and the mode from
         self._solution = solution
         self.thread = threading.Thread(target=self._run, args=(solve,), daemon=True, name=f"motion-plan {solution}")
         self.thread.start()
@@ -239,17 +258,19 @@ class MotionPlanningExpert:
     def __init__(self) -> None:
         self._plan: _Plan | None = None
         self._taken = False  # act returned the plan's last action: the env has stepped it by the next act
-        self._hold: np.ndarray | None = None
+        self._hold: np.ndarray | None = None  # the plan's last joint targets and gripper command
+        self._base: Any = None
+        self._delta: float | None = None
 
     @classmethod
     def check_env_config(cls, kwargs: dict[str, Any]) -> str:
         """Why an env built with these ``env.kwargs`` cannot run this expert ("" if it can): ``embodied collect``
         asks before any worker starts."""
         mode = kwargs.get("control_mode")
-        if mode == CONTROL_MODE:
+        if mode in CONTROL_MODES:
             return ""
         return (f"env.kwargs.control_mode: ManiSkill's motion-planning solutions command joint positions; set "
-                f"{CONTROL_MODE} (got {mode!r})")
+                f"{' or '.join(CONTROL_MODES)} (got {mode!r})")
 
     @property
     def failure(self) -> str:
@@ -260,12 +281,17 @@ class MotionPlanningExpert:
         self.close()
         ours = env.unwrapped
         base = _maniskill_env(ours)
-        if base.control_mode != CONTROL_MODE:
+        if base.control_mode not in CONTROL_MODES:
             raise ValueError(
                 f"{ours.task.env_id}: ManiSkill's motion-planning solutions command joint positions; set "
-                f"env.kwargs.control_mode: {CONTROL_MODE} (the env runs {base.control_mode!r})")
-        arm = base.agent.robot.get_qpos()[0, :7].cpu().numpy()
-        self._hold = np.append(arm, 1.0).astype(np.float32)  # until the first action: stay, gripper open
+                f"env.kwargs.control_mode: {' or '.join(CONTROL_MODES)} (the env runs {base.control_mode!r})")
+        self._base = base
+        # pd_joint_delta_pos: the arm's action is (target - qpos) / limit, clipped to [-1, 1] (ManiSkill normalizes
+        # the controller's [lower, upper] delta to it); None: the targets go to the env as they are.
+        arm = base.agent.controller.controllers["arm"]
+        self._delta = float(arm.config.upper) if base.control_mode != CONTROL_MODE else None
+        qpos = base.agent.robot.get_qpos()[0, :7].cpu().numpy()
+        self._hold = np.append(qpos, 1.0).astype(np.float32)  # until the first action: stay, gripper open
         self._plan = _Plan(solution(self.solution), base, self.solution)
 
     def act(self, env: Any, obs: Obs) -> np.ndarray:
@@ -277,7 +303,11 @@ class MotionPlanningExpert:
         self._taken = action is not None
         if action is not None:
             self._hold = action
-        return self._hold.copy()
+        if self._delta is None:
+            return self._hold.copy()
+        qpos = self._base.agent.robot.get_qpos()[0, :7].cpu().numpy()
+        arm = np.clip((self._hold[:7] - qpos) / self._delta, -1.0, 1.0)
+        return np.append(arm, self._hold[7:]).astype(np.float32)
 
     def close(self) -> None:
         """End the current plan's thread, if any."""

@@ -58,8 +58,29 @@ def test_the_solution_on_our_planner_sends_mplibs_actions(plan):
     env.close()
 
 
+def test_under_delta_control_the_plan_is_sent_as_deltas_from_the_joint_positions():
+    plan = PLANS[0]  # PickCube's
+    env = ENVS.resolve(f"ManiSkill-{plan['task']}")(obs_mode="state", control_mode="pd_joint_delta_pos",
+                                                    max_episode_steps=200)
+    expert = expert_for(env)
+    obs, info = env.reset(seed=plan["seed"])
+    expert.reset(env)
+    qpos = env.env.unwrapped.agent.robot.get_qpos
+    for _ in range(20):
+        before = qpos()[0, :7].numpy()
+        action = expert.act(env, obs)
+        target = expert._hold  # the plan's joint targets for this step
+        np.testing.assert_allclose(action[:7], np.clip((target[:7] - before) / 0.1, -1, 1), atol=1e-5)
+        assert action[7] == target[7]
+        obs, *_ = env.step(action)
+    assert env.action_space.low.min() == -1.0 and np.abs(action).max() <= 1.0
+    expert.close()
+    env.close()
+
+
 def test_collect_writes_motion_planned_pick_cube_demos(tmp_path):
     cfg = load_config(RECIPE, ["env.num_envs=2", "eval_env.num_envs=2", "experiment.seed=3"])
+    assert cfg.env.kwargs["control_mode"] == "pd_joint_delta_pos"
     report = collect(cfg, episodes=2, out=tmp_path / "pick_cube")
     assert (report.episodes, report.successes) == (2, 2) and report.meta is not None
     assert report.meta.expert == "MotionPlanningExpert_PickCube_v1"
@@ -67,10 +88,11 @@ def test_collect_writes_motion_planned_pick_cube_demos(tmp_path):
 
 
 def test_a_control_mode_the_plans_cannot_drive_is_refused_before_any_worker_starts():
-    cfg = load_config(RECIPE, ["env.kwargs.control_mode=pd_joint_delta_pos"])
-    with pytest.raises(ConfigError, match=r"env\.kwargs\.control_mode: .*pd_joint_pos \(got 'pd_joint_delta_pos'\)"):
+    cfg = load_config(RECIPE, ["env.kwargs.control_mode=pd_ee_delta_pose"])
+    with pytest.raises(ConfigError, match=r"env\.kwargs\.control_mode: .*pd_joint_pos or pd_joint_delta_pos "
+                                          r"\(got 'pd_ee_delta_pose'\)"):
         check_expert(cfg)
-    env = ENVS.resolve("ManiSkill-PickCube-v1")(obs_mode="state")  # built anyway: the expert says what to set
+    env = ENVS.resolve("ManiSkill-PickCube-v1")(obs_mode="state", control_mode="pd_ee_delta_pose")  # built anyway
     env.reset(seed=0)
     with pytest.raises(ValueError, match=r"ManiSkill-PickCube-v1: .*env\.kwargs\.control_mode: pd_joint_pos"):
         expert_for(env).reset(env)
