@@ -267,8 +267,10 @@ def expert_for(env: Any) -> ScriptedExpert:
     """A fresh scripted expert for ``env`` (wrappers are looked through); ValueError if none fits.
 
     An env class of any package offers its own by a ``scripted_expert`` class attribute: the expert class (built
-    with no arguments; ``reset(env)``, ``act(env, obs)``, and ``resync(env)`` if a policy's actions can invalidate
-    a phase it keeps). The built-in tasks are mapped here instead, so that they stay free of their experts."""
+    with no arguments; ``reset(env)``, ``act(env, obs)``, ``resync(env)`` if a policy's actions can invalidate a
+    phase it keeps, and the classmethod ``check_env_config(env_kwargs) -> str`` if it needs the env built a certain
+    way: ``embodied collect`` raises what it returns, before any worker starts). The built-in tasks are mapped here
+    instead, so that they stay free of their experts."""
     base = env.unwrapped
     own = getattr(type(base), "scripted_expert", None)
     if own is not None:

@@ -333,3 +333,24 @@ class FaultyTwinEnv(FaultyEnv):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.task_description = "count twin"
+
+
+class _PickyExpert:
+    """A scripted expert that needs its env built a certain way (``env.kwargs.terminate_at: 5``), and says so."""
+
+    @classmethod
+    def check_env_config(cls, kwargs: dict) -> str:
+        got = kwargs.get("terminate_at")
+        return "" if got == 5 else f"env.kwargs.terminate_at: this expert needs 5 (got {got!r})"
+
+    def reset(self, env) -> None:
+        """Nothing to forget."""
+
+    def act(self, env, obs) -> np.ndarray:
+        return np.ones(2, dtype=np.float32)
+
+
+class PickyCountingEnv(CountingEnv):
+    """``CountingEnv`` with an expert that checks the env's kwargs (``embodied collect`` asks it first)."""
+
+    scripted_expert = _PickyExpert

@@ -121,6 +121,19 @@ def test_a_task_without_an_expert_fails_before_any_worker_listing_those_with_one
     assert "tasks with one: " in capsys.readouterr().err and not any(tmp_path.iterdir())
 
 
+def test_an_expert_that_needs_certain_env_kwargs_is_asked_before_any_worker(tmp_path, monkeypatch):
+    import embodied.runs.collect as collect_module
+
+    monkeypatch.setattr(collect_module, "make_backend", lambda *a: pytest.fail("a worker started"))
+    cfg = load_config(None, ["env.id=tests.toy_envs:PickyCountingEnv", "env.num_envs=2"])
+    with pytest.raises(ConfigError, match=r"env\.kwargs\.terminate_at: this expert needs 5 \(got None\) \(env\.id "
+                                          r"'tests\.toy_envs:PickyCountingEnv': its scripted expert needs it\)"):
+        collect(cfg, episodes=1, out=tmp_path / "x")
+    assert not any(tmp_path.iterdir())
+    collect_module.check_expert(load_config(None, ["env.id=tests.toy_envs:PickyCountingEnv",
+                                                   "env.kwargs={terminate_at: 5}"]))  # as it asks: no error
+
+
 def test_an_interrupted_write_leaves_no_dataset(tmp_path, monkeypatch):
     from embodied.data.format import DatasetWriter
 
