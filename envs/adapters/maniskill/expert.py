@@ -31,6 +31,7 @@ runner counts as a failed episode) the expert holds the last target.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import queue
 import threading
@@ -153,6 +154,7 @@ def _exp_coordinate(pose: np.ndarray) -> tuple[np.ndarray, float]:
     return np.concatenate([inv_left_jacobian @ translation, omega]), float(theta)
 
 
+@functools.cache
 def _solver_class() -> type:
     """ManiSkill's Panda solver with ``ScrewPlanner`` in place of ``mplib.Planner``."""
     from mani_skill.examples.motionplanning.panda.motionplanner import PandaArmMotionPlanningSolver
@@ -164,6 +166,7 @@ def _solver_class() -> type:
     return ScrewSolver
 
 
+@functools.cache
 def solution(name: str) -> Any:
     """ManiSkill's solution ``name``, planning with ``ScrewPlanner``: the same function over a copy of its module's
     globals in which the solver class is ours (the module itself is left as it is)."""
@@ -225,7 +228,15 @@ class _Plan:
             return None
         if taken:
             self.resume.put(True)
-        action = self.actions.get()
+        while True:
+            try:
+                action = self.actions.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if not self.thread.is_alive() and self.actions.empty():  # ended without its end marker
+                    self.failure = self.failure or f"{self._solution}: its thread ended unexpectedly"
+                    action = None
+                    break
         self.over = action is None
         return action
 
