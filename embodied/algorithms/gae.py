@@ -18,8 +18,10 @@ def compute_gae(
     next_values: torch.Tensor,
     gamma: float,
     gae_lambda: float,
+    bootstrap_terminations: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAE(gamma, lambda) advantages and returns, bootstrapping on truncation.
+    """GAE(gamma, lambda) advantages and returns, bootstrapping on truncation (and on termination too with
+    ``bootstrap_terminations``: PPO's ``bootstrap_at_done: always``).
 
     Args:
         rewards: float [T, N], reward of step t (summed over the chunk).
@@ -27,7 +29,7 @@ def compute_gae(
         dones: bool [T, N], the episode ended at step t (terminated or truncated).
         terminated: bool [T, N], the episode ended at step t in a true terminal state.
         final_values: float [T, N], V(final_obs_t) of the terminal observation; only read
-            where the step was truncated (done and not terminated).
+            where the step was truncated (done and not terminated), or done with ``bootstrap_terminations``.
         next_values: float [N], V(obs after the last step T-1).
         gamma: discount per chunk step.
         gae_lambda: GAE lambda.
@@ -38,6 +40,8 @@ def compute_gae(
     T = rewards.shape[0]
     dones = dones.bool()
     terminated = terminated.bool() & dones  # a terminal step is always a done step
+    if bootstrap_terminations:  # every end bootstraps from its final observation, as a truncation does
+        terminated = torch.zeros_like(dones)
     truncated = dones & ~terminated
 
     # Value of the state reached after step t, before any auto-reset:

@@ -6,7 +6,7 @@ Torch-free, so that loading a config imports no torch; the registry entry point 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from embodied.config.algorithm import OnPolicyConfig
 
@@ -52,12 +52,19 @@ class PPOConfig(PPOLoopConfig):
     # Logged returns stay in the env's units.
     reward_scale: float = 1.0
     normalize_advantages: bool = True  # per-minibatch advantage normalisation
+    # What an episode's end bootstraps from: "truncated" (V(final_obs) after a truncation, 0 after a termination) or
+    # "always" (after a termination too, as ManiSkill's PPO baselines do: there a success terminates an episode
+    # whose dense reward would go on, and valuing it 0 teaches the policy to hover short of success).
+    bootstrap_at_done: Literal["truncated", "always"] = "truncated"
     # runner.mode=async: how many weight versions older than the actor's a trajectory may be when trained on
     # (producers wait rather than run further ahead); 0 is synchronous PPO.
     max_staleness: int = 1
 
     def warmup_iterations(self) -> int:
         return self.critic_warmup_iterations
+
+    def bootstraps_terminations(self) -> bool:
+        return self.bootstrap_at_done == "always"
 
     def staleness_limit(self) -> int:
         return self.max_staleness

@@ -81,6 +81,12 @@ class AlgorithmConfig:
     """Its learner trains Q-functions the policy provides (``embodied.policy.q_functions``): the policy the workers build
     must have them, which is checked before any worker starts."""
 
+    def bootstraps_terminations(self) -> bool:
+        """Whether a terminated episode's final observation is valued too, as a truncated one's is: the rollout
+        workers then put V(final_obs) in ``Trajectory.final_values`` for every episode that ended (PPO's
+        ``bootstrap_at_done: always``). Off by default: a termination has no future, and valuing it costs a forward."""
+        return False
+
     def staleness_limit(self) -> int:
         """How many weight versions older than the actor's a trajectory may be when trained on, under
         ``runner.mode: async`` (0: synchronous). An algorithm with ``staleness_correction`` says (PPO's

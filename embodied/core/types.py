@@ -290,7 +290,7 @@ class Trajectory:
     executed: torch.Tensor  # bool [T, N, C]
     dones: torch.Tensor  # bool [T, N]
     terminated: torch.Tensor  # bool [T, N]
-    final_values: torch.Tensor  # float32 [T, N], V(final_obs) where truncated, else 0
+    final_values: torch.Tensor  # float32 [T, N], V(final_obs) where truncated (or done, bootstraps_terminations)
     next_values: torch.Tensor  # float32 [N], V(obs after the last chunk step)
     version: int  # weight version the rollout started with (the oldest of ``versions``)
     versions: torch.Tensor | None = None  # int64 [T, N]: the version each chunk step acted with (async: it may rise)

@@ -96,7 +96,8 @@ def start_rollout_group(cfg: Config, backend: Backend, spec: PolicySpec, train: 
     policy = a.worker_policy(cfg.policy)  # e.g. a noise actor over the frozen policy
     return backend.create(MultiStepRolloutWorker, [
         (r, policy, spec, train.rollout_links[r] if train else None, evaluation.rollout_links[r], shared,
-         c.torch_threads, cfg.experiment.seed, inbox, hold, a if a.records_observations else None)
+         c.torch_threads, cfg.experiment.seed, inbox, hold, a if a.records_observations else None,
+         a.bootstraps_terminations())
         for r in range(c.num_rollout_workers)
     ], c.rollout_resources)
 

@@ -39,7 +39,7 @@ class MultiStepRolloutWorker:
                  evaluation: Link | None,
                  shared_policy: Policy | None = None, torch_threads: int = 1, seed: int | None = None,
                  weights_inbox: Channel | None = None, hold_epochs: int = 2,
-                 recorder: AlgorithmConfig | None = None) -> None:
+                 recorder: AlgorithmConfig | None = None, bootstrap_terminations: bool = False) -> None:
         torch.set_num_threads(torch_threads)
         # The actions are sampled from this worker's own stream, seeded per rank (embodied.core.rng): a run
         # repeats exactly for a fixed experiment.seed on Ray and on the local backend, where the workers are
@@ -51,6 +51,9 @@ class MultiStepRolloutWorker:
         # Off-policy runs: trajectories carry the observations too, as the algorithm records them
         # (``AlgorithmConfig.replay_record``; on-policy runs need only the policy's forward_inputs).
         self.recorder = recorder
+        # V(final_obs) is computed where an episode was truncated, and also where it terminated when the algorithm
+        # bootstraps terminations (``AlgorithmConfig.bootstraps_terminations``).
+        self.bootstrap_terminations = bootstrap_terminations
         # Async runs: the actor's newest weights arrive here (key ``weights_key``) while an epoch runs,
         # and are loaded between chunk steps; each chunk step records the version it acted with.
         self.weights_inbox, self.weights_key = weights_inbox, f"rollout{rank}"
@@ -252,11 +255,12 @@ class MultiStepRolloutWorker:
                 f"observations were finite (the env worker checks them), so the weights or the model are at fault")
 
     def _final_values(self, result: ChunkStepResult) -> torch.Tensor:
-        """V(final_obs) where an episode was truncated (bootstrap), 0 elsewhere."""
-        truncated = torch.as_tensor(result.truncated)
-        if result.final_obs is None or not truncated.any():
-            return torch.zeros(len(truncated))
-        return torch.where(truncated, self.policy.value(result.final_obs).float(), 0.0)
+        """V(final_obs) where an episode was truncated (or ended at all, with ``bootstrap_terminations``), 0
+        elsewhere."""
+        valued = torch.as_tensor(result.dones if self.bootstrap_terminations else result.truncated)
+        if result.final_obs is None or not valued.any():
+            return torch.zeros(len(valued))
+        return torch.where(valued, self.policy.value(result.final_obs).float(), 0.0)
 
     def _trajectory(self, steps: list, next_values: torch.Tensor) -> Trajectory:
         outs = [s[0] for s in steps]

@@ -178,3 +178,22 @@ def test_float32_and_no_python_loop_over_envs_shapes():
     adv, ret = gae(inputs)
     assert adv.dtype == ret.dtype == torch.float32
     assert adv.shape == (3, 1000)
+
+
+def test_bootstrapping_terminations_values_a_terminal_step_as_a_truncated_one():
+    """PPO's ``bootstrap_at_done: always`` (ManiSkill's baselines): a termination adds V(final_obs) as a truncation
+    does; without it the same step adds nothing."""
+    rewards = torch.tensor([[1.0], [2.0], [3.0]], dtype=torch.float64)
+    values = torch.tensor([[0.5], [-1.0], [2.0]], dtype=torch.float64)
+    dones = torch.tensor([[False], [True], [False]])
+    terminated = dones.clone()
+    final_values = torch.tensor([[9.0], [10.0], [9.0]], dtype=torch.float64)
+    next_values = torch.tensor([4.0], dtype=torch.float64)
+    args = (rewards, values, dones, terminated, final_values, next_values)
+    _, plain = compute_gae(*args, gamma=1.0, gae_lambda=1.0)
+    _, always = compute_gae(*args, gamma=1.0, gae_lambda=1.0, bootstrap_terminations=True)
+    torch.testing.assert_close(plain, torch.tensor([[3.0], [2.0], [7.0]], dtype=torch.float64))
+    torch.testing.assert_close(always, torch.tensor([[13.0], [12.0], [7.0]], dtype=torch.float64))
+    truncated = compute_gae(rewards, values, dones, torch.zeros_like(dones), final_values, next_values, gamma=1.0,
+                            gae_lambda=1.0)[1]
+    torch.testing.assert_close(always, truncated)
