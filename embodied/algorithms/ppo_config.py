@@ -54,7 +54,7 @@ class PPOConfig(PPOLoopConfig):
     normalize_advantages: bool = True  # per-minibatch advantage normalisation
     # What an episode's end bootstraps from: "truncated" (V(final_obs) after a truncation, 0 after a termination) or
     # "always" (after a termination too, as ManiSkill's PPO baselines do: there a success terminates an episode
-    # whose dense reward would go on, and valuing it 0 teaches the policy to hover short of success).
+    # whose dense reward would otherwise go on).
     bootstrap_at_done: Literal["truncated", "always"] = "truncated"
     # runner.mode=async: how many weight versions older than the actor's a trajectory may be when trained on
     # (producers wait rather than run further ahead); 0 is synchronous PPO.
