@@ -151,7 +151,7 @@ class PPO:
         rewards = traj.rewards.sum(-1) * self.cfg.reward_scale  # the value head predicts scaled returns
         advantages, returns = compute_gae(rewards, traj.values, traj.dones, traj.terminated,
                                           traj.final_values, traj.next_values, self.cfg.gamma, self.cfg.gae_lambda,
-                                          self.cfg.bootstraps_terminations())
+                                          self.cfg.bootstraps_terminations(), self.cfg.finite_horizon_gae)
         return flatten(traj, advantages, returns), {}
 
     def loss(self, logprobs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, mb: dict[str, Any],

@@ -56,6 +56,9 @@ class PPOConfig(PPOLoopConfig):
     # "always" (after a termination too, as ManiSkill's PPO baselines do: there a success terminates an episode
     # whose dense reward would otherwise go on).
     bootstrap_at_done: Literal["truncated", "always"] = "truncated"
+    # GAE normalized over the k-step returns that fit before the episode's or rollout's end (ManiSkill's PPO
+    # baselines' default) instead of over an infinite horizon; see ``gae.compute_gae``.
+    finite_horizon_gae: bool = False
     # runner.mode=async: how many weight versions older than the actor's a trajectory may be when trained on
     # (producers wait rather than run further ahead); 0 is synchronous PPO.
     max_staleness: int = 1

@@ -197,3 +197,57 @@ def test_bootstrapping_terminations_values_a_terminal_step_as_a_truncated_one():
     truncated = compute_gae(rewards, values, dones, torch.zeros_like(dones), final_values, next_values, gamma=1.0,
                             gae_lambda=1.0)[1]
     torch.testing.assert_close(always, truncated)
+
+
+def finite_horizon_by_definition(rewards, values, dones, terminated, final_values, next_values, gamma, lam,
+                                 bootstrap_terminations):
+    """Each step's lambda-weighted mean of the k-step returns that end at or before its episode's or the rollout's
+    last step, normalized by the weights used: eq. 16 of the GAE paper, written out."""
+    T, N = len(rewards), len(rewards[0])
+    out = [[0.0] * N for _ in range(T)]
+    for n in range(N):
+        def after(t):  # the value of the state after step t, as the env workers give it
+            if dones[t][n]:
+                return 0.0 if terminated[t][n] and not bootstrap_terminations else final_values[t][n]
+            return values[t + 1][n] if t + 1 < T else next_values[n]
+        for t in range(T):
+            last = t
+            while not dones[last][n] and last + 1 < T:
+                last += 1
+            mean, weights = 0.0, 0.0
+            for k in range(1, last - t + 2):
+                g = sum(gamma ** i * rewards[t + i][n] for i in range(k)) + gamma ** k * after(t + k - 1)
+                mean += lam ** (k - 1) * g
+                weights += lam ** (k - 1)
+            out[t][n] = mean / weights - values[t][n]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("gamma,lam", [(0.8, 0.9), (0.99, 0.95), (0.5, 0.0), (1.0, 1.0)])
+@pytest.mark.parametrize("bootstrap_terminations", [False, True])
+def test_finite_horizon_gae_is_the_normalized_mean_of_the_k_step_returns(seed, gamma, lam, bootstrap_terminations):
+    inputs = random_inputs(T=9, N=4, seed=seed)
+    adv, ret = compute_gae(*inputs, gamma=gamma, gae_lambda=lam, bootstrap_terminations=bootstrap_terminations,
+                           finite_horizon=True)
+    expected = finite_horizon_by_definition(*[x.tolist() for x in inputs], gamma, lam, bootstrap_terminations)
+    torch.testing.assert_close(adv, torch.tensor(expected, dtype=torch.float64))
+    torch.testing.assert_close(ret, adv + inputs[1])
+
+
+def test_finite_horizon_gae_differs_from_the_usual_only_where_the_horizon_is_cut():
+    """With lambda 0 both are TD(0); otherwise the usual GAE gives a step k steps before a boundary the weight
+    (1 - lambda) sum_(i<k) lambda^i on its k-step returns, which the finite-horizon one normalizes to 1."""
+    inputs = random_inputs(seed=3)
+    td0 = [compute_gae(*inputs, gamma=0.9, gae_lambda=0.0, finite_horizon=f)[0] for f in (False, True)]
+    torch.testing.assert_close(td0[0], td0[1])
+    rewards, values = torch.zeros(4, 1, dtype=torch.float64), torch.zeros(4, 1, dtype=torch.float64)
+    no_end = torch.zeros(4, 1, dtype=torch.bool)
+    # Only the rollout's last bootstrap is non-zero: every k-step return from step t is 0 but the longest.
+    args = (rewards, values, no_end, no_end, torch.zeros(4, 1, dtype=torch.float64), torch.tensor([1.0],
+            dtype=torch.float64))
+    usual = compute_gae(*args, gamma=1.0, gae_lambda=0.5)[0][:, 0]
+    finite = compute_gae(*args, gamma=1.0, gae_lambda=0.5, finite_horizon=True)[0][:, 0]
+    k = torch.tensor([4.0, 3.0, 2.0, 1.0], dtype=torch.float64)  # returns left from each step
+    torch.testing.assert_close(usual, 0.5 ** (k - 1))  # the usual: lambda^(K-1) of the mass on the bootstrap
+    torch.testing.assert_close(finite, 0.5 ** (k - 1) / ((1 - 0.5 ** k) / 0.5))  # over the weights used

@@ -114,7 +114,8 @@ def test_the_defaults_are_the_flat_configs_of_before():
               "noise_scale": 1.0, "dsrl_features": "encoding", "noise_policy_hidden_sizes": [256, 256],
               "critic_hidden_sizes": [256, 256], "adam_eps": 1e-5, "anneal_lr": True, "lr_warmup_iterations": 0,
               "log_std_min": -5.0, "log_std_max": 2.0,  # the mlp_sac policy's of before
-              "lr": 3e-4, "bootstrap_at_done": "truncated"}  # the last: added later, its default the old behaviour
+              "lr": 3e-4, "bootstrap_at_done": "truncated",
+              "finite_horizon_gae": False}  # the last two: added later, their defaults the old behaviour
     seen = set()
     for cls in BUILT_IN.values():
         for field in dataclasses.fields(cls):
