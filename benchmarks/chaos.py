@@ -5,11 +5,12 @@ with ``runner.resume_from=auto``, and compare the end with an uninterrupted run 
     python benchmarks/chaos.py --recipe configs/reach_mlp_sac.yaml --kills 10 \
         --targets driver,env_worker,rollout_worker cluster.backend=ray runner.iterations=30
 
-Each kill's target (one of ``--targets``) and moment are drawn from ``--seed``. A (re)started run is first let
-write a new checkpoint, so that its start-up is over; the kill then lands uniformly over most of the reference run's
-training time (its first checkpoint to its last), so some fall inside a checkpoint write or a replay save; a worker
-kill in a run going on lands a little later. Timed from the run's own progress and scaled by the reference's
-training time, the kills land in training on a fast machine, a quiet one and a loaded one alike. After a driver
+Each kill's target (one of ``--targets``) and moment are drawn from ``--seed``, and the moment is one of the run's
+progress, not of the clock: a (re)started run is first let write a new checkpoint, so that its start-up is over;
+the kill then waits for a drawn number of further checkpoints (up to 80% of those the reference run wrote after the
+run's newest; a worker kill in a run going on at least one, up to 30%), then a drawn share of the run's own last
+interval between two checkpoints, so some land inside a checkpoint write or a replay save. The kills land in
+training on a fast machine, a quiet one, and one whose load changes during the run alike. After a driver
 kill the run is started again with ``runner.resume_from=auto``, as after any run that stopped with an error (a lost
 rollout worker stops the run), until it ends. On the local backend every worker is a thread of the driver, so
 only the driver can be killed. On Ray, ``env_worker`` and ``rollout_worker`` SIGKILL one of the run's Ray actor
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import signal
@@ -81,9 +83,10 @@ def train_command(recipe: str, out: Path, overrides: list[str], resume: bool) ->
             *(["runner.resume_from=auto"] if resume else [])]
 
 
-def run_to_end(command: list[str], log: Path, checkpoints: Path | None = None) -> tuple[float, float, float]:
-    """Run ``command`` to its end (raises if it fails): its wall time, and when its first and its last checkpoint
-    appeared under ``checkpoints`` (a run root; the wall time if none did or none is watched)."""
+def run_to_end(command: list[str], log: Path, checkpoints: Path | None = None) -> tuple[float, float, float, list[str]]:
+    """Run ``command`` to its end (raises if it fails): its wall time, when its first and its last checkpoint
+    appeared under ``checkpoints`` (a run root; the wall time if none did or none is watched), and the names of
+    every checkpoint it wrote (also those it later pruned), oldest first."""
     t0, first, last, seen = time.monotonic(), None, None, set()
     with log.open("a") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=_env())
@@ -93,20 +96,68 @@ def run_to_end(command: list[str], log: Path, checkpoints: Path | None = None) -
                 last = time.monotonic() - t0
                 first = last if first is None else first
             time.sleep(0.05)
+    if checkpoints is not None:
+        seen.update(_checkpoints(checkpoints))
     if proc.returncode:
         raise subprocess.CalledProcessError(proc.returncode, command)
     total = time.monotonic() - t0
-    return total, total if first is None else first, total if last is None else last
+    return total, total if first is None else first, total if last is None else last, sorted(seen)
+
+
+class Progress:
+    """The checkpoints one process of the chaos run writes under ``root``, with when each appeared: its kills are
+    timed by them, so they land in training however fast the machine runs it, and however its load changes."""
+
+    def __init__(self, root: Path, before: set[str] | None = None) -> None:
+        """Made before the process starts: what is on disk then (or ``before``) was written by an earlier one."""
+        self.root = root
+        self.before = set(_checkpoints(root)) if before is None else set(before)
+        self.appeared: dict[str, float] = {}  # name -> monotonic time this process's checkpoint was first seen
+
+    def _poll(self) -> None:
+        for name in _checkpoints(self.root):
+            if name not in self.before and name not in self.appeared:
+                self.appeared[name] = time.monotonic()
+
+    def wait_for(self, proc: subprocess.Popen, count: int) -> float:
+        """Wait until ``proc`` has written ``count`` more checkpoints, or has ended; the seconds waited."""
+        t0 = time.monotonic()
+        self._poll()
+        target = len(self.appeared) + count
+        while proc.poll() is None and len(self.appeared) < target:
+            time.sleep(0.05)
+            self._poll()
+        return time.monotonic() - t0
+
+    def newest(self) -> str | None:
+        """The newest checkpoint on disk, this process's or an earlier one's."""
+        names = sorted(self.before | set(self.appeared))
+        return names[-1] if names else None
+
+    def interval(self, fallback: float) -> float:
+        """Seconds between this process's last two checkpoints (``fallback`` until it has written two)."""
+        times = sorted(self.appeared.values())
+        return times[-1] - times[-2] if len(times) >= 2 else fallback
 
 
 def _wait_for_a_new_checkpoint(proc: subprocess.Popen, root: Path, before: set[str]) -> float:
     """Wait until the run under ``root`` writes a checkpoint not in ``before`` (its training is under way) or ends;
     the seconds waited. Kills are timed from there, not from the start: start-up takes most of a short run's wall
     time and varies most between machines."""
-    t0 = time.monotonic()
-    while proc.poll() is None and before.issuperset(_checkpoints(root)):
-        time.sleep(0.05)
-    return time.monotonic() - t0
+    return Progress(root, before).wait_for(proc, 1)
+
+
+def kill_point(rng: random.Random, reference: list[str], newest: str | None, fresh: bool) -> tuple[int, float]:
+    """Where the next kill lands, drawn from ``rng``: after how many more checkpoints of the run, then after which
+    share of an interval between two. ``reference``: the uninterrupted run's checkpoints; ``newest``: the chaos
+    run's newest; ``fresh``: the run was just (re)started and has written one since (else a worker kill just hit
+    a run going on, which is let write at least one more first)."""
+    left = sum(1 for name in reference if newest is None or name > newest)  # checkpoints still to come
+    if fresh:
+        count = rng.randrange(0, max(1, math.ceil(0.8 * left)))
+    else:
+        count = 1 + rng.randrange(0, max(1, math.ceil(0.3 * left)))
+    return count, rng.random()
 
 
 def _checkpoints(root: Path) -> list[str]:
@@ -130,28 +181,29 @@ def chaos(recipe: str, kills: int, seed: int, out: Path, overrides: list[str],
     _check_targets(recipe, overrides, targets)
     report, rng = ChaosReport(), random.Random(seed)
     out.mkdir(parents=True, exist_ok=True)
-    report.reference_s, report.startup_s, last = run_to_end(train_command(recipe, out / "reference", overrides, False),
-                                                            out / "reference.log", out / "reference")
+    report.reference_s, report.startup_s, last, reference = run_to_end(
+        train_command(recipe, out / "reference", overrides, False), out / "reference.log", out / "reference")
     report.training_s = last - report.startup_s
+    mean_interval = report.training_s / max(1, len(reference) - 1)  # until the chaos run has timed one of its own
     t0, worker_killed = time.monotonic(), False
-    proc, stops = None, 0
+    proc, progress, stops = None, None, 0
     for k in range(kills):
         target = rng.choice(targets)
-        # A kill lands in training: a started (or resumed) run is first let write a new checkpoint, then the kill
-        # falls anywhere in the next 80% of the reference's training time (a worker kill sooner, in a run going on).
-        waited = 0.0
-        if proc is None:
-            before = set(_checkpoints(out / "chaos"))
+        # A kill lands in training, timed by the run's progress: a started (or resumed) run is first let write a
+        # new checkpoint; then the kill waits for a drawn number of checkpoints and a share of an interval.
+        t_kill, fresh = time.monotonic(), proc is None
+        if fresh:
+            progress = Progress(out / "chaos")
             proc = _start(recipe, out, overrides)
-            waited = _wait_for_a_new_checkpoint(proc, out / "chaos", before)
-            delay = rng.uniform(0.0, 0.8) * report.training_s
-        else:
-            delay = rng.uniform(0.05, 0.3) * report.training_s
+            progress.wait_for(proc, 1)
+        count, share = kill_point(rng, reference, progress.newest(), fresh)
+        progress.wait_for(proc, count)
+        at = progress.newest()
         try:
-            proc.wait(timeout=delay)
+            proc.wait(timeout=share * progress.interval(mean_interval))
         except subprocess.TimeoutExpired:
             pass
-        delay += waited
+        delay = time.monotonic() - t_kill
         if proc.returncode == 0:
             report.kills.append({"kill": k, "after_s": round(delay, 2), "what": "the run had ended already"})
             break
@@ -183,7 +235,8 @@ def chaos(recipe: str, kills: int, seed: int, out: Path, overrides: list[str],
             os.kill(victim, signal.SIGKILL)
             worker_killed = True
             doing = f"{target} pid {victim}; {doing}"
-        report.kills.append({"kill": k, "after_s": round(delay, 2), "target": target, "what": doing})
+        report.kills.append({"kill": k, "after_s": round(delay, 2), "after_checkpoint": at, "target": target,
+                             "what": doing})
     if proc is not None:
         proc.wait()
         if proc.returncode != 0:  # stopped by the last worker kill: resume it to the end below

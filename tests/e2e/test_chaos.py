@@ -92,3 +92,38 @@ def test_kills_are_timed_from_the_runs_first_new_checkpoint_not_from_its_start(t
         proc.kill()
     proc.wait()
     assert chaos_module._wait_for_a_new_checkpoint(proc, tmp_path, set()) < 1  # an ended run is not waited on
+
+
+def test_kill_points_are_counted_in_checkpoints_still_to_come_and_a_run_going_on_is_let_write_one(tmp_path):
+    reference = [f"iter_{i:06d}" for i in range(1, 11)]
+    rng = chaos_module.random.Random(0)
+    fresh = [chaos_module.kill_point(rng, reference, "iter_000002", fresh=True) for _ in range(200)]
+    assert {count for count, _ in fresh} == set(range(0, 7))  # up to 80% of the 8 still to come
+    assert all(0.0 <= share < 1.0 for _, share in fresh)
+    going_on = [chaos_module.kill_point(rng, reference, "iter_000002", fresh=False)[0] for _ in range(200)]
+    assert set(going_on) == {1, 2, 3}  # at least one more checkpoint, up to 30% of those to come
+    assert chaos_module.kill_point(rng, reference, "iter_000010", fresh=True)[0] == 0  # none left: at once
+    # The same seed draws the same kills whatever the machine's speed.
+    assert ([chaos_module.kill_point(chaos_module.random.Random(3), reference, None, True) for _ in range(3)]
+            == [chaos_module.kill_point(chaos_module.random.Random(3), reference, None, True) for _ in range(3)])
+
+
+def test_progress_times_a_process_by_its_own_checkpoints_not_by_those_before_it(tmp_path):
+    checkpoints = tmp_path / "run" / "checkpoints"
+    (checkpoints / "iter_000001").mkdir(parents=True)  # an earlier process's
+    progress = chaos_module.Progress(tmp_path)
+    script = (f"import os, time; root = {str(checkpoints)!r}\n"
+              "for i, pause in ((2, 0.5), (3, 1.5)):\n"
+              "    time.sleep(pause); os.mkdir(os.path.join(root, f'iter_{i:06d}.tmp'))\n"
+              "    os.rename(os.path.join(root, f'iter_{i:06d}.tmp'), os.path.join(root, f'iter_{i:06d}'))\n"
+              "time.sleep(30)")
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        assert progress.interval(fallback=7.0) == 7.0  # none of its own yet
+        progress.wait_for(proc, 2)
+        assert progress.newest() == "iter_000003" and sorted(progress.appeared) == ["iter_000002", "iter_000003"]
+        assert 1.0 < progress.interval(fallback=7.0) < 5.0  # between its two, not from the earlier process's
+    finally:
+        proc.kill()
+    proc.wait()
+    assert progress.wait_for(proc, 5) < 1  # an ended process is not waited on
