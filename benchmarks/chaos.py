@@ -140,13 +140,6 @@ class Progress:
         return times[-1] - times[-2] if len(times) >= 2 else fallback
 
 
-def _wait_for_a_new_checkpoint(proc: subprocess.Popen, root: Path, before: set[str]) -> float:
-    """Wait until the run under ``root`` writes a checkpoint not in ``before`` (its training is under way) or ends;
-    the seconds waited. Kills are timed from there, not from the start: start-up takes most of a short run's wall
-    time and varies most between machines."""
-    return Progress(root, before).wait_for(proc, 1)
-
-
 def kill_point(rng: random.Random, reference: list[str], newest: str | None, fresh: bool) -> tuple[int, float]:
     """Where the next kill lands, drawn from ``rng``: after how many more checkpoints of the run, then after which
     share of an interval between two. ``reference``: the uninterrupted run's checkpoints; ``newest``: the chaos
@@ -190,7 +183,8 @@ def chaos(recipe: str, kills: int, seed: int, out: Path, overrides: list[str],
     for k in range(kills):
         target = rng.choice(targets)
         # A kill lands in training, timed by the run's progress: a started (or resumed) run is first let write a
-        # new checkpoint; then the kill waits for a drawn number of checkpoints and a share of an interval.
+        # new checkpoint (start-up takes most of a short run's wall time, and varies most between machines); then
+        # the kill waits for a drawn number of checkpoints and a share of an interval.
         t_kill, fresh = time.monotonic(), proc is None
         if fresh:
             progress = Progress(out / "chaos")

@@ -86,12 +86,12 @@ def test_kills_are_timed_from_the_runs_first_new_checkpoint_not_from_its_start(t
     proc = subprocess.Popen([sys.executable, "-c", f"import os, time; time.sleep(3); os.mkdir({str(target)!r}); "
                              "time.sleep(30)"])
     try:
-        waited = chaos_module._wait_for_a_new_checkpoint(proc, tmp_path, set(chaos_module._checkpoints(tmp_path)))
+        waited = chaos_module.Progress(tmp_path).wait_for(proc, 1)
         assert target.exists() and 2.5 < waited < 20
     finally:
         proc.kill()
     proc.wait()
-    assert chaos_module._wait_for_a_new_checkpoint(proc, tmp_path, set()) < 1  # an ended run is not waited on
+    assert chaos_module.Progress(tmp_path, set()).wait_for(proc, 1) < 1  # an ended run is not waited on
 
 
 def test_kill_points_are_counted_in_checkpoints_still_to_come_and_a_run_going_on_is_let_write_one(tmp_path):
