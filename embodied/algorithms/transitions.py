@@ -27,7 +27,8 @@ def chunk_reward(rewards: torch.Tensor, executed: torch.Tensor, gamma: float) ->
 
 
 def n_step_returns(reward: torch.Tensor, discount: torch.Tensor, terminated: torch.Tensor, following: torch.Tensor,
-                   n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                   n: int, bootstrap_terminations: bool = False
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """n-step returns over chunk transitions: each row's reward summed with those of the (up to) n - 1 chunks
     after it, each discounted by the chunks before it, and the bootstrap of the last chunk summed.
 
@@ -37,6 +38,8 @@ def n_step_returns(reward: torch.Tensor, discount: torch.Tensor, terminated: tor
         following: int64 [M], the row of the chunk after this one in the same episode, or -1 where none is known
             (the episode ended in this chunk, or the data stops here: a rollout epoch's last chunk step).
         n: chunks per return (1: each row as it is).
+        bootstrap_terminations: a terminated window bootstraps too, as a truncated one does (TD's
+            ``bootstrap_at_done: always``); the window still stops at its episode's end.
 
     Returns:
         ``reward_n [M]`` (``sum_j (prod_{i<j} discount_i) reward_j`` over the window), ``discount_n [M]`` (the
@@ -54,7 +57,8 @@ def n_step_returns(reward: torch.Tensor, discount: torch.Tensor, terminated: tor
         discount_n = torch.where(extend, discount_n * discount[row], discount_n)
         last = torch.where(extend, row, last)
         ahead = torch.where(extend, following[row], -1)
-    return reward_n, discount_n, ~terminated[last], last
+    bootstrap = torch.ones_like(terminated) if bootstrap_terminations else ~terminated[last]
+    return reward_n, discount_n, bootstrap, last
 
 
 @dataclass

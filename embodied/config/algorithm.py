@@ -13,7 +13,7 @@ reads instead of testing the name. Torch-free, so that loading a config imports 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from embodied.config.schema import AlgorithmConfig, Config
 from embodied.config.sections import empty_paths
@@ -120,6 +120,11 @@ class OffPolicyConfig(AlgorithmConfig):
         bootstraps no value keeps them as they came: (1.0, 1)."""
         return 1.0, 1
 
+    def replay_bootstraps_terminations(self) -> bool:
+        """Whether replay's rows bootstrap where their episode terminated too, from its final observation, as they
+        do where it was truncated (a TD learner's ``bootstrap_at_done: always``). Off by default."""
+        return False
+
     def warmup_iterations(self) -> int:
         """First iterations in which the learner trains its own networks only (a batch's ``iteration`` up to it: ``OffPolicyLearner.update``)."""
         return 0
@@ -181,9 +186,17 @@ class TDConfig(OffPolicyConfig):
     # chunk transitions summed into one TD target (n-step return over chunks; 1: one chunk). A window stops where
     # its episode ends (a truncation bootstraps from final_obs) or where the rollout epoch ends.
     n_step: int = 1
+    # What an episode's end bootstraps from: "truncated" (final_obs after a truncation, nothing after a termination)
+    # or "always" (final_obs after either, as ManiSkill's SAC does: where a success ends the episode but the dense
+    # reward still pays each step before it, a success that ends the return is worth less than hovering near it).
+    # A demonstration's last chunk has no observation after it, so under "always" it bootstraps from its own.
+    bootstrap_at_done: Literal["truncated", "always"] = "truncated"
 
     def replay_returns(self) -> tuple[float, int]:
         return self.gamma, self.n_step
+
+    def replay_bootstraps_terminations(self) -> bool:
+        return self.bootstrap_at_done == "always"
 
     def warmup_iterations(self) -> int:
         return self.critic_warmup_iterations

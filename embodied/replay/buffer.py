@@ -59,18 +59,19 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, trajectory: Trajectory, gamma: float, n_step: int = 1, actions: torch.Tensor | None = None) -> int:
+    def add(self, trajectory: Trajectory, gamma: float, n_step: int = 1, actions: torch.Tensor | None = None,
+            bootstrap_terminations: bool = False) -> int:
         """Every chunk step of ``trajectory`` that executed a sub-step, as ``n_step`` returns; returns how many.
 
         ``actions`` [T, N, ...] are what the critics score, when not the executed chunks (``Policy.replay_actions``:
-        DSRL's initial noise)."""
+        DSRL's initial noise). ``bootstrap_terminations``: a terminated row bootstraps from its final obs too."""
         if trajectory.observations is None or trajectory.next_observations is None:
             raise ValueError("replay needs trajectories recorded with observations (rollout workers with "
                              "record_observations, which an off-policy algorithm turns on)")
         reward, discount = chunk_reward(trajectory.rewards, trajectory.executed, gamma)  # [T, N]
         reward, discount, bootstrap, last = n_step_returns(  # rows flat [T * N], t-major
             reward.reshape(-1), discount.reshape(-1), trajectory.terminated.reshape(-1),
-            following_rows(trajectory.dones), n_step)
+            following_rows(trajectory.dones), n_step, bootstrap_terminations)
         chosen = trajectory.actions if actions is None else actions
         flat = {"actions": chosen.reshape(-1, *chosen.shape[2:]), "reward": reward,
                 "discount": discount, "bootstrap": bootstrap}

@@ -117,11 +117,14 @@ def fit_demos(data: Demonstrations, spec: PolicySpec, action_chunk: int) -> list
 
 
 def demo_replay(data: Demonstrations, obs_keys: list[str], gamma: float, n_step: int = 1,
-                column: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> ReplayBuffer:
+                column: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+                bootstrap_terminations: bool = False) -> ReplayBuffer:
     """Every chunk transition of the demonstrations (see the module docstring) in a replay buffer of their size,
     as ``n_step`` returns (``n_step_returns``: a window follows the episode's chunks and stops before one that is
     left out, so it always ends on a chunk whose next obs is recorded). ``column(actions [N, C, A], executed
-    [N, C])`` is what replay's action column holds (the learner's ``demo_actions``; default: the actions)."""
+    [N, C])`` is what replay's action column holds (the learner's ``demo_actions``; default: the actions).
+    ``bootstrap_terminations``: a successful episode's last chunk bootstraps too, from its own obs (the recordings
+    hold none after it)."""
     rows = [data[i] for i in range(len(data))]
     executed = np.stack([r.executed.numpy() for r in rows])  # [N, C]
     advance = np.ones(len(rows), dtype=np.int64) if data.chunk_rows else executed.sum(-1)
@@ -143,7 +146,7 @@ def demo_replay(data: Demonstrations, obs_keys: list[str], gamma: float, n_step:
     obs = {k: torch.from_numpy(np.stack([np.asarray(r.obs[k]) for r in rows])) for k in obs_keys}
     reward, discount = chunk_reward(torch.from_numpy(rewards), torch.from_numpy(executed), gamma)
     reward, discount, bootstrap, last = n_step_returns(reward, discount, torch.from_numpy(terminal),
-                                                       torch.from_numpy(following), n_step)
+                                                       torch.from_numpy(following), n_step, bootstrap_terminations)
     index = torch.from_numpy(keep)
     replay = ReplayBuffer(len(keep))
     actions = torch.stack([r.actions for r in rows])

@@ -84,7 +84,8 @@ class ReplayTraining:
         if algorithm.demos:
             data = open_demos(algorithm.demos, policy_cfg.action_chunk)
             self.demos = demo_replay(data, fit_demos(data, spec, policy_cfg.action_chunk),
-                                     *algorithm.replay_returns(), column=self.learner.demo_actions)
+                                     *algorithm.replay_returns(), column=self.learner.demo_actions,
+                                     bootstrap_terminations=algorithm.replay_bootstraps_terminations())
             if policy.observes:  # merged into those policy.init_from loaded (unless they are frozen)
                 policy.observe({k: self.demos.storage[f"obs/{k}"][:len(self.demos)] for k in policy.observes})
         self.received = 0  # chunk transitions received in the run (by all ranks)
@@ -111,7 +112,8 @@ class ReplayTraining:
         a, ranks = self.algo, ctx.ranks
         gamma, n_step = a.replay_returns()
         with self.busy("replay_insert"):
-            local = sum(self.replay.add(t, gamma, n_step, self.learner.replay_actions(t)) for t in trajectories)
+            local = sum(self.replay.add(t, gamma, n_step, self.learner.replay_actions(t),
+                                        a.replay_bootstraps_terminations()) for t in trajectories)
         received, replay_size = (int(v) for v in ranks.sum(torch.tensor([local, len(self.replay)])).tolist())
         behaviour = int(ranks.gather(torch.tensor([min((t.version for t in trajectories), default=ctx.version)]))
                         .min())  # the oldest weights that acted in the epoch, on any rank

@@ -54,15 +54,18 @@ def random_rollout(T=7, N=3, C=3, seed=0):
     return torch.where(executed, rewards, 0.0), executed, dones, terminated
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("always", [False, True], ids=["truncated", "always"])
+@pytest.mark.parametrize("seed", [0, 1, 2, 4])  # draws in which both ends occur (seed 3 has no truncation)
 @pytest.mark.parametrize("n", [1, 2, 3, 10])
-def test_n_step_returns_match_a_loop_over_sub_steps(seed, n):
+def test_n_step_returns_match_a_loop_over_sub_steps(seed, n, always):
     rewards, executed, dones, terminated = random_rollout(seed=seed)
+    assert terminated.any() and (dones & ~terminated).any()  # both ends occur in the draw
     T, N, C = rewards.shape
     gamma = 0.9
     reward, discount = chunk_reward(rewards, executed, gamma)
     reward_n, discount_n, bootstrap, last = n_step_returns(reward.reshape(-1), discount.reshape(-1),
-                                                           terminated.reshape(-1), following_rows(dones), n)
+                                                           terminated.reshape(-1), following_rows(dones), n,
+                                                           bootstrap_terminations=always)
     for t in range(T):
         for e in range(N):
             total, factor, step = 0.0, 1.0, t
@@ -78,7 +81,9 @@ def test_n_step_returns_match_a_loop_over_sub_steps(seed, n):
             assert float(reward_n[row]) == pytest.approx(total), (t, e)
             assert float(discount_n[row]) == pytest.approx(factor), (t, e)
             assert int(last[row]) == step * N + e  # bootstrap from this chunk's next obs (final_obs if it ended)
-            assert bool(bootstrap[row]) == (not terminated[step, e])  # a truncation still bootstraps
+            # a truncation still bootstraps; under bootstrap_at_done: always, a termination too (the window
+            # still stops at it)
+            assert bool(bootstrap[row]) == (always or not terminated[step, e])
 
 
 def test_one_step_returns_are_the_chunks_themselves():

@@ -138,6 +138,16 @@ def test_demo_replay_holds_the_chunk_transitions_sac_computes(demos):
     np.testing.assert_array_equal(st["actions"][3].numpy(), ep1.actions[0])
 
 
+def test_under_bootstrap_terminations_a_successful_last_chunk_bootstraps_from_its_own_obs(demos):
+    plain = demo_replay(DemoDataset(demos), ["states"], gamma=0.9)
+    always = demo_replay(DemoDataset(demos), ["states"], gamma=0.9, bootstrap_terminations=True)
+    assert not plain.storage["bootstrap"][2] and bool(always.storage["bootstrap"].all())
+    np.testing.assert_array_equal(always.storage["next_obs/states"][2].numpy(), episode(0, 3, True).obs["states"][2])
+    assert len(always) == len(plain) == 4  # the failed episode's last chunk is still left out (no next obs)
+    for key in set(plain.storage) - {"bootstrap"}:
+        assert torch.equal(plain.storage[key], always.storage[key]), key
+
+
 def test_demo_replay_in_n_steps_follows_each_episode_and_stops_before_a_dropped_chunk(demos):
     replay = demo_replay(DemoDataset(demos), ["states"], gamma=0.9, n_step=3)
     ep0, ep1 = episode(0, 3, True), episode(1, 2, False)

@@ -37,6 +37,20 @@ def test_add_computes_chunk_rewards_and_keeps_dtypes():
     assert float(s["next_obs/states"][row, 0]) == 102.0
 
 
+def test_bootstrap_terminations_makes_a_terminated_row_bootstrap_from_its_final_obs():
+    terminated = torch.zeros(3, 2, dtype=torch.bool)
+    terminated[1, 0] = True
+    plain, always = ReplayBuffer(6), ReplayBuffer(6)
+    plain.add(trajectory(terminated=terminated), gamma=0.5, n_step=2)
+    always.add(trajectory(terminated=terminated), gamma=0.5, n_step=2, bootstrap_terminations=True)
+    row = 2  # t=1, n=0: the episode terminated here
+    assert not plain.storage["bootstrap"][row] and bool(always.storage["bootstrap"][:6].all())
+    assert float(always.storage["next_obs/states"][row, 0]) == 102.0  # its final obs
+    # the window of the row before still stops at the termination: only the bootstrap flag differs
+    for key in set(plain.storage) - {"bootstrap"}:
+        assert torch.equal(plain.storage[key], always.storage[key]), key
+
+
 def test_n_step_rows_bootstrap_from_the_windows_last_next_obs():
     T, N = 4, 2
     dones = torch.zeros(T, N, dtype=torch.bool)
