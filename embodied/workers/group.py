@@ -8,6 +8,7 @@ group and the driver's wait on its exchange with the rollout workers live in ``e
 from __future__ import annotations
 
 import dataclasses
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ from embodied.workers.restarts import FaultStop, Restart, RestartBudget
 
 Resets = Callable[[int, int, int], "RolloutReset | None"]  # (iteration, num_envs, seed) -> how envs start it
 _WARNED: set[type] = set()
+# How long a failed actor rank's peers are watched for a death that caused the failure (a collective sees the
+# closed socket before Ray reports the process gone: about a second; more on a loaded machine).
+PEER_DEATH_GRACE_S = 30.0
 
 
 def rollout_resets(cfg: Config, spec: PolicySpec) -> Resets | None:
@@ -213,7 +217,8 @@ class Workers:
 
     def _actor_results(self, handles: list[Any], what: str) -> list[Any]:
         """The actor ranks' results; the first rank whose process died (the others then wait on it in their
-        collectives) raises ``ActorLostError`` at once, naming it."""
+        collectives) raises ``ActorLostError`` at once, naming it. A rank whose collective failed because a peer
+        died ("connection reset by peer") can be reported before that death: the death is named, not the echo."""
         pending = list(handles)
         while pending:
             for done in self.backend.wait_any(pending):
@@ -224,11 +229,38 @@ class Workers:
                     raise
                 except Exception as exc:
                     if self.backend.died(exc):
-                        raise ActorLostError(f"actor rank {handles.index(done)} of {len(handles)} died during {what} "
-                                             f"({type(exc).__name__}); the actor's ranks cannot go on without it") \
-                            from exc
+                        raise self._rank_lost(handles, done, what, exc) from exc
+                    lost = self._dead_peer(handles, pending, what)
+                    if lost is not None:
+                        raise lost from exc
                     raise
         return self.backend.wait(handles)
+
+    def _rank_lost(self, handles: list[Any], dead: Any, what: str, exc: BaseException) -> ActorLostError:
+        return ActorLostError(f"actor rank {handles.index(dead)} of {len(handles)} died during {what} "
+                              f"({type(exc).__name__}); the actor's ranks cannot go on without it")
+
+    def _dead_peer(self, handles: list[Any], pending: list[Any], what: str) -> ActorLostError | None:
+        """The first of the ``pending`` ranks whose process is found dead within ``PEER_DEATH_GRACE_S`` (Ray reports
+        a death a moment after the peers' sockets close), or None. Threads (the local backend) never die alone."""
+        if isinstance(self.backend, LocalBackend):
+            return None
+        deadline = time.monotonic() + PEER_DEATH_GRACE_S
+        left = list(pending)
+        while left and time.monotonic() < deadline:
+            for handle in list(left):
+                try:
+                    self.backend.wait([handle], timeout=0.2)
+                    left.remove(handle)
+                except TimeoutError:
+                    continue
+                except ClusterLostError:
+                    raise
+                except Exception as exc:
+                    if self.backend.died(exc):
+                        return self._rank_lost(handles, handle, what, exc)
+                    left.remove(handle)
+        return None
 
     def take_trajectories(self, rollout: list[RolloutSummary]) -> list[Trajectory]:
         """The trajectories of the epoch ``rollout`` summarises, brought to the driver and let go by the rollout
