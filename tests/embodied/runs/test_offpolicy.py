@@ -440,18 +440,3 @@ def test_algorithm_n_step_reaches_the_actors_replay():
     expected = torch.tensor([0.5 ** 6, 0.5 ** 6, 0.5 ** 4, 0.5 ** 2])  # windows of 3, 3, 2 (epoch end), 1 chunks
     assert torch.equal(discounts, expected[:, None].expand(4, 3))
 
-
-@pytest.mark.parametrize("setting, bootstraps", [("truncated", False), ("always", True)])
-def test_algorithm_bootstrap_at_done_reaches_the_actors_replay(setting, bootstraps):
-    worker = actor(f"algorithm.bootstrap_at_done={setting}")
-    ended = transitions(T=2)
-    ended.dones[0, 1] = ended.terminated[0, 1] = True  # env 1 terminates in chunk step 0
-    worker.update([ended], 1)
-    flags = worker.training.replay.storage["bootstrap"][:6].reshape(2, 3)
-    assert bool(flags[0, 1]) is bootstraps
-    assert bool(flags[0, 0]) and bool(flags[1].all())  # rows that did not terminate bootstrap either way
-
-
-def test_bootstrap_at_done_takes_truncated_or_always():
-    with pytest.raises(ConfigError, match="algorithm.bootstrap_at_done"):
-        load_config(RECIPE, [*TINY, "algorithm.bootstrap_at_done=never"])

@@ -1,6 +1,6 @@
 """Which ended episodes a rollout worker values (``Trajectory.final_values``): the truncated ones, and the terminated
 ones too when the algorithm bootstraps terminations (PPO's ``bootstrap_at_done: always``), which reaches the
-workers from the config."""
+workers from the config. The TD algorithms' ``bootstrap_at_done`` reaches the actor's replay instead."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch
 from embodied.config import ConfigError, load_config
 from embodied.core.types import ChunkStepResult
 from embodied.workers.rollout_worker import MultiStepRolloutWorker
+from tests.embodied.runs.test_offpolicy import RECIPE, TINY, actor, transitions
 
 
 def ended(terminated: list[bool], truncated: list[bool]) -> ChunkStepResult:
@@ -40,3 +41,19 @@ def test_ppo_says_whether_it_bootstraps_terminations_and_refuses_other_words():
     with pytest.raises(ConfigError, match="algorithm.bootstrap_at_done"):
         load_config(None, ["algorithm.bootstrap_at_done=never"])
     assert not load_config(None, ["algorithm.name=grpo", "env.auto_reset=false"]).algorithm.bootstraps_terminations()
+
+
+@pytest.mark.parametrize("setting, bootstraps", [("truncated", False), ("always", True)])
+def test_a_td_algorithms_bootstrap_at_done_reaches_the_actors_replay(setting, bootstraps):
+    worker = actor(f"algorithm.bootstrap_at_done={setting}")  # SAC
+    epoch = transitions(T=2)
+    epoch.dones[0, 1] = epoch.terminated[0, 1] = True  # env 1 terminates in chunk step 0
+    worker.update([epoch], 1)
+    flags = worker.training.replay.storage["bootstrap"][:6].reshape(2, 3)
+    assert bool(flags[0, 1]) is bootstraps
+    assert bool(flags[0, 0]) and bool(flags[1].all())  # rows that did not terminate bootstrap either way
+
+
+def test_a_td_algorithms_bootstrap_at_done_takes_truncated_or_always():
+    with pytest.raises(ConfigError, match="algorithm.bootstrap_at_done"):
+        load_config(RECIPE, [*TINY, "algorithm.bootstrap_at_done=never"])
