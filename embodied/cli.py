@@ -201,8 +201,11 @@ def _train(path: str, overrides: list[str]) -> int:
 
 def _print_result(final_eval: dict[str, float], run_dir: Path, checkpoint: Path | None) -> None:
     ev = final_eval
-    print(f"final eval: success_rate={ev.get('eval/success_rate', float('nan')):.3f} "
-          f"return={ev.get('eval/return', float('nan')):.3f} over {int(ev.get('eval/episodes', 0))} episodes")
+    if ev.get("eval/episodes", 0) > 0:
+        print(f"final eval: success_rate={ev.get('eval/success_rate', float('nan')):.3f} "
+              f"return={ev.get('eval/return', float('nan')):.3f} over {int(ev['eval/episodes'])} episodes")
+    else:  # a run stopped (SIGTERM) before its eval, or runner.eval_episodes: 0: no "nan over 0 episodes" line
+        print("final eval: none (the run ended without one)")
     print(f"run dir: {run_dir}\ncheckpoint: {checkpoint}")
 
 

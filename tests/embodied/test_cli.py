@@ -172,3 +172,13 @@ def test_a_summary_is_the_docstrings_first_sentence():
 
     assert summary(Documented) == "Does a thing (Someone et al. 2020), e.g. well"
     assert summary(Plain) == ""
+
+
+def test_a_run_without_a_final_eval_says_so_rather_than_nan_over_0_episodes(capsys, tmp_path):
+    from embodied.cli import _print_result
+
+    _print_result({"eval/success_rate": 0.5, "eval/return": 2.0, "eval/episodes": 4}, tmp_path, tmp_path / "ck")
+    _print_result({}, tmp_path, None)  # stopped by SIGTERM before its eval
+    first, _, _, stopped, _, _ = capsys.readouterr().out.splitlines()
+    assert first == "final eval: success_rate=0.500 return=2.000 over 4 episodes"
+    assert stopped == "final eval: none (the run ended without one)" and "nan" not in stopped
