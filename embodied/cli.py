@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     p_eval.add_argument("--sample", action="store_true",
                         help="sample actions as training rollouts do (seeded, reproducible) instead of greedy ones "
                              "(the default where the config sets runner.eval_sample: true)")
-    p_eval.add_argument("--out", help="output folder (default: <run dir>/eval/<checkpoint name>[-sampled])")
+    p_eval.add_argument("--out", help="output folder (default: <run dir>/eval/<checkpoint name>[-sampled][-seed<S>], "
+                        "-seed<S> where experiment.seed is not the run's own)")
     p_eval.add_argument("--suites", help="comma-separated env ids and named sets (libero-pro-object, ...) to evaluate "
                         "in turn: one table per suite x axis, one eval.json, suites.png (--episodes: per suite)")
     p_sft = sub.add_parser("sft", help="behaviour cloning from demonstrations (sft.dataset), then eval")
@@ -276,7 +277,7 @@ def _sft(path: str, overrides: list[str]) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from embodied.checkpoint.store import find_checkpoint, run_dir_of
+    from embodied.checkpoint.store import find_checkpoint
     from embodied.config import ConfigError, load_config
     from embodied.evaluation.stats import format_table
     from embodied.evaluation.run import evaluate_checkpoint
@@ -295,8 +296,8 @@ def _eval(args: argparse.Namespace) -> int:
         return _error(f"--episodes must be >= 1, got {episodes}")
     if args.out:
         out = Path(args.out)
-    else:  # a sampled eval never overwrites the greedy one
-        out = run_dir_of(checkpoint) / "eval" / (checkpoint.stem + ("-sampled" if args.sample else ""))
+    else:
+        out = _default_eval_dir(checkpoint, cfg.experiment.seed, args.sample)
     if not args.suites and len(cfg.eval_members()) > 1:  # a mixture: one eval (and table row) a member
         args.suites = ",".join(cfg.eval_members())
     if args.suites:
@@ -312,6 +313,24 @@ def _eval(args: argparse.Namespace) -> int:
     if report.videos:
         print(f"videos: {len(report.videos)} mp4 in {out / 'videos'}")
     return 0
+
+
+def _default_eval_dir(checkpoint: Path, seed: int, sample: bool) -> Path:
+    """``<run dir>/eval/<checkpoint>[-sampled][-seed<S>]``: a sampled eval never overwrites the greedy one, and an
+    eval on other seeds than the run's own (``experiment.seed=S``) never overwrites the run's: each seed's episodes
+    differ. The run's seed is read from its config.yaml (none there: the plain name is for seed 0)."""
+    import yaml
+
+    from embodied.checkpoint.store import run_dir_of
+
+    run_dir = run_dir_of(checkpoint)
+    try:
+        run_seed = int(((yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("experiment") or {})
+                       .get("seed", 0))
+    except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):
+        run_seed = 0
+    name = checkpoint.stem + ("-sampled" if sample else "") + ("" if seed == run_seed else f"-seed{seed}")
+    return run_dir / "eval" / name
 
 
 def _eval_suites(cfg: object, checkpoint: Path | None, args: argparse.Namespace, episodes: int | None, out: Path) -> int:

@@ -303,3 +303,22 @@ def test_sampled_eval_repeats_itself_and_differs_from_greedy(tmp_path, capsys, m
     # runner.eval_sample: true makes sampling the config's own way to evaluate, --sample or not
     assert main([*args, "runner.eval_sample=true", "--out", str(tmp_path / "by_config")]) == 0
     assert json.loads((tmp_path / "by_config" / "eval.json").read_text())["episodes"] == sampled["episodes"]
+
+
+def test_evals_of_one_checkpoint_on_other_seeds_keep_their_own_eval_json(tmp_path, monkeypatch):
+    """Three seeds' evals of one checkpoint once wrote one eval.json in turn: only the last seed's was kept."""
+    from embodied.cli import main
+
+    root = Path(__file__).resolve().parents[3]
+    cfg = load_config(root / "configs" / "reach_mlp_ppo.yaml")
+    checkpoint = reach_checkpoint(tmp_path, cfg)
+    (tmp_path / "config.yaml").write_text("experiment:\n  seed: 3\n")  # the run's own seed, as the runner saves it
+    monkeypatch.chdir(root)
+    args = ["eval", "configs/reach_mlp_ppo.yaml", "--checkpoint", str(checkpoint), "--episodes", "2",
+            "eval_env.num_envs=2", "eval_env.max_episode_steps=5"]
+    for seed in (3, 1, 2):
+        assert main([*args, f"experiment.seed={seed}"]) == 0
+    seeds = {name: [e["seed"] for e in json.loads((tmp_path / "eval" / name / "eval.json").read_text())["episodes"]]
+             for name in ("iter_000001", "iter_000001-seed1", "iter_000001-seed2")}
+    assert len({tuple(s) for s in seeds.values()}) == 3  # each seed's own episodes, none overwritten
+    assert sorted(p.name for p in (tmp_path / "eval").iterdir()) == sorted(seeds)
