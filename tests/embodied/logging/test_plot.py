@@ -112,6 +112,9 @@ def test_the_comparison_has_a_wall_clock_axis_from_when_each_run_began(tmp_path)
     minutes, values = series(rows, "eval/success_rate", run_start(tmp_path, rows))
     assert minutes == [2.5, 5.0] and values == [0.5, 1.0]  # iterations 5 and 10, 30 s each
     assert series([{"eval/success_rate": 1.0}], "eval/success_rate", 0.0) == ([], [])  # no time: left out
+    os.utime(tmp_path / "config.yaml", (5000.0, 5000.0))  # a resume writes config.yaml again, later
+    first = rows[0]["time"] - rows[0].get("time/iteration", 0.0)
+    assert run_start(tmp_path, rows) == first <= 1030.0  # the first start is kept: no eval before minute 0
 
 
 def test_the_loss_panels_draw_any_learner_s_losses_by_their_names():
