@@ -75,9 +75,11 @@ def run_start(run_dir: Path, rows: list[dict[str, float]]) -> float:
     """When the run began: its ``config.yaml`` is written as the run dir is made, before any worker starts. A resume
     writes it again, so the first metrics row bounds it too (its time less its iteration's): a resumed run keeps
     the first start, and its curve includes the pause."""
-    first = [row["time"] - row.get("time/iteration", 0.0) for row in rows[:1] if "time" in row]
     config = run_dir / "config.yaml"
-    return min([config.stat().st_mtime] + first) if config.is_file() else (first or [0.0])[0]
+    starts = [config.stat().st_mtime] if config.is_file() else []
+    if rows and "time" in rows[0]:
+        starts.append(rows[0]["time"] - rows[0].get("time/iteration", 0.0))
+    return min(starts, default=0.0)
 
 
 def plot_run(run_dir: str | Path) -> Path:
