@@ -42,7 +42,7 @@ from torch import nn
 from embodied.algorithms.sac import SACLearner
 from embodied.algorithms.sac_actor import TanhGaussianActor
 from embodied.algorithms.sac_config import TanhGaussianConfig
-from embodied.checkpoint.store import check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state
+from embodied.checkpoint.store import load_init_from
 from embodied.core import rng
 from embodied.core.types import STATES, NoiseSteering, Obs, PolicyOutput, Trajectory
 from embodied.policy.base import Policy, PolicyConfig, PolicySpec, build_policy
@@ -87,9 +87,7 @@ def build_frozen(config: PolicyConfig, spec: PolicySpec) -> Policy:
     with rng.seeded(FROZEN_SEED):  # one thread at a time, the actor's stream untouched (embodied.core.rng)
         policy = build_policy(config, spec)
     if config.init_from:  # the driver checked its type, chunk and architecture already (check_init_from)
-        state = load_checkpoint(find_checkpoint(config.init_from))
-        check_policy_spec(state, spec.action_dim, "policy.init_from")
-        load_policy_state(policy, state["actor"])
+        load_init_from(policy, config.init_from, spec.action_dim)
     else:
         warnings.warn("algorithm.name=dsrl without policy.init_from: the frozen flow policy is its initialisation "
                       "(pretrained backbone, untrained heads, which copies in other processes need not share: a tiny "

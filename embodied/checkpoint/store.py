@@ -217,6 +217,16 @@ def load_policy_state(policy: torch.nn.Module, actor_state: dict[str, Any]) -> N
         raise ValueError("the checkpoint holds no policy weights (neither policy/ nor actor.policy)")
 
 
+def load_init_from(policy: Any, path: str, action_dim: int) -> None:
+    """Start ``policy`` (a new ``embodied.policy.base.Policy``) from the checkpoint ``policy.init_from`` names:
+    its weights, checked against the env's ``action_dim``, then the policy's ``after_init_from`` (what it resets
+    rather than inherit, e.g. a widened action spread). A resume loads its own state over this afterwards."""
+    state = load_checkpoint(find_checkpoint(path))
+    check_policy_spec(state, action_dim, "policy.init_from")
+    load_policy_state(policy, state["actor"])
+    policy.after_init_from()
+
+
 def is_checkpoint(path: Path) -> bool:
     return (path / TRAINER_FILE).is_file()
 

@@ -73,6 +73,12 @@ class Policy(nn.Module, abc.ABC):
         for forward_inputs, _, _ in batches:
             self.observe(forward_inputs)
 
+    def after_init_from(self) -> None:
+        """Called once after ``policy.init_from``'s weights are loaded into a new policy (for training, SFT or a
+        frozen base), before any step; not on resume, whose state is loaded over it. Where a policy resets what it
+        should not inherit from the checkpoint (the Gaussian policies' ``policy.init_from_log_std``); the default
+        keeps everything loaded."""
+
     def describe(self) -> str:
         """One line printed when training starts: what the policy is and its parameter counts."""
         total = sum(p.numel() for p in self.parameters())

@@ -32,8 +32,7 @@ import torch
 from torch.utils.data import DataLoader, Subset, WeightedRandomSampler
 
 from embodied.backends import make_backend, user_packages
-from embodied.checkpoint.store import (check_init_from, check_policy_spec, find_checkpoint, load_checkpoint,
-                                       load_policy_state, save_policy_checkpoint)
+from embodied.checkpoint.store import check_init_from, load_init_from, save_policy_checkpoint
 from embodied.config import Config, ConfigError, EnvConfig, to_dict
 from embodied.config.sections import SFTConfig
 from embodied.data import Demonstrations, ReadOptions, collate, open_demonstrations
@@ -83,9 +82,7 @@ def sft(cfg: Config) -> SFTResult:
         policy = build_policy(cfg.algorithm.trained_policy(cfg.policy), spec)  # SFT pre-trains what RL trains
         print(policy.describe())
         if cfg.policy.init_from:
-            state = load_checkpoint(find_checkpoint(cfg.policy.init_from))
-            check_policy_spec(state, spec.action_dim, "policy.init_from")
-            load_policy_state(policy, state["actor"])
+            load_init_from(policy, cfg.policy.init_from, spec.action_dim)
         try:
             data.fit(spec, cfg.policy.action_chunk, cfg.policy.required_observations())
         except ValueError as exc:

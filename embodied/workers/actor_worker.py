@@ -31,8 +31,7 @@ import torch
 from embodied.algorithms.base import LearnerSpec, UpdateContext
 from embodied.channels import Channel
 from embodied.checkpoint.migrate import migrate_actor
-from embodied.checkpoint.store import (check_policy_spec, find_checkpoint, load_checkpoint, load_policy_state,
-                                       non_finite_tensors, save_policy_checkpoint)
+from embodied.checkpoint.store import load_init_from, load_policy_state, non_finite_tensors, save_policy_checkpoint
 from embodied.config import ActorConfig, AlgorithmConfig
 from embodied.core.numerics import NonFiniteUpdateError
 from embodied.core.types import Trajectory
@@ -64,9 +63,7 @@ class ActorWorker:
         self.seed = seed
         self.policy: Policy = build_policy(policy_cfg, spec)
         if policy_cfg.init_from:  # e.g. an SFT checkpoint; the driver checked its type and chunk already
-            state = load_checkpoint(find_checkpoint(policy_cfg.init_from))
-            check_policy_spec(state, spec.action_dim, "policy.init_from")
-            load_policy_state(self.policy, state["actor"])
+            load_init_from(self.policy, policy_cfg.init_from, spec.action_dim)
         # Once per run (the actor is the one copy that trains), after init_from: what it loaded (normalization
         # statistics, say) is what the run uses.
         print(self.policy.describe(), flush=True)

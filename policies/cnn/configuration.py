@@ -56,9 +56,13 @@ class CNNConfig(CNNEncoderConfig):
     type: str = "cnn"  # registered policy name
     hidden_sizes: list[int] = field(default_factory=lambda: [256])  # widths of the actor and critic heads
     init_log_std: float = -0.5  # initial log standard deviation of every action dimension
+    # After policy.init_from loads its weights, every action dimension's log std is set to this: a clone's Gaussian,
+    # fitted by likelihood, is narrow (log std near -3), so PPO's first steps in its mean move the ratio far. null:
+    # keep the checkpoint's.
+    init_from_log_std: float | None = None
 
     model_class: ClassVar[str] = "embodied.policies.cnn.modeling:CNNPolicy"
-    head_fields: ClassVar[tuple[str, ...]] = ("init_log_std",)
+    head_fields: ClassVar[tuple[str, ...]] = ("init_log_std", "init_from_log_std")
     # SAC's actor over this policy's encoder, before; its own default head was two layers
     aliases: ClassVar[dict[str, dict[str, Any]]] = {"cnn_sac": {"hidden_sizes": [256, 256]}}
 
@@ -66,8 +70,11 @@ class CNNConfig(CNNEncoderConfig):
         return list(self.hidden_sizes)
 
     def validate(self) -> list[str]:
-        """The encoder's checks; positive head widths."""
+        """The encoder's checks; positive head widths; init_from_log_std only with init_from."""
         p = super().validate()
         if any(v < 1 for v in self.hidden_sizes):
             p.append(f"policy.hidden_sizes: every entry must be >= 1, got {self.hidden_sizes}")
+        if self.init_from_log_std is not None and not self.init_from:
+            p.append("policy.init_from_log_std: resets the log std that policy.init_from loads, but no "
+                     "policy.init_from is set; give the checkpoint, or set policy.init_log_std instead")
         return p

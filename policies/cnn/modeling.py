@@ -213,6 +213,13 @@ class CNNPolicy(CNNObservations, Policy):
         self.actor_mean = _mlp([features, *config.hidden_sizes, out], 0.01)
         self.critic = _mlp([features, *config.hidden_sizes, 1], 1.0)
         self.log_std = nn.Parameter(torch.full((out,), float(config.init_log_std)))
+        self.init_from_log_std = config.init_from_log_std
+
+    def after_init_from(self) -> None:
+        """Set the loaded Gaussian's log std to policy.init_from_log_std, where given."""
+        if self.init_from_log_std is not None:
+            with torch.no_grad():
+                self.log_std.fill_(self.init_from_log_std)
 
     # -- forward --------------------------------------------------------------------------------
 

@@ -85,11 +85,18 @@ class MLPPolicy(Policy):
             self.ensemble_size, sizes, act, 0.01)
         self.critic = _mlp([inputs, *config.hidden_sizes, 1], act, 1.0)
         self.log_std = nn.Parameter(torch.full((out,), float(config.init_log_std)))
+        self.init_from_log_std = config.init_from_log_std
         self.normalize_states = config.normalize_states
         self.freeze_state_statistics = config.freeze_state_statistics
         self.register_buffer("state_mean", torch.zeros(spec.state_dim))
         self.register_buffer("state_var", torch.ones(spec.state_dim))
         self.register_buffer("state_count", torch.tensor(1e-4))
+
+    def after_init_from(self) -> None:
+        """Set the loaded Gaussian's log std to policy.init_from_log_std, where given."""
+        if self.init_from_log_std is not None:
+            with torch.no_grad():
+                self.log_std.fill_(self.init_from_log_std)
 
     def _normalized(self, states: torch.Tensor) -> torch.Tensor:
         if not self.normalize_states:

@@ -50,3 +50,43 @@ def test_a_checkpoint_of_another_action_dimension_names_both(tmp_path, first):
 def test_a_missing_checkpoint_is_named(tmp_path):
     with pytest.raises(ConfigError, match="policy.init_from: .*nope"):
         runner.train(toy_config(tmp_path, f"policy.init_from={tmp_path / 'nope'}"))
+
+
+def _first_actor_state(monkeypatch) -> dict:
+    """Spy on ``train_iteration``: the actor's policy as the first iteration finds it."""
+    seen: dict = {}
+    original = runner.train_iteration
+
+    def spy(workers, cfg, it):
+        seen.setdefault("policy", {k: v.clone() for k, v in workers.actor_state()["policy"].items()})
+        return original(workers, cfg, it)
+
+    monkeypatch.setattr(runner, "train_iteration", spy)
+    return seen
+
+
+def test_init_from_log_std_widens_the_loaded_gaussian_and_keeps_every_other_weight(tmp_path, first, monkeypatch):
+    seen = _first_actor_state(monkeypatch)
+    runner.train(toy_config(tmp_path, "runner.iterations=1", f"policy.init_from={first.run_dir}",
+                            "policy.init_from_log_std=-0.25"))
+    saved = load_checkpoint(first.checkpoint)["actor"]["policy"]
+    assert not torch.allclose(saved["log_std"], torch.tensor(-0.25))  # the first run trained its own
+    assert torch.equal(seen["policy"]["log_std"], torch.full_like(saved["log_std"], -0.25))
+    assert all(torch.equal(seen["policy"][k], saved[k]) for k in saved if k != "log_std")
+
+
+def test_a_resumed_run_keeps_its_trained_log_std_rather_than_reset_it(tmp_path, first, monkeypatch):
+    start = runner.train(toy_config(tmp_path, "runner.iterations=1", f"policy.init_from={first.run_dir}",
+                                    "policy.init_from_log_std=-0.25"))
+    trained = load_checkpoint(start.checkpoint)["actor"]["policy"]["log_std"]
+    assert not torch.allclose(trained, torch.tensor(-0.25))  # PPO's step moved it
+    seen = _first_actor_state(monkeypatch)
+    runner.train(toy_config(tmp_path, "runner.iterations=2", f"policy.init_from={first.run_dir}",
+                            "policy.init_from_log_std=-0.25", f"runner.resume_from={start.run_dir}"))
+    assert torch.equal(seen["policy"]["log_std"], trained)
+
+
+def test_init_from_log_std_without_init_from_is_refused_naming_the_field(tmp_path):
+    with pytest.raises(ConfigError, match="policy.init_from_log_std: .*no policy.init_from is set"):
+        runner.train(toy_config(tmp_path, "policy.init_from_log_std=-0.5"))
+    assert not list(tmp_path.iterdir())
