@@ -9,6 +9,8 @@ envs`` shows them with those needing a download marked). Configs::
 - **Observations**: ``observations``'s docstring (state, rgb, state+rgb; cameras by ManiSkill's names).
 - **Episodes** are ManiSkill's: ``terminated`` on its ``success`` (or ``fail``), ``truncated`` after
   ``max_episode_steps`` (default: the task's registered cap, ``tasks.TASKS``); ``info["success"]`` is its success.
+  A seeded reset rebuilds the scene (so a seed starts the same episode whatever ran before: evals repeat); an
+  unseeded one (auto-reset) is ManiSkill's plain reset, whose first observation may keep the last contacts.
   ``reward_mode`` is ManiSkill's (``sparse``, ``dense``, ``normalized_dense``; None: the task's default, its first
   supported mode); ``control_mode`` too (None: the robot's default, ``pd_joint_delta_pos`` for the Panda).
 - **Backends**: this class is the CPU path, ManiSkill's ``physx_cpu`` with one env in it, since ManiSkill refuses
@@ -123,7 +125,10 @@ class ManiSkillEnv(gym.Env):
         super().reset(seed=seed)
         if options:
             raise ValueError(f"{self.task.env_id}: reset takes no options, got {sorted(options)}")
-        obs, info = self.env.reset(seed=seed)
+        # A seeded reset rebuilds the scene (ManiSkill's reconfigure, about 0.2 s for PickCube): a plain one keeps
+        # the last step's contacts, so the first observation's contact fields (PickCube's is_grasped) came from the
+        # episode before and one seed did not always start one episode (ManiSkill's evals reconfigure too).
+        obs, info = self.env.reset(seed=seed, options={"reconfigure": True} if seed is not None else None)
         self._steps = 0
         return self._numpy(obs), {"success": _flag(info.get("success", False))}
 

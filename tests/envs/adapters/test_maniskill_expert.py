@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 pytest.importorskip("mani_skill", reason="pip install 'embodied[maniskill]' (make setup installs it)")
 
@@ -104,3 +105,47 @@ def test_the_tasks_with_a_solution_are_the_ones_with_an_expert():
     for maniskill_id in SOLUTIONS:
         assert f"ManiSkill-{maniskill_id}" in listed
     assert not has_expert(ENVS.resolve("ManiSkill-PushT-v1"))  # ManiSkill ships no motion plan for it
+
+
+def test_the_ppo_from_demos_recipe_collects_clones_then_starts_ppo_from_the_widened_clone(tmp_path):
+    from embodied.checkpoint.store import load_checkpoint
+    from embodied.runs.sft import sft
+    from embodied.runs.train import train
+
+    recipe = RECIPE.with_name("maniskill_pick_cube_ppo_from_demos.yaml")
+    short = ["env.num_envs=2", "eval_env.num_envs=2", "runner.eval_episodes=2", "logger.backends=[]",
+             "logger.progress_bar=false", "runner.plot=false", f"experiment.output_dir={tmp_path}"]
+    data = tmp_path / "demos"
+    assert collect(load_config(recipe, short), episodes=2, out=data).successes == 2
+    clone = sft(load_config(recipe, [*short, f"sft.dataset={data}", "sft.epochs=1", "sft.batch_size=16"]))
+    cloned = load_checkpoint(clone.checkpoint)["actor"]["policy"]
+    # One iteration, all of it the critic's warm-up: the policy that acted is the clone with its Gaussian widened.
+    result = train(load_config(recipe, [*short, "runner.iterations=1", "rollout.chunk_steps=10",
+                                        f"policy.init_from={clone.checkpoint}", "policy.init_from_log_std=-1.0"]))
+    started = load_checkpoint(result.checkpoint)["actor"]["policy"]
+    assert torch.equal(started["log_std"], torch.full_like(cloned["log_std"], -1.0))
+    assert not torch.allclose(cloned["log_std"], torch.tensor(-1.0))
+    assert all(torch.equal(started[k], cloned[k]) for k in cloned if k.startswith("actor_mean") or k.startswith("state_"))
+
+
+def test_a_seeded_reset_starts_its_episode_afresh_after_one_that_ended_holding_the_cube():
+    def make():
+        return ENVS.resolve("ManiSkill-PickCube-v1")(obs_mode="state", control_mode="pd_joint_delta_pos",
+                                                     max_episode_steps=100)
+
+    fresh = make()
+    first, _ = fresh.reset(seed=5)
+    fresh.close()
+    env = make()
+    expert = expert_for(env)
+    obs, _ = env.reset(seed=5)
+    expert.reset(env)
+    for _ in range(100):
+        obs, _, terminated, truncated, _ = env.step(expert.act(env, obs))
+        if terminated or truncated:
+            break
+    assert bool(env.env.unwrapped.evaluate()["is_grasped"][0])  # the contacts a plain reset would keep
+    again, _ = env.reset(seed=5)
+    np.testing.assert_array_equal(again["states"], first["states"])  # is_grasped included
+    expert.close()
+    env.close()
