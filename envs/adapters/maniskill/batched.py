@@ -104,9 +104,10 @@ class ManiSkillBatchedEnv:
     # -- the BatchedEnv protocol ---------------------------------------------------------------
 
     def reset(self, seed: int | None = None) -> Obs:
-        """Reset every env (env ``i`` from ``seed + i``); the batched first observation."""
+        """Reset every env (env ``i`` from ``seed + i``, the scene rebuilt); the batched first observation."""
         seeds = None if seed is None else [seed + i for i in range(self.num_envs)]
-        obs, info = self.env.reset(seed=seeds)
+        # Seeded, the scene is rebuilt, as ManiSkillEnv.reset does and for its reason (stale contacts).
+        obs, info = self.env.reset(seed=seeds, options={"reconfigure": True} if seeds is not None else None)
         self._obs = self._layout(obs)
         self._zero_stats()
         self._success_last[:] = host_array(info.get("success", np.zeros(self.num_envs, bool)))

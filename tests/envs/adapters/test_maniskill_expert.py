@@ -18,7 +18,9 @@ pytest.importorskip("mani_skill", reason="pip install 'embodied[maniskill]' (mak
 from embodied.config import ConfigError, load_config  # noqa: E402
 from embodied.core.registry import ENVS  # noqa: E402
 from embodied.envs.adapters.maniskill import vulkan  # noqa: E402
+from embodied.envs.adapters.maniskill.batched import batched_class  # noqa: E402
 from embodied.envs.adapters.maniskill.expert import SOLUTIONS, MotionPlanningExpert  # noqa: E402
+from embodied.envs.adapters.maniskill.tasks import task_for  # noqa: E402
 from embodied.envs.experts import expert_for, has_expert  # noqa: E402
 from embodied.runs.collect import check_expert, collect, expert_tasks  # noqa: E402
 
@@ -145,7 +147,20 @@ def test_a_seeded_reset_starts_its_episode_afresh_after_one_that_ended_holding_t
         if terminated or truncated:
             break
     assert bool(env.env.unwrapped.evaluate()["is_grasped"][0])  # the contacts a plain reset would keep
+    held = env.env.unwrapped.get_state_dict()
     again, _ = env.reset(seed=5)
     np.testing.assert_array_equal(again["states"], first["states"])  # is_grasped included
-    expert.close()
-    env.close()
+    # The batched (CUDA) path's code on one CPU env: put in the held cube, one step to make its contacts, reset.
+    native = batched_class(task_for("PickCube-v1"))(num_envs=1, sim_backend="physx_cpu", max_episode_steps=100,
+                                                    control_mode="pd_joint_delta_pos")
+    try:
+        fresh_batch = native.reset(seed=5)["states"]
+        native.env.unwrapped.set_state_dict(held)
+        native.chunk_step(np.array([[[0, 0, 0, 0, 0, 0, 0, -1]]], np.float32))  # the gripper kept closed
+        assert bool(native.env.unwrapped.evaluate()["is_grasped"][0])
+        np.testing.assert_array_equal(native.reset(seed=5)["states"], fresh_batch)
+        np.testing.assert_array_equal(fresh_batch[0], first["states"])
+    finally:
+        expert.close()
+        env.close()
+        native.close()
