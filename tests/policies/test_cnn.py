@@ -295,3 +295,24 @@ def test_spatial_softmax_pooling_moves_with_the_object_and_trains_its_temperatur
     assert policy.encoder.convs[-2].log_temperature.grad is not None
     with pytest.raises(ConfigError, match=r"policy\.image_pooling"):
         load_config(None, ["policy.type=cnn", "env.obs_mode=rgb", "policy.image_pooling=average"])
+
+
+def test_init_from_log_std_sets_the_loaded_spread_and_nothing_else():
+    trained = make()
+    with torch.no_grad():
+        trained.log_std.fill_(-3.0)
+        trained.actor_mean[0].weight.add_(0.5)
+    widened = make(init_from="ckpt", init_from_log_std=-1.0)
+    widened.load_state_dict(trained.state_dict())
+    widened.after_init_from()
+    assert torch.equal(widened.log_std, torch.full_like(trained.log_std, -1.0))
+    assert all(torch.equal(v, trained.state_dict()[k]) for k, v in widened.state_dict().items() if k != "log_std")
+    kept = make(init_from="ckpt")
+    kept.load_state_dict(trained.state_dict())
+    kept.after_init_from()
+    assert torch.equal(kept.log_std, trained.log_std)
+
+
+def test_init_from_log_std_without_init_from_is_refused():
+    with pytest.raises(ConfigError, match="policy.init_from_log_std: .*no policy.init_from is set"):
+        load_config(None, ["policy.type=cnn", "env.obs_mode=rgb", "policy.init_from_log_std=-1.0"])

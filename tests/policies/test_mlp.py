@@ -261,3 +261,11 @@ def test_ensemble_config_is_checked_and_sac_refuses_it():
     with pytest.raises(ValueError, match="policy.ensemble_size: an algorithm that puts its own head .* not 3"):
         states_encoder(MLPConfig(ensemble_size=3), SPEC)
     assert "ensemble_size" in MLPConfig.architecture_fields  # init_from refuses a checkpoint of another size
+
+
+def test_init_from_log_std_is_refused_where_an_algorithm_puts_its_own_head():
+    from embodied.config import ConfigError
+
+    with pytest.raises(ConfigError, match="policy.init_from_log_std: algorithm.name=sac puts its own head"):
+        load_config(None, ["policy.type=mlp", "algorithm.name=sac", "policy.init_from=run",
+                           "policy.init_from_log_std=-1.0"])
